@@ -1,0 +1,2 @@
+//! The `mint` command.
+fn main() {}

@@ -1,0 +1,2 @@
+//! The `mint-mcp` command.
+fn main() {}

@@ -1,0 +1,1 @@
+//! Harness for Mint's end-to-end tests.
