@@ -234,12 +234,20 @@ impl Diagnostic {
 
     /// The position of the finding.
     pub fn pos(&self) -> Pos {
-        Pos { line: self.line, column: self.column }
+        Pos {
+            line: self.line,
+            column: self.column,
+        }
     }
 
     /// The finding without its file name: `14:11 E020 rule "x": match.host[1]: message`.
     pub fn short(&self) -> String {
-        format!("{} {} {}", self.pos(), self.code, self.subject_and_message())
+        format!(
+            "{} {} {}",
+            self.pos(),
+            self.code,
+            self.subject_and_message()
+        )
     }
 
     /// One rustc-style line: `policy.yaml:14:11: error[E020]: rule "x": match.host[1]: message`.
@@ -279,7 +287,11 @@ pub fn sort(diagnostics: &mut [Diagnostic]) {
 
 /// `1 error`, `3 errors`, `0 warnings`.
 pub fn count_noun(n: usize, noun: &str) -> String {
-    if n == 1 { format!("{n} {noun}") } else { format!("{n} {noun}s") }
+    if n == 1 {
+        format!("{n} {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }
 
 #[cfg(test)]
@@ -303,7 +315,10 @@ mod tests {
     fn renders_like_rustc() {
         let d = Diagnostic::new(
             Code::WildcardNotLeadingLabel,
-            Pos { line: 14, column: 11 },
+            Pos {
+                line: 14,
+                column: 11,
+            },
             "match.host[1]",
             "'*' must be a whole leading label, e.g. \"*.github.com\"",
         )

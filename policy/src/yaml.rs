@@ -29,7 +29,10 @@ pub(crate) struct Node {
 pub(crate) enum NodeKind {
     /// A scalar with its text; `plain` is false for quoted and block scalars, which are always
     /// strings.
-    Scalar { text: String, plain: bool },
+    Scalar {
+        text: String,
+        plain: bool,
+    },
     Seq(Vec<Node>),
     /// Entries in file order; keys are scalars (anything else was refused while loading).
     Map(Vec<(Node, Node)>),
@@ -158,8 +161,15 @@ struct Builder {
 }
 
 enum Frame {
-    Seq { pos: Pos, items: Vec<Node> },
-    Map { pos: Pos, entries: Vec<(Node, Node)>, pending_key: Option<Node> },
+    Seq {
+        pos: Pos,
+        items: Vec<Node>,
+    },
+    Map {
+        pos: Pos,
+        entries: Vec<(Node, Node)>,
+        pending_key: Option<Node>,
+    },
 }
 
 impl MarkedEventReceiver for Builder {
@@ -183,31 +193,54 @@ impl MarkedEventReceiver for Builder {
                 }
             }
             Event::Alias(_) => {
-                self.problems.push(anchor_problem(pos, "an alias (`*name`)"));
+                self.problems
+                    .push(anchor_problem(pos, "an alias (`*name`)"));
                 // Stand-in so the surrounding structure stays well formed.
-                self.push_node(Node { kind: NodeKind::Scalar { text: String::new(), plain: true }, pos });
+                self.push_node(Node {
+                    kind: NodeKind::Scalar {
+                        text: String::new(),
+                        plain: true,
+                    },
+                    pos,
+                });
             }
             Event::Scalar(text, style, anchor, tag) => {
                 self.check_anchor_and_tag(pos, anchor, tag.is_some());
                 let plain = matches!(style, TScalarStyle::Plain);
-                self.push_node(Node { kind: NodeKind::Scalar { text, plain }, pos });
+                self.push_node(Node {
+                    kind: NodeKind::Scalar { text, plain },
+                    pos,
+                });
             }
             Event::SequenceStart(anchor, tag) => {
                 self.check_anchor_and_tag(pos, anchor, tag.is_some());
                 if self.enter(pos) {
-                    self.stack.push(Frame::Seq { pos, items: Vec::new() });
+                    self.stack.push(Frame::Seq {
+                        pos,
+                        items: Vec::new(),
+                    });
                 }
             }
             Event::MappingStart(anchor, tag) => {
                 self.check_anchor_and_tag(pos, anchor, tag.is_some());
                 if self.enter(pos) {
-                    self.stack.push(Frame::Map { pos, entries: Vec::new(), pending_key: None });
+                    self.stack.push(Frame::Map {
+                        pos,
+                        entries: Vec::new(),
+                        pending_key: None,
+                    });
                 }
             }
             Event::SequenceEnd | Event::MappingEnd => {
                 let node = match self.stack.pop() {
-                    Some(Frame::Seq { pos, items }) => Node { kind: NodeKind::Seq(items), pos },
-                    Some(Frame::Map { pos, entries, .. }) => Node { kind: NodeKind::Map(entries), pos },
+                    Some(Frame::Seq { pos, items }) => Node {
+                        kind: NodeKind::Seq(items),
+                        pos,
+                    },
+                    Some(Frame::Map { pos, entries, .. }) => Node {
+                        kind: NodeKind::Map(entries),
+                        pos,
+                    },
                     None => return,
                 };
                 self.push_node(node);
@@ -222,7 +255,8 @@ impl MarkedEventReceiver for Builder {
 impl Builder {
     fn check_anchor_and_tag(&mut self, pos: Pos, anchor: usize, tagged: bool) {
         if anchor != 0 {
-            self.problems.push(anchor_problem(pos, "an anchor (`&name`)"));
+            self.problems
+                .push(anchor_problem(pos, "an anchor (`&name`)"));
         }
         if tagged {
             self.problems.push(Diagnostic::new(
@@ -253,7 +287,11 @@ impl Builder {
                 }
             }
             Some(Frame::Seq { items, .. }) => items.push(node),
-            Some(Frame::Map { entries, pending_key, .. }) => match pending_key.take() {
+            Some(Frame::Map {
+                entries,
+                pending_key,
+                ..
+            }) => match pending_key.take() {
                 None => {
                     if !matches!(node.kind, NodeKind::Scalar { .. }) {
                         self.problems.push(Diagnostic::new(
@@ -270,7 +308,7 @@ impl Builder {
                             node.pos,
                             "",
                             format!(
-                                "key {} appears twice in this mapping; keep one",
+                                "{} appears twice in this mapping; keep one",
                                 key_label(&node)
                             ),
                         ));
@@ -291,20 +329,19 @@ fn same_key(a: &Node, b: &Node) -> bool {
 }
 
 /// A key quoted in a message when it looks like a field name; any other key could be data.
-pub(crate) fn key_label(node: &Node) -> String {
+fn key_label(node: &Node) -> String {
     match &node.kind {
-        NodeKind::Scalar { text, .. } if is_identifier(text) => format!("`{text}`"),
-        _ => "here".to_owned(),
+        NodeKind::Scalar { text, .. } if is_field_name(text) => format!("key `{text}`"),
+        _ => "this key".to_owned(),
     }
 }
 
-/// Whether a key is safe to quote: a short identifier of the kind field names and rule ids use.
-pub(crate) fn is_identifier(text: &str) -> bool {
+/// Whether a key is safe to quote: a short lowercase word, as field names are. Anything else
+/// (digits, capitals, punctuation, length) could be a secret pasted in the wrong place.
+pub(crate) fn is_field_name(text: &str) -> bool {
     !text.is_empty()
-        && text.len() <= 64
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
+        && text.len() <= 32
+        && text.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
 }
 
 fn too_deep(pos: Pos) -> Diagnostic {
@@ -312,7 +349,9 @@ fn too_deep(pos: Pos) -> Diagnostic {
         Code::TooDeep,
         pos,
         "",
-        format!("nesting deeper than {MAX_DEPTH} levels; declaration files are shallow, check the indentation"),
+        format!(
+            "nesting deeper than {MAX_DEPTH} levels; declaration files are shallow, check the indentation"
+        ),
     )
 }
 
@@ -321,7 +360,9 @@ fn anchor_problem(pos: Pos, what: &str) -> Diagnostic {
         Code::YamlAnchor,
         pos,
         "",
-        format!("{what} is not allowed: anchors make a rule mean more than it shows; write the value out"),
+        format!(
+            "{what} is not allowed: anchors make a rule mean more than it shows; write the value out"
+        ),
     )
 }
 
@@ -329,7 +370,10 @@ fn syntax_error(e: &ScanError) -> Diagnostic {
     // The scanner's marker column counts from 0; its message may quote one character of the
     // input, which is dropped here.
     let mark = e.marker();
-    let pos = Pos { line: mark.line().max(1), column: mark.col() + 1 };
+    let pos = Pos {
+        line: mark.line().max(1),
+        column: mark.col() + 1,
+    };
     let info = e.info();
     let info = match info.find('`') {
         Some(i) => info[..i].trim_end_matches([' ', ':']),
@@ -344,14 +388,20 @@ fn syntax_error(e: &ScanError) -> Diagnostic {
 }
 
 fn pos_of_marker(mark: Marker) -> Pos {
-    Pos { line: mark.line().max(1), column: mark.col() + 1 }
+    Pos {
+        line: mark.line().max(1),
+        column: mark.col() + 1,
+    }
 }
 
 /// Line and column (in characters) of a byte offset that ends valid UTF-8.
 fn pos_of_byte(bytes: &[u8], offset: usize) -> Pos {
     let prefix = bytes.get(..offset).unwrap_or(bytes);
     let line = prefix.iter().filter(|&&b| b == b'\n').count() + 1;
-    let line_start = prefix.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let line_start = prefix
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
     let column = std::str::from_utf8(prefix.get(line_start..).unwrap_or_default())
         .map_or(1, |s| s.chars().count() + 1);
     Pos { line, column }
@@ -425,24 +475,34 @@ mod tests {
     fn codes(bytes: &[u8]) -> Vec<(&'static str, usize, usize)> {
         match load(bytes) {
             Ok(_) => Vec::new(),
-            Err(ds) => ds.iter().map(|d| (d.code.as_str(), d.line, d.column)).collect(),
+            Err(ds) => ds
+                .iter()
+                .map(|d| (d.code.as_str(), d.line, d.column))
+                .collect(),
         }
     }
 
     #[test]
     fn positions_are_one_based() {
         let root = load(b"a: 1\nbb:\n  - x\n").unwrap();
-        let NodeKind::Map(entries) = &root.kind else { panic!("not a map") };
+        let NodeKind::Map(entries) = &root.kind else {
+            panic!("not a map")
+        };
         assert_eq!(entries[0].0.pos, Pos { line: 1, column: 1 });
         assert_eq!(entries[0].1.pos, Pos { line: 1, column: 4 });
-        let NodeKind::Seq(items) = &entries[1].1.kind else { panic!("not a seq") };
+        let NodeKind::Seq(items) = &entries[1].1.kind else {
+            panic!("not a seq")
+        };
         assert_eq!(items[0].pos, Pos { line: 3, column: 5 });
     }
 
     #[test]
     fn core_schema_resolution() {
-        let root = load(b"[1, '1', 0x1F, -3, true, 'true', ~, 1.5, 1e3, abc, .inf, 2130706433]").unwrap();
-        let NodeKind::Seq(items) = &root.kind else { panic!("not a seq") };
+        let root =
+            load(b"[1, '1', 0x1F, -3, true, 'true', ~, 1.5, 1e3, abc, .inf, 2130706433]").unwrap();
+        let NodeKind::Seq(items) = &root.kind else {
+            panic!("not a seq")
+        };
         let values: Vec<_> = items.iter().map(|n| n.value().unwrap()).collect();
         assert_eq!(
             values,
@@ -465,7 +525,10 @@ mod tests {
 
     #[test]
     fn refuses_anchors_aliases_and_tags() {
-        assert_eq!(codes(b"a: &x [1]\nb: *x\n"), vec![("E004", 1, 7), ("E004", 2, 4)]);
+        assert_eq!(
+            codes(b"a: &x [1]\nb: *x\n"),
+            vec![("E004", 1, 7), ("E004", 2, 4)]
+        );
         assert_eq!(codes(b"a: !!str 1\n"), vec![("E007", 1, 10)]);
     }
 
@@ -479,7 +542,9 @@ mod tests {
         let deep = "[".repeat(10_000) + &"]".repeat(10_000);
         assert_eq!(codes(deep.as_bytes())[0].0, "E006");
         let block = "a:\n".to_owned()
-            + &(1..40).map(|i| format!("{}- x:\n", "  ".repeat(i))).collect::<String>();
+            + &(1..40)
+                .map(|i| format!("{}- x:\n", "  ".repeat(i)))
+                .collect::<String>();
         assert_eq!(codes(block.as_bytes()), vec![("E006", 17, 36)]);
     }
 
@@ -508,6 +573,10 @@ mod tests {
         assert_eq!(ds[0].code, Code::YamlSyntax);
         assert!(!ds[0].message.contains("secret-canary"));
         let ds = load(b"a: 1\n\tb: secret-canary\n").unwrap_err();
-        assert!(!ds[0].message.contains("secret-canary"), "{}", ds[0].message);
+        assert!(
+            !ds[0].message.contains("secret-canary"),
+            "{}",
+            ds[0].message
+        );
     }
 }

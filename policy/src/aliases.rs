@@ -1,0 +1,427 @@
+//! The alias declaration file: each alias names one credential, the hosts it may travel to, the
+//! request sites it may sit in, and where the broker finds its value.
+//!
+//! The file never holds a secret value, and neither do these types: `source` says where the value
+//! lives (`keyring`, `env:VAR`, `file:/path`). Loading reports every problem with a position and
+//! never quotes a free scalar, since an operator may paste a token into the wrong field.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::{Serialize, Serializer};
+
+use crate::diagnostic::{Code, Diagnostic, Pos, Severity, sort};
+use crate::fields::{MapReader, Sink, join, string};
+use crate::host::HostPattern;
+use crate::policy::{host_pattern_problem, is_alias_name};
+use crate::site::{Site, SiteSet};
+use crate::yaml::{self, Node, NodeKind, Value};
+
+/// One alias declaration.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Alias {
+    /// `^[a-z0-9][a-z0-9_-]{0,63}$`.
+    pub name: String,
+    /// What the credential is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Hosts the secret may be sent to.
+    #[serde(serialize_with = "serialize_patterns")]
+    pub hosts: Vec<HostPattern>,
+    /// Request sites the secret may sit in.
+    pub sites: SiteSet,
+    /// Where the broker reads the value.
+    pub source: SecretSource,
+    /// Where the declaration starts in the file.
+    #[serde(skip)]
+    pub pos: Pos,
+}
+
+/// Where the broker finds an alias's value. Names a place, never holds a value.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum SecretSource {
+    /// The OS keyring: service `mint`, account = alias name.
+    Keyring,
+    /// An environment variable of the broker.
+    Env(String),
+    /// A file readable only by its owner (0600), such as a systemd credential.
+    File(String),
+}
+
+impl fmt::Display for SecretSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SecretSource::Keyring => f.write_str("keyring"),
+            SecretSource::Env(var) => write!(f, "env:{var}"),
+            SecretSource::File(path) => write!(f, "file:{path}"),
+        }
+    }
+}
+
+impl Serialize for SecretSource {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+// === impl SecretSource ===
+
+impl SecretSource {
+    /// Reads `keyring`, `env:VAR` or `file:/absolute/path`.
+    pub fn parse(text: &str) -> Option<SecretSource> {
+        if text == "keyring" {
+            return Some(SecretSource::Keyring);
+        }
+        if let Some(var) = text.strip_prefix("env:") {
+            let mut bytes = var.bytes();
+            let first_ok = bytes
+                .next()
+                .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_');
+            let rest_ok = bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            return (first_ok && rest_ok && var.len() <= 128)
+                .then(|| SecretSource::Env(var.to_owned()));
+        }
+        if let Some(path) = text.strip_prefix("file:") {
+            let ok = path.starts_with('/')
+                && path.len() <= 4096
+                && !path.chars().any(char::is_control)
+                && !path.split('/').any(|s| s == "..");
+            return ok.then(|| SecretSource::File(path.to_owned()));
+        }
+        None
+    }
+}
+
+/// A valid alias file.
+#[derive(Clone, Debug, PartialEq, Default, Serialize)]
+pub struct AliasFile {
+    /// The declarations, in file order.
+    pub aliases: Vec<Alias>,
+}
+
+// === impl AliasFile ===
+
+impl AliasFile {
+    /// The alias called `name`.
+    pub fn find(&self, name: &str) -> Option<&Alias> {
+        self.aliases.iter().find(|a| a.name == name)
+    }
+
+    /// The file's text: what `mint alias add` and `mint alias rm` write. Strings are written as
+    /// JSON strings, which YAML reads back unchanged.
+    pub fn to_yaml(&self) -> String {
+        let q = |s: &str| serde_json::Value::String(s.to_owned()).to_string();
+        let mut out = String::from("aliases:");
+        if self.aliases.is_empty() {
+            out.push_str(" []\n");
+            return out;
+        }
+        out.push('\n');
+        for alias in &self.aliases {
+            out.push_str(&format!("  - name: {}\n", q(&alias.name)));
+            if let Some(description) = &alias.description {
+                out.push_str(&format!("    description: {}\n", q(description)));
+            }
+            let hosts: Vec<String> = alias.hosts.iter().map(|h| q(&h.as_text())).collect();
+            out.push_str(&format!("    hosts: [{}]\n", hosts.join(", ")));
+            let sites: Vec<&str> = alias.sites.iter().map(Site::as_str).collect();
+            out.push_str(&format!("    sites: [{}]\n", sites.join(", ")));
+            out.push_str(&format!("    source: {}\n", q(&alias.source.to_string())));
+        }
+        out
+    }
+}
+
+/// The result of loading an alias file.
+#[derive(Clone, Debug)]
+pub struct AliasesLoad {
+    /// The name of the file, for messages.
+    pub origin: String,
+    /// The declarations, when the file has no error.
+    pub aliases: Option<AliasFile>,
+    /// Errors and warnings, sorted by position.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+// === impl AliasesLoad ===
+
+impl AliasesLoad {
+    /// The errors only.
+    pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.diagnostics
+            .iter()
+            .filter(|d| d.severity() == Severity::Error)
+    }
+}
+
+const TOP_FIELDS: &[&str] = &["aliases"];
+const ALIAS_FIELDS: &[&str] = &["name", "description", "hosts", "sites", "source"];
+
+/// Loads and validates an alias file. `origin` names the file in rendered messages.
+pub fn load_aliases(bytes: &[u8], origin: &str) -> AliasesLoad {
+    let mut load = AliasesLoad {
+        origin: origin.to_owned(),
+        aliases: None,
+        diagnostics: Vec::new(),
+    };
+    let root = match yaml::load(bytes) {
+        Ok(root) => root,
+        Err(diagnostics) => {
+            load.diagnostics = diagnostics;
+            sort(&mut load.diagnostics);
+            return load;
+        }
+    };
+    let file = {
+        let mut sink = Sink {
+            diagnostics: &mut load.diagnostics,
+            subject: None,
+        };
+        read_file(&root, &mut sink)
+    };
+    if load.errors().next().is_none() {
+        load.aliases = file;
+    }
+    sort(&mut load.diagnostics);
+    load
+}
+
+fn read_file(root: &Node, sink: &mut Sink<'_>) -> Option<AliasFile> {
+    let mut map = MapReader::new(root, "", sink)?;
+    let mut aliases = Vec::new();
+    match map.take("aliases") {
+        None => sink.error(
+            Code::MissingField,
+            root,
+            "",
+            "missing `aliases`; write `aliases: []` for a file with no alias yet",
+        ),
+        Some(node) => match &node.kind {
+            NodeKind::Seq(items) => {
+                let mut seen: HashMap<String, Pos> = HashMap::new();
+                for (i, item) in items.iter().enumerate() {
+                    if let Some(alias) = read_alias(item, i, &mut seen, sink) {
+                        aliases.push(alias);
+                    }
+                }
+            }
+            // `aliases:` with nothing after it is an empty list.
+            _ if node.value() == Some(Value::Null) => {}
+            _ => sink.wrong_type(node, "aliases", "a list of aliases"),
+        },
+    }
+    map.finish(TOP_FIELDS, sink);
+    Some(AliasFile { aliases })
+}
+
+fn read_alias(
+    node: &Node,
+    index: usize,
+    seen: &mut HashMap<String, Pos>,
+    outer: &mut Sink<'_>,
+) -> Option<Alias> {
+    let base = format!("aliases[{index}]");
+    let mut map = MapReader::new(node, &base, outer)?;
+
+    let name = match map.take("name") {
+        None => {
+            outer.error(
+                Code::MissingField,
+                node,
+                &base,
+                "missing `name`; give the alias a name such as `github`",
+            );
+            None
+        }
+        Some(n) => match n.value() {
+            Some(Value::Str(text)) if is_alias_name(text) => {
+                if let Some(first) = seen.get(text) {
+                    outer.push(
+                        Diagnostic::new(
+                            Code::DuplicateAlias,
+                            n.pos,
+                            "name",
+                            format!(
+                                "alias already declared at line {}; remove or rename one",
+                                first.line
+                            ),
+                        )
+                        .in_rule(Some(text)),
+                    );
+                } else {
+                    seen.insert(text.to_owned(), n.pos);
+                }
+                Some(text.to_owned())
+            }
+            _ => {
+                outer.error(
+                    Code::InvalidAliasName,
+                    n,
+                    &join(&base, "name"),
+                    "an alias name is 1-64 characters of a-z, 0-9, `_` and `-`, starting with a \
+                     letter or digit, such as `github`",
+                );
+                None
+            }
+        },
+    };
+
+    let prefix = if name.is_some() {
+        String::new()
+    } else {
+        base.clone()
+    };
+    map.rebase(&prefix);
+    let mut sink = Sink {
+        diagnostics: &mut *outer.diagnostics,
+        subject: name.clone(),
+    };
+    let sink = &mut sink;
+
+    let description = map.take("description").and_then(|n| {
+        let path = join(&prefix, "description");
+        let text = string(n, &path, sink)?;
+        if text.chars().count() > 1024 {
+            sink.error(
+                Code::WrongType,
+                n,
+                &path,
+                "a description is at most 1024 characters; shorten it",
+            );
+        }
+        Some(text.to_owned())
+    });
+
+    let mut hosts = Vec::new();
+    let hosts_path = join(&prefix, "hosts");
+    match map.take("hosts") {
+        None => sink.error(
+            Code::MissingField,
+            node,
+            &prefix,
+            "missing `hosts`; list where the secret may go, such as `hosts: [api.github.com]`",
+        ),
+        Some(n) => {
+            let items: Vec<(usize, &Node)> = match &n.kind {
+                NodeKind::Seq(items) => items.iter().enumerate().collect(),
+                NodeKind::Scalar { .. } => vec![(0, n)],
+                NodeKind::Map(_) => {
+                    sink.wrong_type(n, &hosts_path, "a list of hosts");
+                    Vec::new()
+                }
+            };
+            if matches!(&n.kind, NodeKind::Seq(items) if items.is_empty()) {
+                sink.error(
+                    Code::EmptyList,
+                    n,
+                    &hosts_path,
+                    "an alias with no host can never be used; list at least one host",
+                );
+            }
+            for (i, item) in items {
+                let path = if matches!(n.kind, NodeKind::Seq(_)) {
+                    format!("{hosts_path}[{i}]")
+                } else {
+                    hosts_path.clone()
+                };
+                let Some(text) = string(item, &path, sink) else {
+                    continue;
+                };
+                match HostPattern::parse(text) {
+                    Ok(pattern) => {
+                        if pattern.is_wildcard() {
+                            sink.error(
+                                Code::AliasWildcardHost,
+                                item,
+                                &path,
+                                "the secret may go to every host under this wildcard; list the \
+                                 exact hosts unless each one is trusted with it",
+                            );
+                        }
+                        hosts.push(pattern);
+                    }
+                    Err(e) => {
+                        let (code, message) = host_pattern_problem(&e);
+                        sink.error(code, item, &path, message);
+                    }
+                }
+            }
+        }
+    }
+
+    let mut sites = SiteSet::HEADER;
+    if let Some(n) = map.take("sites") {
+        let path = join(&prefix, "sites");
+        sites = SiteSet::EMPTY;
+        let items: Vec<&Node> = match &n.kind {
+            NodeKind::Seq(items) => items.iter().collect(),
+            _ => vec![n],
+        };
+        if items.is_empty() {
+            sink.error(
+                Code::EmptyList,
+                n,
+                &path,
+                "list at least one site, or remove `sites` for headers only",
+            );
+        }
+        for item in items {
+            match item.value() {
+                Some(Value::Str(text)) if Site::parse(text).is_some() => {
+                    if let Some(site) = Site::parse(text) {
+                        sites = sites.with(site);
+                    }
+                }
+                _ => sink.error(
+                    Code::InvalidSite,
+                    item,
+                    &path,
+                    "a site is `header`, `query` or `body`",
+                ),
+            }
+        }
+        if !sites.is_subset(SiteSet::HEADER) {
+            sink.error(
+                Code::InjectBeyondHeader,
+                n,
+                &path,
+                "secrets in the query or body are easier to leak (logs, echoes, caches); keep \
+                 `sites: [header]` unless the API accepts nothing else",
+            );
+        }
+    }
+
+    let mut source = Some(SecretSource::Keyring);
+    if let Some(n) = map.take("source") {
+        source = match n.value() {
+            Some(Value::Str(text)) => SecretSource::parse(text),
+            _ => None,
+        };
+        if source.is_none() {
+            sink.error(
+                Code::InvalidSource,
+                n,
+                &join(&prefix, "source"),
+                "a source is `keyring`, `env:VARIABLE_NAME` or `file:/absolute/path`; the secret \
+                 itself never goes in this file",
+            );
+        }
+    }
+
+    map.finish(ALIAS_FIELDS, sink);
+    Some(Alias {
+        name: name?,
+        description,
+        hosts,
+        sites,
+        source: source?,
+        pos: node.pos,
+    })
+}
+
+fn serialize_patterns<S: Serializer>(
+    patterns: &[HostPattern],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(patterns.iter().map(HostPattern::as_text))
+}

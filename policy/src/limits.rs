@@ -1,0 +1,230 @@
+//! Exact sliding-window call limits: each counter remembers when it admitted each of its last
+//! `max` requests, so "at most `max` in any window of `per`" holds without approximation.
+//!
+//! The evaluator says which counters a request would charge; `Limiter::admit` checks all of them
+//! and then consumes all of them, or none. The broker holds one `Limiter` behind a lock. Time is
+//! passed in (any monotonic origin), so tests control the clock.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+/// One counter a request would consume a unit of.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Charge {
+    /// The rule id (or `call_limits:KEY` for a legacy entry) reported when the counter is spent.
+    pub rule: String,
+    /// The counter: rule, limit and the values of its `by` keys.
+    pub key: String,
+    /// Requests admitted per window.
+    pub max: u64,
+    /// Window length.
+    pub per: Duration,
+}
+
+/// A request refused because a counter is spent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limited {
+    /// The rules whose counters are spent, sorted.
+    pub rules: Vec<String>,
+    /// When the request would next be admitted, rounded up to whole seconds (at least 1).
+    pub retry_after: Duration,
+}
+
+/// What a counter has left, for `mint policy explain`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Budget {
+    /// The rule the counter belongs to.
+    pub rule: String,
+    /// Requests admitted per window.
+    pub max: u64,
+    /// Window length.
+    pub per: Duration,
+    /// Requests still admitted in the current window.
+    pub remaining: u64,
+}
+
+/// The state of every counter.
+#[derive(Debug, Default)]
+pub struct Limiter {
+    windows: HashMap<String, VecDeque<Duration>>,
+}
+
+// === impl Limiter ===
+
+impl Limiter {
+    /// A limiter with every counter at zero.
+    pub fn new() -> Self {
+        Limiter::default()
+    }
+
+    /// Admits the request if every counter has room, consuming one unit of each; otherwise
+    /// consumes nothing and says which rules refused it.
+    pub fn admit(&mut self, charges: &[Charge], now: Duration) -> Result<(), Limited> {
+        let mut spent: Vec<String> = Vec::new();
+        let mut retry_after = Duration::ZERO;
+        for charge in charges {
+            let window = self.windows.entry(charge.key.clone()).or_default();
+            expire(window, charge.per, now);
+            if window.len() as u64 >= charge.max {
+                // The oldest admission in the window leaves it first.
+                let oldest = window.front().copied().unwrap_or(now);
+                let wait = (oldest + charge.per).saturating_sub(now);
+                retry_after = retry_after.max(wait);
+                spent.push(charge.rule.clone());
+            }
+        }
+        if !spent.is_empty() {
+            spent.sort();
+            spent.dedup();
+            let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+            return Err(Limited {
+                rules: spent,
+                retry_after: Duration::from_secs(seconds.max(1)),
+            });
+        }
+        let mut seen: Vec<&str> = Vec::with_capacity(charges.len());
+        for charge in charges {
+            // A counter named twice by one request is consumed once.
+            if seen.contains(&charge.key.as_str()) {
+                continue;
+            }
+            seen.push(&charge.key);
+            self.windows
+                .entry(charge.key.clone())
+                .or_default()
+                .push_back(now);
+        }
+        Ok(())
+    }
+
+    /// What each counter has left at `now`, without consuming anything.
+    pub fn budgets(&self, charges: &[Charge], now: Duration) -> Vec<Budget> {
+        charges
+            .iter()
+            .map(|c| {
+                let used = self.windows.get(&c.key).map_or(0, |w| {
+                    w.iter().filter(|t| now.saturating_sub(**t) < c.per).count() as u64
+                });
+                Budget {
+                    rule: c.rule.clone(),
+                    max: c.max,
+                    per: c.per,
+                    remaining: c.max.saturating_sub(used),
+                }
+            })
+            .collect()
+    }
+
+    /// Forgets counters idle for longer than `idle`, bounding memory over time.
+    pub fn prune(&mut self, now: Duration, idle: Duration) {
+        self.windows
+            .retain(|_, w| w.back().is_some_and(|t| now.saturating_sub(*t) < idle));
+    }
+
+    /// How many counters are held.
+    pub fn len(&self) -> usize {
+        self.windows.len()
+    }
+
+    /// Whether no counter is held.
+    pub fn is_empty(&self) -> bool {
+        self.windows.is_empty()
+    }
+}
+
+/// Drops admissions that left the window `(now - per, now]`.
+fn expire(window: &mut VecDeque<Duration>, per: Duration, now: Duration) {
+    while window
+        .front()
+        .is_some_and(|t| now.saturating_sub(*t) >= per)
+    {
+        window.pop_front();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn charge(rule: &str, key: &str, max: u64, per_s: u64) -> Charge {
+        Charge {
+            rule: rule.into(),
+            key: key.into(),
+            max,
+            per: Duration::from_secs(per_s),
+        }
+    }
+
+    const fn s(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    #[test]
+    fn exact_sliding_window() {
+        let mut l = Limiter::new();
+        let c = [charge("r", "r#0", 3, 60)];
+        assert!(l.admit(&c, s(0)).is_ok());
+        assert!(l.admit(&c, s(10)).is_ok());
+        assert!(l.admit(&c, s(20)).is_ok());
+        let limited = l.admit(&c, s(30)).unwrap_err();
+        assert_eq!(limited.rules, vec!["r".to_owned()]);
+        assert_eq!(limited.retry_after, s(30));
+        // The first admission leaves the window at exactly 60 s.
+        assert!(l.admit(&c, s(59)).is_err());
+        assert!(l.admit(&c, s(60)).is_ok());
+        assert!(l.admit(&c, s(61)).is_err());
+    }
+
+    #[test]
+    fn checks_all_then_consumes_all() {
+        let mut l = Limiter::new();
+        let a = charge("a", "a#0", 1, 60);
+        let b = charge("b", "b#0", 2, 60);
+        assert!(l.admit(&[a.clone(), b.clone()], s(0)).is_ok());
+        // `a` is spent: the request is refused and `b` keeps its remaining unit.
+        assert_eq!(
+            l.admit(&[a.clone(), b.clone()], s(1)).unwrap_err().rules,
+            vec!["a".to_owned()]
+        );
+        assert_eq!(l.budgets(&[b.clone()], s(1))[0].remaining, 1);
+        assert!(l.admit(&[b.clone()], s(2)).is_ok());
+        assert_eq!(
+            l.admit(&[a, b], s(3)).unwrap_err().rules,
+            vec!["a".to_owned(), "b".to_owned()]
+        );
+    }
+
+    #[test]
+    fn retry_after_rounds_up_and_is_never_zero() {
+        let mut l = Limiter::new();
+        let c = [Charge {
+            rule: "r".into(),
+            key: "k".into(),
+            max: 1,
+            per: Duration::from_millis(1500),
+        }];
+        assert!(l.admit(&c, Duration::ZERO).is_ok());
+        assert_eq!(
+            l.admit(&c, Duration::from_millis(100))
+                .unwrap_err()
+                .retry_after,
+            s(2)
+        );
+        assert_eq!(
+            l.admit(&c, Duration::from_millis(1499))
+                .unwrap_err()
+                .retry_after,
+            s(1)
+        );
+    }
+
+    #[test]
+    fn duplicate_keys_consume_once_and_prune_forgets_idle_counters() {
+        let mut l = Limiter::new();
+        let c = charge("r", "k", 2, 60);
+        assert!(l.admit(&[c.clone(), c.clone()], s(0)).is_ok());
+        assert_eq!(l.budgets(&[c.clone()], s(0))[0].remaining, 1);
+        l.prune(s(1000), s(120));
+        assert!(l.is_empty());
+    }
+}

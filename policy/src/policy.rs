@@ -1,0 +1,1174 @@
+//! The policy file: its model and its loader, which reports every problem with a stable code, a
+//! position, the rule id, the field path and how to fix it.
+//!
+//! `load_policy` is the only way to build a `Policy`, so code past it sees only checked rules.
+//! A file with any error yields no policy: a typo must never become a wider rule. Messages may
+//! quote what a typed field holds (hosts, methods, field names) but never a free scalar.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::diagnostic::{Code, Diagnostic, Pos, sort};
+use crate::duration::parse_duration;
+use crate::fields::{MapReader, Sink, boolean, integer, item_path, join, list, string};
+use crate::glob::{NameGlob, PathGlob, PathGlobError};
+use crate::host::{HostPattern, HostPatternError};
+use crate::normalize::Scheme;
+use crate::site::{Site, SiteSet};
+use crate::yaml::{self, Node, NodeKind, Value};
+
+/// The most rules a policy may hold.
+pub const MAX_RULES: usize = 10_000;
+
+/// The largest `max` of a limit (and of a legacy call limit).
+pub const MAX_LIMIT: u64 = 1_000_000;
+
+/// The window of a legacy `call_limits` entry: 24 hours.
+pub const LEGACY_WINDOW: Duration = Duration::from_secs(86_400);
+
+/// A loaded, valid policy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Policy {
+    /// What applies when no allow rule matches.
+    pub default: DefaultEffect,
+    /// The rules, in file order (order never changes a decision).
+    pub rules: Vec<Rule>,
+    /// Legacy per-alias and per-tool daily limits.
+    pub call_limits: Vec<CallLimit>,
+}
+
+/// The policy's `default`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum DefaultEffect {
+    /// Requests no allow rule admits are denied.
+    #[default]
+    Deny,
+    /// Requests no allow rule admits are allowed, unless they use an alias.
+    Allow,
+}
+
+// === impl DefaultEffect ===
+
+impl DefaultEffect {
+    /// `deny` or `allow`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DefaultEffect::Deny => "deny",
+            DefaultEffect::Allow => "allow",
+        }
+    }
+}
+
+/// What a rule does when it matches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Effect {
+    /// Admits the request (deny rules override it).
+    Allow,
+    /// Refuses the request, whatever else matches.
+    Deny,
+    /// Counts the request against its limits without allowing anything.
+    Limit,
+}
+
+// === impl Effect ===
+
+impl Effect {
+    /// `allow`, `deny` or `limit`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effect::Allow => "allow",
+            Effect::Deny => "deny",
+            Effect::Limit => "limit",
+        }
+    }
+}
+
+/// One rule.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rule {
+    /// Unique id, `^[a-z0-9][a-z0-9._-]{0,63}$`.
+    pub id: String,
+    /// What the rule is for.
+    pub description: Option<String>,
+    /// What the rule does.
+    pub effect: Effect,
+    /// Which requests it concerns.
+    pub matcher: Match,
+    /// Allow rules: where secrets may be placed (header by default).
+    pub inject: SiteSet,
+    /// Allow rules: whether the target may resolve to a private address.
+    pub allow_private: bool,
+    /// Allow and limit rules: sliding-window limits.
+    pub limits: Vec<Limit>,
+    /// Where the rule starts in the file.
+    pub pos: Pos,
+}
+
+/// The `match` block: AND across fields, OR within a list. `None` is an omitted field, whose
+/// meaning depends on the effect (see POLICY.md).
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Match {
+    /// Globs over the capability's agent name.
+    pub agent: Option<Vec<NameGlob>>,
+    /// Alias names.
+    pub alias: Option<Vec<String>>,
+    /// Schemes Mint uses upstream.
+    pub scheme: Option<Vec<Scheme>>,
+    /// Host patterns.
+    pub host: Option<Vec<HostPattern>>,
+    /// Ports.
+    pub port: Option<Vec<u16>>,
+    /// Methods, uppercase and byte-exact.
+    pub method: Option<Vec<String>>,
+    /// Globs over the normalized path.
+    pub path: Option<Vec<PathGlob>>,
+    /// Globs over the MCP tool name of a `tools/call`.
+    pub tool: Option<Vec<NameGlob>>,
+}
+
+/// A sliding-window limit: at most `max` requests in any window of length `per`, counted per
+/// distinct value of the `by` keys.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Limit {
+    /// Requests admitted per window.
+    pub max: u64,
+    /// Window length.
+    pub per: Duration,
+    /// What the counter is kept per; empty is one counter for the rule.
+    pub by: Vec<LimitKey>,
+}
+
+/// A dimension a limit counts per.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LimitKey {
+    /// The capability's agent.
+    Agent,
+    /// Each alias the request uses.
+    Alias,
+    /// The target host.
+    Host,
+    /// The MCP tool.
+    Tool,
+}
+
+// === impl LimitKey ===
+
+impl LimitKey {
+    fn parse(text: &str) -> Option<LimitKey> {
+        match text {
+            "agent" => Some(LimitKey::Agent),
+            "alias" => Some(LimitKey::Alias),
+            "host" => Some(LimitKey::Host),
+            "tool" => Some(LimitKey::Tool),
+            _ => None,
+        }
+    }
+}
+
+/// A legacy `call_limits` entry: `max` calls per 24 hours for an alias or an MCP tool.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CallLimit {
+    /// What is counted.
+    pub key: CallLimitKey,
+    /// Calls per 24 hours.
+    pub max: u64,
+}
+
+/// The subject of a legacy call limit.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum CallLimitKey {
+    /// Requests that use this alias.
+    Alias(String),
+    /// MCP calls of this tool.
+    Tool(String),
+}
+
+impl fmt::Display for CallLimitKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CallLimitKey::Alias(a) => f.write_str(a),
+            CallLimitKey::Tool(t) => write!(f, "tool:{t}"),
+        }
+    }
+}
+
+/// The result of loading a policy file: the policy when there was no error, every finding, and
+/// the counts `mint policy check` reports even for an invalid file.
+#[derive(Clone, Debug)]
+pub struct PolicyLoad {
+    /// The name of the file, for messages.
+    pub origin: String,
+    /// The policy, when the file has no error.
+    pub policy: Option<Policy>,
+    /// Errors and warnings, sorted by position.
+    pub diagnostics: Vec<Diagnostic>,
+    /// Entries under `rules`.
+    pub rule_count: usize,
+    /// Entries under `call_limits`.
+    pub legacy_call_limit_count: usize,
+    /// The `default` as read (deny when missing or unreadable).
+    pub default: DefaultEffect,
+}
+
+/// Whether `text` is a valid rule id.
+pub fn is_rule_id(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    matches!(bytes.first(), Some(b) if b.is_ascii_lowercase() || b.is_ascii_digit())
+        && bytes.len() <= 64
+        && bytes.iter().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
+        })
+}
+
+/// Whether `text` is a valid alias name, `^[a-z0-9][a-z0-9_-]{0,63}$`.
+pub fn is_alias_name(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    matches!(bytes.first(), Some(b) if b.is_ascii_lowercase() || b.is_ascii_digit())
+        && bytes.len() <= 64
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'-'))
+}
+
+/// Characters an agent name (and so an agent glob) may hold besides `*`.
+pub fn is_agent_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')
+}
+
+/// Characters an MCP tool name (and so a tool glob) may hold besides `*`.
+pub fn is_tool_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/')
+}
+
+/// Loads and validates a policy file. `origin` names the file in rendered messages.
+pub fn load_policy(bytes: &[u8], origin: &str) -> PolicyLoad {
+    let mut load = PolicyLoad {
+        origin: origin.to_owned(),
+        policy: None,
+        diagnostics: Vec::new(),
+        rule_count: 0,
+        legacy_call_limit_count: 0,
+        default: DefaultEffect::Deny,
+    };
+    let root = match yaml::load(bytes) {
+        Ok(root) => root,
+        Err(diagnostics) => {
+            load.diagnostics = diagnostics;
+            sort(&mut load.diagnostics);
+            return load;
+        }
+    };
+    let policy = {
+        let mut sink = Sink {
+            diagnostics: &mut load.diagnostics,
+            subject: None,
+        };
+        read_policy(
+            &root,
+            &mut sink,
+            &mut load.rule_count,
+            &mut load.legacy_call_limit_count,
+        )
+    };
+    if let Some(policy) = &policy {
+        load.default = policy.default;
+    }
+    if let Some(policy) = policy {
+        if !load
+            .diagnostics
+            .iter()
+            .any(|d| d.severity() == crate::Severity::Error)
+        {
+            add_warnings(&policy, &mut load.diagnostics);
+            load.policy = Some(policy);
+        }
+    }
+    sort(&mut load.diagnostics);
+    load
+}
+
+const TOP_FIELDS: &[&str] = &["version", "default", "rules", "call_limits"];
+const RULE_FIELDS: &[&str] = &[
+    "id",
+    "description",
+    "effect",
+    "match",
+    "inject",
+    "allow_private",
+    "limits",
+];
+const MATCH_FIELDS: &[&str] = &[
+    "agent", "alias", "scheme", "host", "port", "method", "path", "tool",
+];
+const LIMIT_FIELDS: &[&str] = &["max", "per", "by"];
+
+/// Reads the whole document. Returns a policy whenever the top-level shape could be read, so the
+/// caller can report counts; `diagnostics` decides validity.
+fn read_policy(
+    root: &Node,
+    sink: &mut Sink<'_>,
+    rule_count: &mut usize,
+    call_limit_count: &mut usize,
+) -> Option<Policy> {
+    let mut map = MapReader::new(root, "", sink)?;
+
+    match map.take("version") {
+        None => sink.error(
+            Code::MissingField,
+            map.node(),
+            "",
+            "missing `version`; add `version: 1` at the top of the file",
+        ),
+        Some(node) => {
+            if let Some(v) = integer(node, "version", sink) {
+                if v != 1 {
+                    sink.error(
+                        Code::UnsupportedVersion,
+                        node,
+                        "version",
+                        "only version 1 exists; write `version: 1`",
+                    );
+                }
+            }
+        }
+    }
+
+    let default = match map.take("default") {
+        None => DefaultEffect::Deny,
+        Some(node) => match node.value() {
+            Some(Value::Str("deny")) => DefaultEffect::Deny,
+            Some(Value::Str("allow")) => {
+                sink.error(
+                    Code::DefaultAllow,
+                    node,
+                    "default",
+                    "requests no rule allows are forwarded (without secrets); write \
+                     `default: deny` and allow what the agent needs",
+                );
+                DefaultEffect::Allow
+            }
+            _ => {
+                sink.error(
+                    Code::InvalidDefault,
+                    node,
+                    "default",
+                    "`default` is `deny` or `allow`; write `default: deny`",
+                );
+                DefaultEffect::Deny
+            }
+        },
+    };
+
+    let mut rules = Vec::new();
+    match map.take("rules") {
+        None => sink.error(
+            Code::MissingField,
+            map.node(),
+            "",
+            "missing `rules`; add `rules: []` for a policy that relies on its default",
+        ),
+        Some(node) => match &node.kind {
+            NodeKind::Seq(items) => {
+                *rule_count = items.len();
+                if items.len() > MAX_RULES {
+                    sink.error(
+                        Code::TooManyRules,
+                        node,
+                        "rules",
+                        format!(
+                            "{} rules, more than the {MAX_RULES} a policy may hold; merge rules \
+                             that differ only in one field into lists",
+                            items.len()
+                        ),
+                    );
+                }
+                let mut seen: HashMap<String, Pos> = HashMap::new();
+                for (i, item) in items.iter().enumerate() {
+                    if let Some(rule) = read_rule(item, i, &mut seen, sink) {
+                        rules.push(rule);
+                    }
+                }
+            }
+            _ => sink.wrong_type(node, "rules", "a list of rules"),
+        },
+    }
+
+    let call_limits = match map.take("call_limits") {
+        None => Vec::new(),
+        Some(node) => {
+            if let NodeKind::Map(entries) = &node.kind {
+                *call_limit_count = entries.len();
+            }
+            read_call_limits(node, sink)
+        }
+    };
+
+    map.finish(TOP_FIELDS, sink);
+    Some(Policy {
+        default,
+        rules,
+        call_limits,
+    })
+}
+
+fn read_rule(
+    node: &Node,
+    index: usize,
+    seen: &mut HashMap<String, Pos>,
+    outer: &mut Sink<'_>,
+) -> Option<Rule> {
+    let base = format!("rules[{index}]");
+    let mut map = MapReader::new(node, &base, outer)?;
+
+    // The id comes first: every later finding is attributed to it.
+    let id = match map.take("id") {
+        None => {
+            outer.error(
+                Code::MissingField,
+                node,
+                &base,
+                "missing `id`; give the rule a unique id such as `github-read`",
+            );
+            None
+        }
+        Some(id_node) => match id_node.value() {
+            Some(Value::Str(text)) if is_rule_id(text) => {
+                if let Some(first) = seen.get(text) {
+                    outer.push(
+                        Diagnostic::new(
+                            Code::DuplicateRuleId,
+                            id_node.pos,
+                            "id",
+                            format!(
+                                "rule id already used at line {}; rename one of the rules",
+                                first.line
+                            ),
+                        )
+                        .in_rule(Some(text)),
+                    );
+                } else {
+                    seen.insert(text.to_owned(), id_node.pos);
+                }
+                Some(text.to_owned())
+            }
+            _ => {
+                outer.error(
+                    Code::InvalidRuleId,
+                    id_node,
+                    &join(&base, "id"),
+                    "a rule id is 1-64 characters of a-z, 0-9, `.`, `_` and `-`, starting with a \
+                     letter or digit, such as `github-read`",
+                );
+                None
+            }
+        },
+    };
+
+    // Paths are relative to the rule when it has an id, absolute otherwise.
+    let prefix = if id.is_some() {
+        String::new()
+    } else {
+        base.clone()
+    };
+    map.rebase(&prefix);
+    let mut sink = Sink {
+        diagnostics: &mut *outer.diagnostics,
+        subject: id.clone(),
+    };
+    let sink = &mut sink;
+
+    let description = map.take("description").and_then(|n| {
+        let text = string(n, &join(&prefix, "description"), sink)?;
+        if text.chars().count() > 1024 {
+            sink.error(
+                Code::WrongType,
+                n,
+                &join(&prefix, "description"),
+                "a description is at most 1024 characters; shorten it",
+            );
+        }
+        Some(text.to_owned())
+    });
+
+    let effect = match map.take("effect") {
+        None => {
+            sink.error(
+                Code::MissingField,
+                node,
+                &prefix,
+                "missing `effect`; write `effect: allow`, `effect: deny` or `effect: limit`",
+            );
+            None
+        }
+        Some(n) => match n.value() {
+            Some(Value::Str("allow")) => Some(Effect::Allow),
+            Some(Value::Str("deny")) => Some(Effect::Deny),
+            Some(Value::Str("limit")) => Some(Effect::Limit),
+            _ => {
+                sink.error(
+                    Code::InvalidEffect,
+                    n,
+                    &join(&prefix, "effect"),
+                    "`effect` is `allow`, `deny` or `limit`",
+                );
+                None
+            }
+        },
+    };
+
+    let match_path = join(&prefix, "match");
+    let matcher = match map.take("match") {
+        None => Match::default(),
+        Some(n) => read_match(n, &match_path, sink),
+    };
+    if effect == Some(Effect::Allow) {
+        let uses_alias = matcher.alias.as_ref().is_some_and(|a| !a.is_empty());
+        let wildcard = matcher.host.iter().flatten().any(HostPattern::is_wildcard);
+        if uses_alias && wildcard {
+            sink.error(
+                Code::AliasWildcardHost,
+                map.take("match").unwrap_or(node),
+                &join(&match_path, "host"),
+                "this rule lets a secret travel to any host under a wildcard; list the exact \
+                 hosts unless every one of them is trusted with it",
+            );
+        }
+    }
+
+    let mut inject = SiteSet::HEADER;
+    if let Some(n) = map.take("inject") {
+        let path = join(&prefix, "inject");
+        if effect == Some(Effect::Allow) {
+            inject = SiteSet::EMPTY;
+            for site in read_list(n, &path, sink, read_site) {
+                inject = inject.with(site);
+            }
+            if !inject.is_subset(SiteSet::HEADER) {
+                sink.error(
+                    Code::InjectBeyondHeader,
+                    n,
+                    &path,
+                    "secrets in the query or body are easier to leak (logs, echoes, caches); \
+                     keep `inject: [header]` unless the API accepts nothing else",
+                );
+            }
+        } else if let Some(effect) = effect {
+            not_for_effect(sink, n, &path, "inject", effect);
+        }
+    }
+
+    let mut allow_private = false;
+    if let Some(n) = map.take("allow_private") {
+        let path = join(&prefix, "allow_private");
+        if effect == Some(Effect::Allow) {
+            allow_private = boolean(n, &path, sink).unwrap_or(false);
+            if allow_private {
+                sink.error(
+                    Code::AllowPrivate,
+                    n,
+                    &path,
+                    "this rule may reach private, link-local and CGNAT addresses, where internal \
+                     services live; keep it only for hosts you know resolve there",
+                );
+            }
+        } else if let Some(effect) = effect {
+            not_for_effect(sink, n, &path, "allow_private", effect);
+        }
+    }
+
+    let mut limits = Vec::new();
+    if let Some(n) = map.take("limits") {
+        let path = join(&prefix, "limits");
+        if effect == Some(Effect::Deny) {
+            not_for_effect(sink, n, &path, "limits", Effect::Deny);
+        } else {
+            limits = read_limits(n, &path, sink);
+        }
+    } else if effect == Some(Effect::Limit) {
+        sink.error(
+            Code::LimitRuleWithoutLimits,
+            node,
+            &prefix,
+            "a limit rule needs `limits`, such as `limits: [{ max: 100, per: 1h }]`",
+        );
+    }
+
+    if effect == Some(Effect::Allow) {
+        if matcher.host.is_none() {
+            sink.error(
+                Code::AllowWithoutHost,
+                node,
+                &prefix,
+                "an allow rule must name its hosts: add `match: { host: [api.example.com] }`",
+            );
+        }
+        check_plain_http(&matcher, map.node(), &match_path, sink);
+    }
+
+    map.finish(RULE_FIELDS, sink);
+    Some(Rule {
+        id: id?,
+        description,
+        effect: effect?,
+        matcher,
+        inject,
+        allow_private,
+        limits,
+        pos: node.pos,
+    })
+}
+
+fn not_for_effect(sink: &mut Sink<'_>, node: &Node, path: &str, field: &str, effect: Effect) {
+    let allowed = match field {
+        "limits" => "allow and limit rules",
+        _ => "allow rules",
+    };
+    sink.error(
+        Code::FieldNotAllowedForEffect,
+        node,
+        path,
+        format!(
+            "`{field}` belongs to {allowed}, not to a {} rule; remove it",
+            effect.as_str()
+        ),
+    );
+}
+
+/// `http` upstream is only for loopback targets, which an allow rule names literally.
+fn check_plain_http(matcher: &Match, node: &Node, path: &str, sink: &mut Sink<'_>) {
+    let plain = matcher
+        .scheme
+        .as_ref()
+        .is_some_and(|s| s.contains(&Scheme::Http));
+    if !plain {
+        return;
+    }
+    let hosts = matcher.host.as_deref().unwrap_or_default();
+    for host in hosts {
+        let loopback = matches!(host, HostPattern::Exact(h) if h.is_loopback());
+        if !loopback {
+            sink.error(
+                Code::PlainHttpNonLoopback,
+                node,
+                &join(path, "scheme"),
+                format!(
+                    "`http` is only for loopback hosts (127.0.0.1, ::1, localhost), and `{}` is \
+                     not one; use `https`, or move the loopback hosts to their own rule",
+                    host.as_text()
+                ),
+            );
+        }
+    }
+}
+
+fn read_match(node: &Node, path: &str, sink: &mut Sink<'_>) -> Match {
+    let Some(mut map) = MapReader::new(node, path, sink) else {
+        return Match::default();
+    };
+    let mut m = Match::default();
+    for key in MATCH_FIELDS {
+        let Some(n) = map.take(key) else { continue };
+        let p = map.path_of(key);
+        match *key {
+            "agent" => m.agent = Some(read_list(n, &p, sink, read_agent)),
+            "alias" => m.alias = Some(read_list(n, &p, sink, read_alias_ref)),
+            "scheme" => m.scheme = Some(read_list(n, &p, sink, read_scheme)),
+            "host" => m.host = Some(read_list(n, &p, sink, read_host_pattern)),
+            "port" => m.port = Some(read_list(n, &p, sink, read_port)),
+            "method" => m.method = Some(read_list(n, &p, sink, read_method)),
+            "path" => m.path = Some(read_list(n, &p, sink, read_path_glob)),
+            _ => m.tool = Some(read_list(n, &p, sink, read_tool)),
+        }
+    }
+    map.finish(MATCH_FIELDS, sink);
+    m
+}
+
+/// Reads a list field (a scalar is a one-item list) item by item; an empty list is refused,
+/// since it would match nothing in an allow rule and everything-or-nothing is unclear elsewhere.
+fn read_list<T>(
+    node: &Node,
+    path: &str,
+    sink: &mut Sink<'_>,
+    mut item: impl FnMut(&Node, &str, &mut Sink<'_>) -> Option<T>,
+) -> Vec<T> {
+    if let NodeKind::Seq(items) = &node.kind {
+        if items.is_empty() {
+            sink.error(
+                Code::EmptyList,
+                node,
+                path,
+                "an empty list matches nothing; list at least one value, or remove the field",
+            );
+        }
+    }
+    if let NodeKind::Map(_) = node.kind {
+        sink.wrong_type(node, path, "a value or a list of values");
+        return Vec::new();
+    }
+    list(node)
+        .into_iter()
+        .filter_map(|(i, n)| {
+            let p = item_path(path, i, node);
+            if let NodeKind::Seq(_) | NodeKind::Map(_) = n.kind {
+                sink.wrong_type(n, &p, "a single value");
+                return None;
+            }
+            item(n, &p, sink)
+        })
+        .collect()
+}
+
+fn read_agent(node: &Node, path: &str, sink: &mut Sink<'_>) -> Option<NameGlob> {
+    let text = string(node, path, sink)?;
+    let glob = NameGlob::parse(text, is_agent_byte);
+    if glob.is_none() {
+        sink.error(
+            Code::InvalidAgentGlob,
+            node,
+            path,
+            "an agent glob is 1-128 characters of letters, digits, `.`, `_`, `-` and single `*`, \
+             such as `ci-*`",
+        );
+    }
+    glob
+}
+
+fn read_tool(node: &Node, path: &str, sink: &mut Sink<'_>) -> Option<NameGlob> {
+    let text = string(node, path, sink)?;
+    let glob = NameGlob::parse(text, is_tool_byte);
+    if glob.is_none() {
+        sink.error(
+            Code::InvalidToolGlob,
+            node,
+            path,
+            "a tool glob is 1-128 characters of letters, digits, `.`, `_`, `-`, `/` and single \
+             `*`, such as `query-docs` or `*`",
+        );
+    }
+    glob
+}
+
+fn read_alias_ref(node: &Node, path: &str, sink: &mut Sink<'_>) -> Option<String> {
+    let text = string(node, path, sink)?;
+    if is_alias_name(text) {
+        Some(text.to_owned())
+    } else {
+        sink.error(
+            Code::InvalidAliasName,
+            node,
+            path,
+            "an alias name is 1-64 characters of a-z, 0-9, `_` and `-`, starting with a letter or \
+             digit, as declared in aliases.yaml",
+        );
+        None
+    }
+}
+
+fn read_scheme(node: &Node, path: &str, sink: &mut Sink<'_>) -> Option<Scheme> {
+    match node.value() {
+        Some(Value::Str("https")) => Some(Scheme::Https),
+        Some(Value::Str("http")) => Some(Scheme::Http),
+        _ => {
+            sink.error(
+                Code::InvalidScheme,
+                node,
+                path,
+                "a scheme is `https`, or `http` for loopback hosts; write it in lowercase",
+            );
+            None
+        }
+    }
+}
+
+fn read_host_pattern(node: &Node, path: &str, sink: &mut Sink<'_>) -> Option<HostPattern> {
+    let text = string(node, path, sink)?;
+    match HostPattern::parse(text) {
+        Ok(pattern) => Some(pattern),
+        Err(e) => {
+            let (code, message) = host_pattern_problem(&e);
+            sink.error(code, node, path, message);
+            None
+        }
+    }
+}
+
+/// The code and message for a refused host pattern; shared with the alias file.
+pub(crate) fn host_pattern_problem(e: &HostPatternError) -> (Code, String) {
+    match e {
+        HostPatternError::NotLeadingLabel => (
+            Code::WildcardNotLeadingLabel,
+            "'*' must be a whole leading label, e.g. \"*.github.com\"".to_owned(),
+        ),
+        HostPatternError::TooBroad => (
+            Code::WildcardTooBroad,
+            "a wildcard must keep at least two labels after `*.`, e.g. \"*.github.com\", never \
+             \"*.com\" or \"*\""
+                .to_owned(),
+        ),
+        HostPatternError::NotCanonical { canonical } => (
+            Code::HostNotCanonical,
+            format!(
+                "hosts are written in canonical form (lowercase, punycode, no trailing dot, plain \
+                 IP text); write \"{canonical}\""
+            ),
+        ),
+        HostPatternError::Invalid { reason } => (
+            Code::InvalidHost,
+            format!(
+                "not a host name or IP address ({reason}); write a bare host such as \"api.github.com\", with the port under `port`"
+            ),
+        ),
+    }
+}
+
+fn read_port(node: &Node, path: &str, sink: &mut Sink<'_>) -> Option<u16> {
+    let value = integer(node, path, sink)?;
+    match u16::try_from(value) {
+        Ok(port) if port > 0 => Some(port),
+        _ => {
+            sink.error(
+                Code::InvalidPort,
+                node,
+                path,
+                "a port is between 1 and 65535",
+            );
+            None
+        }
+    }
+}
+
+fn read_method(node: &Node, path: &str, sink: &mut Sink<'_>) -> Option<String> {
+    let text = string(node, path, sink)?;
+    let token = !text.is_empty()
+        && text.len() <= 32
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    let starts_with_letter = text.bytes().next().is_some_and(|b| b.is_ascii_alphabetic());
+    if token && starts_with_letter && text.bytes().all(|b| !b.is_ascii_lowercase()) {
+        return Some(text.to_owned());
+    }
+    let message = if token {
+        format!(
+            "methods match byte-exact and are uppercase: `{text}` matches nothing; write `{}`",
+            text.to_ascii_uppercase()
+        )
+    } else {
+        "a method is an uppercase HTTP method such as `GET` or `POST`".to_owned()
+    };
+    sink.error(Code::InvalidMethod, node, path, message);
+    None
+}
+
+fn read_path_glob(node: &Node, path: &str, sink: &mut Sink<'_>) -> Option<PathGlob> {
+    let text = string(node, path, sink)?;
+    match PathGlob::parse(text) {
+        Ok(glob) => Some(glob),
+        Err(e) => {
+            let hint = match e {
+                PathGlobError::NotAbsolute => "; write it as `/repos/**`",
+                _ => "",
+            };
+            sink.error(Code::InvalidPathGlob, node, path, format!("{e}{hint}"));
+            None
+        }
+    }
+}
+
+fn read_site(node: &Node, path: &str, sink: &mut Sink<'_>) -> Option<Site> {
+    let site = match node.value() {
+        Some(Value::Str(text)) => Site::parse(text),
+        _ => None,
+    };
+    if site.is_none() {
+        sink.error(
+            Code::InvalidSite,
+            node,
+            path,
+            "a site is `header`, `query` or `body`",
+        );
+    }
+    site
+}
+
+fn read_limits(node: &Node, path: &str, sink: &mut Sink<'_>) -> Vec<Limit> {
+    let NodeKind::Seq(items) = &node.kind else {
+        sink.wrong_type(
+            node,
+            path,
+            "a list of limits such as `[{ max: 100, per: 1h }]`",
+        );
+        return Vec::new();
+    };
+    if items.is_empty() {
+        sink.error(
+            Code::EmptyList,
+            node,
+            path,
+            "an empty `limits` list limits nothing; add a limit or remove the field",
+        );
+    }
+    let mut limits = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let item_path = format!("{path}[{i}]");
+        let Some(mut map) = MapReader::new(item, &item_path, sink) else {
+            continue;
+        };
+        let max = match map.take("max") {
+            None => {
+                sink.error(
+                    Code::MissingField,
+                    item,
+                    &item_path,
+                    "missing `max`; add `max: 100`",
+                );
+                None
+            }
+            Some(n) => {
+                let p = map.path_of("max");
+                integer(n, &p, sink).and_then(|v| match u64::try_from(v) {
+                    Ok(v) if (1..=MAX_LIMIT).contains(&v) => Some(v),
+                    _ => {
+                        sink.error(
+                            Code::InvalidLimitMax,
+                            n,
+                            &p,
+                            format!("`max` is a whole number from 1 to {MAX_LIMIT}"),
+                        );
+                        None
+                    }
+                })
+            }
+        };
+        let per = match map.take("per") {
+            None => {
+                sink.error(
+                    Code::MissingField,
+                    item,
+                    &item_path,
+                    "missing `per`; add `per: 1h`",
+                );
+                None
+            }
+            Some(n) => {
+                let p = map.path_of("per");
+                let parsed = match n.value() {
+                    Some(Value::Str(text)) => parse_duration(text),
+                    _ => None,
+                };
+                if parsed.is_none() {
+                    sink.error(
+                        Code::InvalidDuration,
+                        n,
+                        &p,
+                        "a duration is a whole number with a unit s, m, h or d, up to 366d, such \
+                         as `30s`, `1h` or `1d`",
+                    );
+                }
+                parsed
+            }
+        };
+        let mut by = Vec::new();
+        if let Some(n) = map.take("by") {
+            let p = map.path_of("by");
+            for key in read_list(n, &p, sink, read_limit_key) {
+                if by.contains(&key) {
+                    sink.error(Code::InvalidLimitBy, n, &p, "each key appears once in `by`");
+                } else {
+                    by.push(key);
+                }
+            }
+            by.sort();
+        }
+        map.finish(LIMIT_FIELDS, sink);
+        if let (Some(max), Some(per)) = (max, per) {
+            limits.push(Limit { max, per, by });
+        }
+    }
+    limits
+}
+
+fn read_limit_key(node: &Node, path: &str, sink: &mut Sink<'_>) -> Option<LimitKey> {
+    let key = match node.value() {
+        Some(Value::Str(text)) => LimitKey::parse(text),
+        _ => None,
+    };
+    if key.is_none() {
+        sink.error(
+            Code::InvalidLimitBy,
+            node,
+            path,
+            "`by` lists some of `agent`, `alias`, `host` and `tool`",
+        );
+    }
+    key
+}
+
+fn read_call_limits(node: &Node, sink: &mut Sink<'_>) -> Vec<CallLimit> {
+    let NodeKind::Map(entries) = &node.kind else {
+        sink.wrong_type(
+            node,
+            "call_limits",
+            "a mapping of alias or `tool:NAME` to a daily count",
+        );
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (key_node, value) in entries {
+        let text = match key_node.value() {
+            Some(Value::Str(t)) => t,
+            _ => "",
+        };
+        let key = match text.strip_prefix("tool:") {
+            Some(tool)
+                if !tool.is_empty() && tool.len() <= 128 && tool.bytes().all(is_tool_byte) =>
+            {
+                Some(CallLimitKey::Tool(tool.to_owned()))
+            }
+            None if is_alias_name(text) => Some(CallLimitKey::Alias(text.to_owned())),
+            _ => None,
+        };
+        let path = match &key {
+            Some(k) => format!("call_limits.{k}"),
+            None => "call_limits".to_owned(),
+        };
+        if key.is_none() {
+            sink.error(
+                Code::InvalidCallLimit,
+                key_node,
+                &path,
+                "a `call_limits` key is an alias name or `tool:` and an MCP tool name",
+            );
+        }
+        let max = match value.value() {
+            Some(Value::Int(v)) => u64::try_from(v)
+                .ok()
+                .filter(|v| (1..=MAX_LIMIT).contains(v)),
+            _ => None,
+        };
+        if max.is_none() {
+            sink.error(
+                Code::InvalidCallLimit,
+                value,
+                &path,
+                format!("a call limit is a whole number of calls per day, from 1 to {MAX_LIMIT}"),
+            );
+        }
+        if let (Some(key), Some(max)) = (key, max) {
+            let matcher = match &key {
+                CallLimitKey::Alias(a) => format!("alias: [{a}]"),
+                CallLimitKey::Tool(t) => format!("tool: [\"{t}\"]"),
+            };
+            let id = match &key {
+                CallLimitKey::Alias(a) => format!("{a}-daily"),
+                CallLimitKey::Tool(t) => {
+                    format!("{}-daily", t.replace('/', "-").to_ascii_lowercase())
+                }
+            };
+            sink.error(
+                Code::LegacyCallLimits,
+                key_node,
+                &path,
+                format!(
+                    "`call_limits` is legacy; write the rule `{{ id: {id}, effect: limit, match: \
+                     {{ {matcher} }}, limits: [{{ max: {max}, per: 1d }}] }}` instead"
+                ),
+            );
+            out.push(CallLimit { key, max });
+        }
+    }
+    out
+}
+
+/// Warnings that need the whole policy: allow rules that a deny rule always overrides.
+fn add_warnings(policy: &Policy, out: &mut Vec<Diagnostic>) {
+    let denies: Vec<&Rule> = policy
+        .rules
+        .iter()
+        .filter(|r| r.effect == Effect::Deny)
+        .collect();
+    for allow in policy.rules.iter().filter(|r| r.effect == Effect::Allow) {
+        if let Some(deny) = denies.iter().find(|d| shadows(&d.matcher, &allow.matcher)) {
+            out.push(
+                Diagnostic::new(
+                    Code::AllowShadowedByDeny,
+                    allow.pos,
+                    "",
+                    format!(
+                        "deny rule \"{}\" (line {}) matches every request this rule allows, so it \
+                         never allows anything; narrow the deny rule or remove this one",
+                        deny.id, deny.pos.line
+                    ),
+                )
+                .in_rule(Some(&allow.id)),
+            );
+        }
+    }
+}
+
+/// Whether the deny matcher matches every request the allow matcher admits. Conservative: when
+/// unsure it answers `false`, so a warning is never wrong.
+fn shadows(deny: &Match, allow: &Match) -> bool {
+    fn each<T, U>(allow: &[T], deny: &[U], covered: impl Fn(&T, &U) -> bool) -> bool {
+        allow.iter().all(|a| deny.iter().any(|d| covered(a, d)))
+    }
+    let allow_schemes = allow.scheme.clone().unwrap_or_else(|| vec![Scheme::Https]);
+    let agent = match (&deny.agent, &allow.agent) {
+        (None, _) => true,
+        (Some(d), None) => d.iter().any(|g| g.as_str() == "*"),
+        (Some(d), Some(a)) => each(a, d, |a, d| a.covered_by(d)),
+    };
+    // An allow rule also admits requests without any alias; a deny rule naming aliases does not
+    // match those.
+    let alias = deny.alias.is_none();
+    let scheme = deny
+        .scheme
+        .as_ref()
+        .is_none_or(|d| allow_schemes.iter().all(|s| d.contains(s)));
+    let host = match (&deny.host, &allow.host) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(d), Some(a)) => each(a, d, host_covered),
+    };
+    let port = match &deny.port {
+        None => true,
+        Some(d) => match &allow.port {
+            Some(a) => a.iter().all(|p| d.contains(p)),
+            None => allow_schemes.iter().all(|s| d.contains(&s.default_port())),
+        },
+    };
+    let method = match (&deny.method, &allow.method) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(d), Some(a)) => a.iter().all(|m| d.contains(m)),
+    };
+    let path = match (&deny.path, &allow.path) {
+        (None, _) => true,
+        (Some(d), None) => d.iter().any(|g| g.as_str() == "/**"),
+        (Some(d), Some(a)) => each(a, d, |a, d| a.covered_by(d)),
+    };
+    let tool = match (&deny.tool, &allow.tool) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(d), Some(a)) => each(a, d, |a, d| a.covered_by(d)),
+    };
+    agent && alias && scheme && host && port && method && path && tool
+}
+
+fn host_covered(allow: &HostPattern, deny: &HostPattern) -> bool {
+    match (allow, deny) {
+        (a, d) if a == d => true,
+        (HostPattern::Exact(host), d @ HostPattern::Wildcard { .. }) => d.matches(host),
+        (HostPattern::Wildcard { suffix: a }, HostPattern::Wildcard { suffix: d }) => a
+            .strip_suffix(d.as_str())
+            .is_some_and(|rest| rest.ends_with('.')),
+        _ => false,
+    }
+}
