@@ -1,0 +1,606 @@
+//! Table tests of the evaluator: one per rule of POLICY.md's "Evaluation" and "Omitted fields"
+//! sections, run on policies loaded from YAML text and targets built by the real normalizer.
+
+use std::time::Duration;
+
+use mint_policy::evaluate::{AliasUse, CompiledPolicy, Decision, DenyReason, Evaluation, Request};
+use mint_policy::limits::Limiter;
+use mint_policy::normalize::{Target, normalize_target};
+use mint_policy::policy::load_policy;
+use mint_policy::site::{Site, SiteSet};
+
+#[track_caller]
+fn compile(rules: &str) -> CompiledPolicy {
+    compile_with_default("deny", rules)
+}
+
+#[track_caller]
+fn compile_with_default(default: &str, rules: &str) -> CompiledPolicy {
+    let yaml = format!("version: 1\ndefault: {default}\nrules:\n{rules}");
+    let load = load_policy(yaml.as_bytes(), "t.yaml");
+    let errors: Vec<_> = load
+        .diagnostics
+        .iter()
+        .filter(|d| d.code.as_str().starts_with('E'))
+        .map(|d| d.render("t"))
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}");
+    CompiledPolicy::new(load.policy.unwrap())
+}
+
+#[track_caller]
+fn target(url: &str) -> Target {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let (authority, path) = rest.find('/').map_or((rest, "/"), |i| rest.split_at(i));
+    normalize_target(scheme, authority, path).unwrap()
+}
+
+/// A request description for the tables.
+struct Req<'a> {
+    agent: &'a str,
+    method: &'a str,
+    url: &'a str,
+    aliases: Vec<(&'a str, &'a [Site])>,
+    tool: Option<&'a str>,
+}
+
+fn req(method: &'static str, url: &'static str) -> Req<'static> {
+    Req {
+        agent: "mino",
+        method,
+        url,
+        aliases: Vec::new(),
+        tool: None,
+    }
+}
+
+impl<'a> Req<'a> {
+    fn alias(mut self, name: &'a str) -> Self {
+        self.aliases.push((name, &[Site::Header]));
+        self
+    }
+    fn alias_in(mut self, name: &'a str, sites: &'a [Site]) -> Self {
+        self.aliases.push((name, sites));
+        self
+    }
+    fn agent(mut self, agent: &'a str) -> Self {
+        self.agent = agent;
+        self
+    }
+    fn tool(mut self, tool: &'a str) -> Self {
+        self.tool = Some(tool);
+        self
+    }
+}
+
+#[track_caller]
+fn evaluate(policy: &CompiledPolicy, r: &Req<'_>) -> Evaluation {
+    let target = target(r.url);
+    let aliases: Vec<AliasUse> = r
+        .aliases
+        .iter()
+        .map(|(a, sites)| AliasUse {
+            alias: (*a).to_owned(),
+            sites: SiteSet::of(sites.iter().copied()),
+        })
+        .collect();
+    policy.evaluate(&Request {
+        agent: r.agent,
+        method: r.method,
+        target: &target,
+        aliases: &aliases,
+        tool: r.tool,
+    })
+}
+
+/// `allow:[ids]`, `deny:[ids]:Reason`.
+#[track_caller]
+fn verdict(policy: &CompiledPolicy, r: &Req<'_>) -> String {
+    match evaluate(policy, r) {
+        Evaluation::Allow(g) => format!("allow:{:?}", g.rules),
+        Evaluation::Deny(d) => format!("deny:{:?}:{:?}", d.rules, d.reason),
+    }
+}
+
+const DENY: &str = "deny:[]:NoAllowRule";
+
+#[test]
+fn empty_policy_denies_everything() {
+    let p = compile("  []\n");
+    assert_eq!(
+        verdict(&p, &req("GET", "https://api.github.com/user")),
+        DENY
+    );
+    assert_eq!(
+        verdict(
+            &p,
+            &req("GET", "https://api.github.com/user").alias("github")
+        ),
+        DENY
+    );
+}
+
+#[test]
+fn allow_matches_all_fields_and_nothing_else() {
+    let p = compile(
+        "  - id: read\n    effect: allow\n    match: { agent: [mino, 'ci-*'], host: api.github.com, method: [GET, HEAD], path: ['/repos/**', /user] }\n",
+    );
+    assert_eq!(
+        verdict(&p, &req("GET", "https://api.github.com/user")),
+        "allow:[\"read\"]"
+    );
+    assert_eq!(
+        verdict(&p, &req("HEAD", "https://api.github.com/repos/a/b")),
+        "allow:[\"read\"]"
+    );
+    assert_eq!(
+        verdict(&p, &req("GET", "https://api.github.com/user").agent("ci-7")),
+        "allow:[\"read\"]"
+    );
+    assert_eq!(
+        verdict(
+            &p,
+            &req("GET", "https://api.github.com/user").agent("other")
+        ),
+        DENY
+    );
+    assert_eq!(
+        verdict(&p, &req("POST", "https://api.github.com/user")),
+        DENY
+    );
+    assert_eq!(
+        verdict(&p, &req("get", "https://api.github.com/user")),
+        DENY,
+        "methods are byte-exact"
+    );
+    assert_eq!(
+        verdict(&p, &req("GET", "https://api.github.com/users")),
+        DENY
+    );
+    assert_eq!(verdict(&p, &req("GET", "https://github.com/user")), DENY);
+    // The normalizer's canonical form is what matches.
+    assert_eq!(
+        verdict(&p, &req("GET", "https://API.GitHub.com./%75ser")),
+        "allow:[\"read\"]"
+    );
+}
+
+#[test]
+fn deny_overrides_allow_in_any_order_and_reports_every_deny() {
+    let allow = "  - id: all\n    effect: allow\n    match: { host: api.github.com }\n";
+    let deny1 = "  - id: no-deletes\n    effect: deny\n    match: { method: DELETE }\n";
+    let deny2 = "  - id: no-admin\n    effect: deny\n    match: { path: '/admin/**' }\n";
+    for rules in [
+        format!("{allow}{deny1}{deny2}"),
+        format!("{deny2}{deny1}{allow}"),
+    ] {
+        let p = compile(&rules);
+        assert_eq!(
+            verdict(&p, &req("GET", "https://api.github.com/x")),
+            "allow:[\"all\"]"
+        );
+        assert_eq!(
+            verdict(&p, &req("DELETE", "https://api.github.com/admin/x")),
+            if rules.starts_with(allow) {
+                "deny:[\"no-deletes\", \"no-admin\"]:DenyRule"
+            } else {
+                "deny:[\"no-admin\", \"no-deletes\"]:DenyRule"
+            }
+        );
+    }
+}
+
+#[test]
+fn allow_without_alias_admits_no_secret() {
+    let p = compile("  - id: r\n    effect: allow\n    match: { host: api.github.com }\n");
+    assert_eq!(
+        verdict(&p, &req("GET", "https://api.github.com/")),
+        "allow:[\"r\"]"
+    );
+    assert_eq!(
+        verdict(&p, &req("GET", "https://api.github.com/").alias("github")),
+        DENY
+    );
+}
+
+#[test]
+fn allow_needs_every_alias_listed() {
+    let p = compile(
+        "  - id: r\n    effect: allow\n    match: { alias: [github, ci], host: api.github.com }\n",
+    );
+    assert_eq!(
+        verdict(&p, &req("GET", "https://api.github.com/").alias("github")),
+        "allow:[\"r\"]"
+    );
+    assert_eq!(
+        verdict(
+            &p,
+            &req("GET", "https://api.github.com/")
+                .alias("github")
+                .alias("ci")
+        ),
+        "allow:[\"r\"]"
+    );
+    assert_eq!(
+        verdict(
+            &p,
+            &req("GET", "https://api.github.com/")
+                .alias("github")
+                .alias("slack")
+        ),
+        DENY
+    );
+}
+
+#[test]
+fn placeholders_must_sit_in_injectable_sites() {
+    let header_only = compile(
+        "  - id: r\n    effect: allow\n    match: { alias: maps, host: maps.example.com }\n",
+    );
+    let r = req("GET", "https://maps.example.com/").alias_in("maps", &[Site::Query]);
+    assert_eq!(verdict(&header_only, &r), DENY);
+    let with_query = compile(
+        "  - id: r\n    effect: allow\n    match: { alias: maps, host: maps.example.com }\n    inject: [header, query]\n",
+    );
+    assert_eq!(verdict(&with_query, &r), "allow:[\"r\"]");
+    let body =
+        req("GET", "https://maps.example.com/").alias_in("maps", &[Site::Header, Site::Body]);
+    assert_eq!(verdict(&with_query, &body), DENY);
+}
+
+#[test]
+fn allow_scheme_and_port_default_narrowly() {
+    let p =
+        compile("  - id: r\n    effect: allow\n    match: { host: [api.github.com, 127.0.0.1] }\n");
+    assert_eq!(
+        verdict(&p, &req("GET", "https://api.github.com/")),
+        "allow:[\"r\"]"
+    );
+    assert_eq!(
+        verdict(&p, &req("GET", "https://api.github.com:443/")),
+        "allow:[\"r\"]"
+    );
+    assert_eq!(
+        verdict(&p, &req("GET", "https://api.github.com:8443/")),
+        DENY
+    );
+    assert_eq!(
+        verdict(&p, &req("GET", "http://127.0.0.1/")),
+        DENY,
+        "no scheme means https only"
+    );
+    let p = compile(
+        "  - id: r\n    effect: allow\n    match: { scheme: [http], host: 127.0.0.1, port: [8080] }\n",
+    );
+    assert_eq!(
+        verdict(&p, &req("GET", "http://127.0.0.1:8080/")),
+        "allow:[\"r\"]"
+    );
+    assert_eq!(verdict(&p, &req("GET", "http://127.0.0.1/")), DENY);
+    assert_eq!(verdict(&p, &req("GET", "https://127.0.0.1:8080/")), DENY);
+}
+
+#[test]
+fn deny_omitted_fields_mean_any() {
+    let p = compile(
+        "  - id: all\n    effect: allow\n    match: { host: [api.github.com], port: [443, 8443] }\n  - id: local\n    effect: allow\n    match: { scheme: http, host: 127.0.0.1 }\n  - id: no-github\n    effect: deny\n    match: { host: api.github.com }\n",
+    );
+    for url in ["https://api.github.com/", "https://api.github.com:8443/x"] {
+        assert_eq!(
+            verdict(&p, &req("POST", url)),
+            "deny:[\"no-github\"]:DenyRule"
+        );
+    }
+    assert_eq!(
+        verdict(&p, &req("GET", "http://127.0.0.1/")),
+        "allow:[\"local\"]"
+    );
+}
+
+#[test]
+fn deny_alias_matches_on_any_overlap() {
+    let p = compile(
+        "  - id: r\n    effect: allow\n    match: { alias: [github, slack], host: api.github.com }\n  - id: no-slack\n    effect: deny\n    match: { alias: [slack, other] }\n",
+    );
+    assert_eq!(
+        verdict(&p, &req("GET", "https://api.github.com/").alias("github")),
+        "allow:[\"r\"]"
+    );
+    assert_eq!(
+        verdict(
+            &p,
+            &req("GET", "https://api.github.com/")
+                .alias("github")
+                .alias("slack")
+        ),
+        "deny:[\"no-slack\"]:DenyRule"
+    );
+    assert_eq!(
+        verdict(&p, &req("GET", "https://api.github.com/")),
+        "allow:[\"r\"]"
+    );
+}
+
+#[test]
+fn tools_are_allowed_one_by_one() {
+    let p = compile(
+        "  - id: endpoint\n    effect: allow\n    match: { host: mcp.context7.com, method: [POST, GET, DELETE], path: /mcp }\n  - id: docs-tools\n    effect: allow\n    match: { host: mcp.context7.com, method: POST, path: /mcp, tool: [query-docs, 'resolve-*'] }\n",
+    );
+    let mcp = "https://mcp.context7.com/mcp";
+    assert_eq!(verdict(&p, &req("POST", mcp)), "allow:[\"endpoint\"]");
+    assert_eq!(
+        verdict(&p, &req("POST", mcp).tool("query-docs")),
+        "allow:[\"docs-tools\"]"
+    );
+    assert_eq!(
+        verdict(&p, &req("POST", mcp).tool("resolve-library-id")),
+        "allow:[\"docs-tools\"]"
+    );
+    assert_eq!(
+        verdict(&p, &req("POST", mcp).tool("delete-everything")),
+        DENY
+    );
+    let any = compile(
+        "  - id: any\n    effect: allow\n    match: { host: mcp.context7.com, tool: '*' }\n",
+    );
+    assert_eq!(
+        verdict(&any, &req("POST", mcp).tool("whatever")),
+        "allow:[\"any\"]"
+    );
+    assert_eq!(
+        verdict(&any, &req("POST", mcp)),
+        DENY,
+        "a tool rule matches MCP calls only"
+    );
+}
+
+#[test]
+fn deny_with_tool_matches_mcp_calls_only_and_deny_without_tool_matches_all() {
+    let p = compile(
+        "  - id: all\n    effect: allow\n    match: { host: mcp.example.com, tool: '*' }\n  - id: plain\n    effect: allow\n    match: { host: mcp.example.com }\n  - id: no-delete-tool\n    effect: deny\n    match: { tool: 'delete-*' }\n",
+    );
+    assert_eq!(
+        verdict(&p, &req("POST", "https://mcp.example.com/mcp")),
+        "allow:[\"plain\"]"
+    );
+    assert_eq!(
+        verdict(
+            &p,
+            &req("POST", "https://mcp.example.com/mcp").tool("delete-repo")
+        ),
+        "deny:[\"no-delete-tool\"]:DenyRule"
+    );
+    let p = compile(
+        "  - id: all\n    effect: allow\n    match: { host: mcp.example.com, tool: '*' }\n  - id: no-post\n    effect: deny\n    match: { method: POST }\n",
+    );
+    assert_eq!(
+        verdict(&p, &req("POST", "https://mcp.example.com/mcp").tool("x")),
+        "deny:[\"no-post\"]:DenyRule"
+    );
+}
+
+#[test]
+fn default_allow_never_authorizes_an_alias_nor_loopback() {
+    let p = compile_with_default("allow", "  []\n");
+    assert_eq!(verdict(&p, &req("GET", "https://example.com/")), "allow:[]");
+    assert_eq!(
+        verdict(&p, &req("GET", "https://example.com/").alias("github")),
+        "deny:[]:DefaultAllowUsesAlias"
+    );
+    assert_eq!(
+        verdict(&p, &req("GET", "http://127.0.0.1/")),
+        "deny:[]:DefaultAllowLoopback"
+    );
+    assert_eq!(
+        verdict(&p, &req("GET", "http://localhost:8080/")),
+        "deny:[]:DefaultAllowLoopback"
+    );
+}
+
+#[test]
+fn wildcards_cover_subdomains_only() {
+    let p =
+        compile("  - id: raw\n    effect: allow\n    match: { host: '*.githubusercontent.com' }\n");
+    assert_eq!(
+        verdict(&p, &req("GET", "https://raw.githubusercontent.com/x")),
+        "allow:[\"raw\"]"
+    );
+    assert_eq!(
+        verdict(&p, &req("GET", "https://a.b.githubusercontent.com/x")),
+        "allow:[\"raw\"]"
+    );
+    assert_eq!(
+        verdict(&p, &req("GET", "https://githubusercontent.com/x")),
+        DENY
+    );
+    assert_eq!(
+        verdict(&p, &req("GET", "https://evilgithubusercontent.com/x")),
+        DENY
+    );
+    assert_eq!(
+        verdict(
+            &p,
+            &req("GET", "https://raw.githubusercontent.com.evil.com/x")
+        ),
+        DENY
+    );
+}
+
+#[test]
+fn loopback_is_allowed_only_when_named_literally() {
+    let p = compile(
+        "  - id: local\n    effect: allow\n    match: { scheme: http, host: 127.0.0.1, port: 8080 }\n",
+    );
+    assert_eq!(
+        verdict(&p, &req("GET", "http://127.0.0.1:8080/")),
+        "allow:[\"local\"]"
+    );
+    // Other spellings of the same address are recognised for what they are.
+    assert_eq!(
+        verdict(&p, &req("GET", "http://2130706433:8080/")),
+        "allow:[\"local\"]"
+    );
+    assert_eq!(
+        verdict(&p, &req("GET", "http://[::ffff:127.0.0.1]:8080/")),
+        "allow:[\"local\"]"
+    );
+    // Other loopback names and addresses are not covered.
+    assert_eq!(verdict(&p, &req("GET", "http://localhost:8080/")), DENY);
+    assert_eq!(verdict(&p, &req("GET", "http://127.0.0.2:8080/")), DENY);
+    assert_eq!(verdict(&p, &req("GET", "http://[::1]:8080/")), DENY);
+}
+
+#[test]
+fn deny_rules_catch_every_spelling_of_an_address() {
+    let p = compile(
+        "  - id: all\n    effect: allow\n    match: { scheme: [http], host: [127.0.0.1], port: 80 }\n  - id: no-local\n    effect: deny\n    match: { host: 127.0.0.1 }\n",
+    );
+    for url in [
+        "http://127.0.0.1/",
+        "http://0x7f.1/",
+        "http://0177.0.0.1/",
+        "http://127.1/",
+        "http://[::ffff:7f00:1]/",
+    ] {
+        assert_eq!(
+            verdict(&p, &req("GET", url)),
+            "deny:[\"no-local\"]:DenyRule",
+            "{url}"
+        );
+    }
+}
+
+#[test]
+fn allow_private_comes_from_the_matching_allow_rule() {
+    let p = compile(
+        "  - id: intranet\n    effect: allow\n    match: { host: wiki.corp.example.com }\n    allow_private: true\n  - id: public\n    effect: allow\n    match: { host: www.example.com }\n",
+    );
+    let Evaluation::Allow(g) = evaluate(&p, &req("GET", "https://wiki.corp.example.com/")) else {
+        panic!()
+    };
+    assert!(g.allow_private);
+    let Evaluation::Allow(g) = evaluate(&p, &req("GET", "https://www.example.com/")) else {
+        panic!()
+    };
+    assert!(!g.allow_private);
+}
+
+fn decide(p: &CompiledPolicy, limiter: &mut Limiter, r: &Req<'_>, at: u64) -> String {
+    let target = target(r.url);
+    let aliases: Vec<AliasUse> = r
+        .aliases
+        .iter()
+        .map(|(a, sites)| AliasUse {
+            alias: (*a).to_owned(),
+            sites: SiteSet::of(sites.iter().copied()),
+        })
+        .collect();
+    let request = Request {
+        agent: r.agent,
+        method: r.method,
+        target: &target,
+        aliases: &aliases,
+        tool: r.tool,
+    };
+    match p.decide(&request, limiter, Duration::from_secs(at)) {
+        Decision::Allow(_) => "allow".to_owned(),
+        Decision::Deny(d) => format!("deny:{:?}", d.reason),
+        Decision::Limited(l) => format!("limited:{:?}:{}", l.rules, l.retry_after.as_secs()),
+    }
+}
+
+#[test]
+fn allow_rule_limits_count_per_key() {
+    let p = compile(
+        "  - id: gh\n    effect: allow\n    match: { alias: github, host: api.github.com }\n    limits: [{ max: 2, per: 1h, by: [agent] }]\n",
+    );
+    let mut l = Limiter::new();
+    let mino = req("GET", "https://api.github.com/").alias("github");
+    let ci = req("GET", "https://api.github.com/")
+        .alias("github")
+        .agent("ci");
+    assert_eq!(decide(&p, &mut l, &mino, 0), "allow");
+    assert_eq!(decide(&p, &mut l, &mino, 10), "allow");
+    assert_eq!(decide(&p, &mut l, &mino, 20), "limited:[\"gh\"]:3580");
+    assert_eq!(decide(&p, &mut l, &ci, 20), "allow", "counted per agent");
+    assert_eq!(decide(&p, &mut l, &mino, 3600), "allow");
+}
+
+#[test]
+fn limit_rules_and_legacy_call_limits_apply_together() {
+    let yaml = "version: 1\nrules:\n  - id: gh\n    effect: allow\n    match: { alias: github, host: api.github.com }\n  - id: writes\n    effect: limit\n    match: { method: POST }\n    limits: [{ max: 1, per: 1m }]\ncall_limits:\n  github: 3\n";
+    let p = CompiledPolicy::new(load_policy(yaml.as_bytes(), "t").policy.unwrap());
+    let mut l = Limiter::new();
+    let get = req("GET", "https://api.github.com/").alias("github");
+    let post = req("POST", "https://api.github.com/").alias("github");
+    assert_eq!(decide(&p, &mut l, &post, 0), "allow");
+    assert_eq!(decide(&p, &mut l, &post, 1), "limited:[\"writes\"]:59");
+    assert_eq!(decide(&p, &mut l, &get, 2), "allow");
+    assert_eq!(decide(&p, &mut l, &get, 3), "allow");
+    assert_eq!(
+        decide(&p, &mut l, &get, 4),
+        "limited:[\"call_limits:github\"]:86396"
+    );
+    // A refused request consumed nothing: the POST counter is free again after its minute.
+    assert_eq!(
+        decide(&p, &mut l, &post, 61),
+        "limited:[\"call_limits:github\"]:86339"
+    );
+}
+
+#[test]
+fn denied_requests_consume_no_limit() {
+    let p = compile(
+        "  - id: gh\n    effect: allow\n    match: { host: api.github.com, method: GET }\n    limits: [{ max: 1, per: 1h }]\n",
+    );
+    let mut l = Limiter::new();
+    assert_eq!(
+        decide(&p, &mut l, &req("POST", "https://api.github.com/"), 0),
+        "deny:NoAllowRule"
+    );
+    assert_eq!(
+        decide(&p, &mut l, &req("GET", "https://api.github.com/"), 1),
+        "allow"
+    );
+}
+
+#[test]
+fn many_rules_still_decide_by_host() {
+    let mut rules = String::new();
+    for i in 0..2000 {
+        rules.push_str(&format!(
+            "  - {{ id: r{i}, effect: allow, match: {{ host: h{i}.example.com, alias: a{i} }} }}\n"
+        ));
+    }
+    rules.push_str(
+        "  - { id: wild, effect: allow, match: { host: '*.example.com', method: GET } }\n",
+    );
+    rules.push_str(
+        "  - { id: no-h7, effect: deny, match: { host: h7.example.com, method: DELETE } }\n",
+    );
+    let p = compile(&rules);
+    assert_eq!(
+        verdict(
+            &p,
+            &req("POST", "https://h1999.example.com/").alias("a1999")
+        ),
+        "allow:[\"r1999\"]"
+    );
+    assert_eq!(
+        verdict(&p, &req("GET", "https://h5.example.com/")),
+        "allow:[\"r5\", \"wild\"]"
+    );
+    assert_eq!(
+        verdict(&p, &req("GET", "https://deep.h5.example.com/")),
+        "allow:[\"wild\"]"
+    );
+    assert_eq!(
+        verdict(&p, &req("POST", "https://h5.example.com/").alias("a6")),
+        DENY
+    );
+    assert_eq!(
+        verdict(&p, &req("DELETE", "https://h7.example.com/")),
+        "deny:[\"no-h7\"]:DenyRule"
+    );
+    let _ = DenyReason::NoAllowRule;
+}
