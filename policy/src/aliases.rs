@@ -236,7 +236,7 @@ fn read_alias(
         Some(n) => match n.value() {
             Some(Value::Str(text)) if is_alias_name(text) => {
                 if let Some(first) = seen.get(text) {
-                    outer.push(
+                    outer.diagnostics.push(
                         Diagnostic::new(
                             Code::DuplicateAlias,
                             n.pos,

@@ -440,7 +440,7 @@ fn read_rule(
         Some(id_node) => match id_node.value() {
             Some(Value::Str(text)) if is_rule_id(text) => {
                 if let Some(first) = seen.get(text) {
-                    outer.push(
+                    outer.diagnostics.push(
                         Diagnostic::new(
                             Code::DuplicateRuleId,
                             id_node.pos,
@@ -608,7 +608,8 @@ fn read_rule(
                 "an allow rule must name its hosts: add `match: { host: [api.example.com] }`",
             );
         }
-        check_plain_http(&matcher, map.node(), &match_path, sink);
+        let scheme_node = map.take("match").and_then(|m| child(m, "scheme")).unwrap_or(node);
+        check_plain_http(&matcher, scheme_node, &match_path, sink);
     }
 
     map.finish(RULE_FIELDS, sink);
@@ -622,6 +623,17 @@ fn read_rule(
         limits,
         pos: node.pos,
     })
+}
+
+/// The value of `key` in a mapping node.
+fn child<'n>(node: &'n Node, key: &str) -> Option<&'n Node> {
+    match &node.kind {
+        NodeKind::Map(entries) => entries
+            .iter()
+            .find(|(k, _)| matches!(&k.kind, NodeKind::Scalar { text, .. } if text == key))
+            .map(|(_, v)| v),
+        _ => None,
+    }
 }
 
 fn not_for_effect(sink: &mut Sink<'_>, node: &Node, path: &str, field: &str, effect: Effect) {
