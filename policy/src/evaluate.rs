@@ -5,8 +5,9 @@
 //! decision, and anything the policy does not clearly allow is denied. Rule order never matters:
 //! all matching rules are collected, then deny beats allow beats default.
 
-use std::collections::HashMap;
 use std::time::Duration;
+
+use rustc_hash::FxHashMap;
 
 use crate::host::{Host, HostPattern};
 use crate::limits::{Budget, Charge, Limited, Limiter};
@@ -102,11 +103,12 @@ pub struct CompiledPolicy {
     index: HostIndex,
 }
 
-/// Rule indices by exact host, by wildcard suffix, and those without `host`.
+/// Rule indices by exact host, by wildcard suffix, and those without `host`. Keys come from the
+/// operator's policy, never from requests, so a fast non-keyed hash is safe here.
 #[derive(Debug, Default)]
 struct HostIndex {
-    exact: HashMap<Host, Vec<u32>>,
-    wildcard: HashMap<String, Vec<u32>>,
+    exact: FxHashMap<Host, Vec<u32>>,
+    wildcard: FxHashMap<String, Vec<u32>>,
     any: Vec<u32>,
 }
 
@@ -262,10 +264,34 @@ pub fn rule_matches(rule: &Rule, request: &Request<'_>) -> bool {
     let target = request.target;
     let allow = rule.effect == Effect::Allow;
 
-    let agent = m
-        .agent
+    // Cheapest tests first; each returns as soon as the rule cannot match.
+    let tool = match (&m.tool, request.tool) {
+        (Some(globs), Some(t)) => globs.iter().any(|g| g.matches(t)),
+        (Some(_), None) => false,
+        (None, Some(_)) => !allow,
+        (None, None) => true,
+    };
+    if !tool {
+        return false;
+    }
+    let scheme = match &m.scheme {
+        Some(s) => s.contains(&target.scheme),
+        None => !allow || target.scheme == Scheme::Https,
+    };
+    let port = match &m.port {
+        Some(p) => p.contains(&target.port),
+        None => !allow || target.port == target.scheme.default_port(),
+    };
+    if !(scheme && port) {
+        return false;
+    }
+    if !m
+        .method
         .as_ref()
-        .is_none_or(|g| g.iter().any(|g| g.matches(request.agent)));
+        .is_none_or(|ms| ms.iter().any(|x| x == request.method))
+    {
+        return false;
+    }
     let alias = match (&m.alias, allow) {
         // Allow: every alias the request uses is listed; no list, no alias.
         (Some(names), true) => request.aliases.iter().all(|u| names.contains(&u.alias)),
@@ -274,38 +300,24 @@ pub fn rule_matches(rule: &Rule, request: &Request<'_>) -> bool {
         (Some(names), false) => request.aliases.iter().any(|u| names.contains(&u.alias)),
         (None, false) => true,
     };
-    let sites = !allow
-        || request
-            .aliases
-            .iter()
-            .all(|u| u.sites.is_subset(rule.inject));
-    let scheme = match &m.scheme {
-        Some(s) => s.contains(&target.scheme),
-        None => !allow || target.scheme == Scheme::Https,
-    };
-    let host = m
-        .host
+    if !alias
+        || (allow
+            && !request
+                .aliases
+                .iter()
+                .all(|u| u.sites.is_subset(rule.inject)))
+    {
+        return false;
+    }
+    m.agent
         .as_ref()
-        .is_none_or(|h| h.iter().any(|p| p.matches(&target.host)));
-    let port = match &m.port {
-        Some(p) => p.contains(&target.port),
-        None => !allow || target.port == target.scheme.default_port(),
-    };
-    let method = m
-        .method
-        .as_ref()
-        .is_none_or(|ms| ms.iter().any(|x| x == request.method));
-    let path = m
-        .path
-        .as_ref()
-        .is_none_or(|g| g.iter().any(|g| g.matches(&target.path)));
-    let tool = match (&m.tool, request.tool) {
-        (Some(globs), Some(t)) => globs.iter().any(|g| g.matches(t)),
-        (Some(_), None) => false,
-        (None, Some(_)) => !allow,
-        (None, None) => true,
-    };
-    agent && alias && sites && scheme && host && port && method && path && tool
+        .is_none_or(|g| g.iter().any(|g| g.matches(request.agent)))
+        && m.host
+            .as_ref()
+            .is_none_or(|h| h.iter().any(|p| p.matches(&target.host)))
+        && m.path
+            .as_ref()
+            .is_none_or(|g| g.iter().any(|g| g.matches(&target.path)))
 }
 
 /// The counters a matching allow or limit rule charges.
@@ -313,17 +325,32 @@ fn rule_charges(rule: &Rule, request: &Request<'_>, out: &mut Vec<Charge>) {
     for (n, limit) in rule.limits.iter().enumerate() {
         let mut keys = vec![format!("{}#{n}", rule.id)];
         for by in &limit.by {
-            let values: Vec<String> = match by {
-                LimitKey::Agent => vec![request.agent.to_owned()],
-                LimitKey::Host => vec![request.target.host.as_text()],
-                LimitKey::Tool => vec![request.tool.unwrap_or("").to_owned()],
-                LimitKey::Alias if request.aliases.is_empty() => vec![String::new()],
-                LimitKey::Alias => request.aliases.iter().map(|u| u.alias.clone()).collect(),
+            let mut extend = |value: &str| {
+                for key in &mut keys {
+                    key.push('\u{1f}');
+                    key.push_str(value);
+                }
             };
-            keys = keys
-                .iter()
-                .flat_map(|k| values.iter().map(move |v| format!("{k}\u{1f}{v}")))
-                .collect();
+            match by {
+                LimitKey::Agent => extend(request.agent),
+                LimitKey::Host => extend(&request.target.host.as_text()),
+                LimitKey::Tool => extend(request.tool.unwrap_or("")),
+                LimitKey::Alias if request.aliases.len() <= 1 => {
+                    extend(request.aliases.first().map_or("", |u| u.alias.as_str()));
+                }
+                LimitKey::Alias => {
+                    // One counter per alias the request uses.
+                    keys = keys
+                        .iter()
+                        .flat_map(|k| {
+                            request
+                                .aliases
+                                .iter()
+                                .map(move |u| format!("{k}\u{1f}{}", u.alias))
+                        })
+                        .collect();
+                }
+            }
         }
         for key in keys {
             out.push(Charge {

@@ -58,6 +58,18 @@ impl fmt::Display for NameGlob {
 pub struct PathGlob {
     text: String,
     segments: Vec<Segment>,
+    shape: Shape,
+}
+
+/// Common globs matched without the general algorithm.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Shape {
+    /// No `*` at all: string equality.
+    Literal,
+    /// `/prefix/**` with no other `*`: the prefix itself or anything below it.
+    Subtree(String),
+    /// Anything else.
+    General,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -120,9 +132,20 @@ impl PathGlob {
                 p => segments.push(Segment::One(p.to_owned())),
             }
         }
+        let shape = if !text.contains('*') {
+            Shape::Literal
+        } else {
+            match text.strip_suffix("/**") {
+                Some(prefix) if !prefix.contains('*') && !prefix.is_empty() => {
+                    Shape::Subtree(prefix.to_owned())
+                }
+                _ => Shape::General,
+            }
+        };
         Ok(PathGlob {
             text: text.to_owned(),
             segments,
+            shape,
         })
     }
 
@@ -133,6 +156,16 @@ impl PathGlob {
 
     /// Whether the normalized `path` (without query) matches.
     pub fn matches(&self, path: &str) -> bool {
+        match &self.shape {
+            Shape::Literal => return path == self.text,
+            Shape::Subtree(prefix) => {
+                // `/a/**`: `/a` itself or anything below it.
+                return path
+                    .strip_prefix(prefix.as_str())
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'));
+            }
+            Shape::General => {}
+        }
         let Some(rest) = path.strip_prefix('/') else {
             return false;
         };

@@ -604,3 +604,53 @@ fn many_rules_still_decide_by_host() {
     );
     let _ = DenyReason::NoAllowRule;
 }
+
+#[test]
+fn limits_by_alias_keep_one_counter_per_alias() {
+    let p = compile(
+        "  - id: both\n    effect: allow\n    match: { alias: [github, slack, ci], host: api.github.com }\n    limits: [{ max: 1, per: 1h, by: [alias, agent] }]\n",
+    );
+    let mut l = Limiter::new();
+    let both = req("GET", "https://api.github.com/")
+        .alias("github")
+        .alias("slack");
+    assert_eq!(decide(&p, &mut l, &both, 0), "allow");
+    assert_eq!(
+        decide(
+            &p,
+            &mut l,
+            &req("GET", "https://api.github.com/").alias("github"),
+            1
+        ),
+        "limited:[\"both\"]:3599"
+    );
+    assert_eq!(
+        decide(
+            &p,
+            &mut l,
+            &req("GET", "https://api.github.com/").alias("slack"),
+            1
+        ),
+        "limited:[\"both\"]:3599"
+    );
+    assert_eq!(
+        decide(
+            &p,
+            &mut l,
+            &req("GET", "https://api.github.com/").alias("ci"),
+            1
+        ),
+        "allow"
+    );
+    assert_eq!(
+        decide(
+            &p,
+            &mut l,
+            &req("GET", "https://api.github.com/")
+                .alias("slack")
+                .agent("ci-2"),
+            1
+        ),
+        "allow"
+    );
+}
