@@ -1,6 +1,11 @@
 //! Benchmarks of the policy hot paths: one decision at 10 to 10,000 rules, and loading a
 //! 1,000-rule file. Run with `cargo bench -p mint-policy --bench evaluate`.
 
+#![expect(
+    clippy::expect_used,
+    reason = "benchmark setup: a broken fixture should stop the run"
+)]
+
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};

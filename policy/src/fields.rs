@@ -128,7 +128,7 @@ impl<'n> MapReader<'n> {
 }
 
 /// Reads a field that may be a scalar (a one-item list) or a list of scalars.
-pub(crate) fn list<'n>(node: &'n Node) -> Vec<(usize, &'n Node)> {
+pub(crate) fn list(node: &Node) -> Vec<(usize, &Node)> {
     match &node.kind {
         NodeKind::Seq(items) => items.iter().enumerate().collect(),
         _ => vec![(0, node)],

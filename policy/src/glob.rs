@@ -189,10 +189,9 @@ impl PathGlob {
                     for (j, part) in parts.iter().enumerate() {
                         if reachable.get(j).copied().unwrap_or(false)
                             && wildcard_match(pattern.as_bytes(), part.as_bytes())
+                            && let Some(slot) = next.get_mut(j + 1)
                         {
-                            if let Some(slot) = next.get_mut(j + 1) {
-                                *slot = true;
-                            }
+                            *slot = true;
                         }
                     }
                 }

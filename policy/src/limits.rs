@@ -186,8 +186,8 @@ mod tests {
             l.admit(&[a.clone(), b.clone()], s(1)).unwrap_err().rules,
             vec!["a".to_owned()]
         );
-        assert_eq!(l.budgets(&[b.clone()], s(1))[0].remaining, 1);
-        assert!(l.admit(&[b.clone()], s(2)).is_ok());
+        assert_eq!(l.budgets(std::slice::from_ref(&b), s(1))[0].remaining, 1);
+        assert!(l.admit(std::slice::from_ref(&b), s(2)).is_ok());
         assert_eq!(
             l.admit(&[a, b], s(3)).unwrap_err().rules,
             vec!["a".to_owned(), "b".to_owned()]
@@ -223,7 +223,7 @@ mod tests {
         let mut l = Limiter::new();
         let c = charge("r", "k", 2, 60);
         assert!(l.admit(&[c.clone(), c.clone()], s(0)).is_ok());
-        assert_eq!(l.budgets(&[c.clone()], s(0))[0].remaining, 1);
+        assert_eq!(l.budgets(std::slice::from_ref(&c), s(0))[0].remaining, 1);
         l.prune(s(1000), s(120));
         assert!(l.is_empty());
     }

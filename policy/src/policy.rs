@@ -279,15 +279,14 @@ pub fn load_policy(bytes: &[u8], origin: &str) -> PolicyLoad {
     if let Some(policy) = &policy {
         load.default = policy.default;
     }
-    if let Some(policy) = policy {
-        if !load
+    if let Some(policy) = policy
+        && !load
             .diagnostics
             .iter()
             .any(|d| d.severity() == crate::Severity::Error)
-        {
-            add_warnings(&policy, &mut load.diagnostics);
-            load.policy = Some(policy);
-        }
+    {
+        add_warnings(&policy, &mut load.diagnostics);
+        load.policy = Some(policy);
     }
     sort(&mut load.diagnostics);
     load
@@ -326,15 +325,15 @@ fn read_policy(
             "missing `version`; add `version: 1` at the top of the file",
         ),
         Some(node) => {
-            if let Some(v) = integer(node, "version", sink) {
-                if v != 1 {
-                    sink.error(
-                        Code::UnsupportedVersion,
-                        node,
-                        "version",
-                        "only version 1 exists; write `version: 1`",
-                    );
-                }
+            if let Some(v) = integer(node, "version", sink)
+                && v != 1
+            {
+                sink.error(
+                    Code::UnsupportedVersion,
+                    node,
+                    "version",
+                    "only version 1 exists; write `version: 1`",
+                );
             }
         }
     }
@@ -608,7 +607,10 @@ fn read_rule(
                 "an allow rule must name its hosts: add `match: { host: [api.example.com] }`",
             );
         }
-        let scheme_node = map.take("match").and_then(|m| child(m, "scheme")).unwrap_or(node);
+        let scheme_node = map
+            .take("match")
+            .and_then(|m| child(m, "scheme"))
+            .unwrap_or(node);
         check_plain_http(&matcher, scheme_node, &match_path, sink);
     }
 
@@ -710,15 +712,15 @@ fn read_list<T>(
     sink: &mut Sink<'_>,
     mut item: impl FnMut(&Node, &str, &mut Sink<'_>) -> Option<T>,
 ) -> Vec<T> {
-    if let NodeKind::Seq(items) = &node.kind {
-        if items.is_empty() {
-            sink.error(
-                Code::EmptyList,
-                node,
-                path,
-                "an empty list matches nothing; list at least one value, or remove the field",
-            );
-        }
+    if let NodeKind::Seq(items) = &node.kind
+        && items.is_empty()
+    {
+        sink.error(
+            Code::EmptyList,
+            node,
+            path,
+            "an empty list matches nothing; list at least one value, or remove the field",
+        );
     }
     if let NodeKind::Map(_) = node.kind {
         sink.wrong_type(node, path, "a value or a list of values");

@@ -1,6 +1,13 @@
 //! Table tests of the evaluator: one per rule of POLICY.md's "Evaluation" and "Omitted fields"
 //! sections, run on policies loaded from YAML text and targets built by the real normalizer.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::panic,
+    clippy::disallowed_methods,
+    reason = "test code: a failed setup step should fail the test; tests may read fixtures"
+)]
+
 use std::time::Duration;
 
 use mint_policy::evaluate::{AliasUse, CompiledPolicy, Decision, DenyReason, Evaluation, Request};

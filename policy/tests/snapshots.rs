@@ -2,6 +2,13 @@
 //! the human form and the JSON form of `mint policy check`. Review wording with
 //! `cargo insta review`.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::panic,
+    clippy::disallowed_methods,
+    reason = "test code: a failed setup step should fail the test; tests may read fixtures"
+)]
+
 use mint_policy::check::check_policy;
 
 #[test]

@@ -2,6 +2,13 @@
 //! feeds a small file to the loader and asserts the exact codes (and where it matters, positions)
 //! it reports.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::panic,
+    clippy::disallowed_methods,
+    reason = "test code: a failed setup step should fail the test; tests may read fixtures"
+)]
+
 use mint_policy::aliases::load_aliases;
 use mint_policy::check::check_policy;
 use mint_policy::policy::load_policy;

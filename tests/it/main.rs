@@ -1,1 +1,3 @@
-//! End-to-end tests.
+//! Mint's end-to-end tests: one test binary, one module per area.
+
+mod examples;

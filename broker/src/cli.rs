@@ -1,0 +1,141 @@
+//! The `mint` command line: argument types and dispatch to the command modules.
+//!
+//! `main.rs` parses a [`Cli`], resolves [`Paths`] from the environment and calls [`run`]; the
+//! exit status is decided here and in [`CommandError::exit_status`], in one place. Commands write
+//! their results to the `out` they are given (stdout in production) and never print errors
+//! themselves: they return them.
+//!
+//! Only implemented commands are declared. DESIGN.md lists the rest (`init`, `serve`, `alias`,
+//! `cap`, `policy explain`, `audit`, `usage`, `demo`); each becomes a variant of [`Command`] or
+//! [`PolicyCommand`] when it exists.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::env::Paths;
+use crate::policy_check::{PolicyCheckError, ReportFormat, Verdict, check_policy_file};
+
+/// Mint keeps an AI agent's credentials out of the agent's reach and lets them out only toward
+/// the destinations its policy allows.
+#[derive(Debug, Parser)]
+#[command(name = "mint", version, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The top-level commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Work with the policy file.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+}
+
+/// `mint policy ...`.
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Validate a policy file and report every problem with its line and column.
+    ///
+    /// Exits 0 when the file is valid (warnings allowed), 1 when it has errors, and 2 when it
+    /// cannot be read; in that case the reason goes to stderr and nothing to stdout, also with
+    /// `--json`.
+    Check(CheckArgs),
+}
+
+/// Arguments of `mint policy check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The policy file [default: $MINT_POLICY_PATH, else $MINT_HOME/policy.yaml, else
+    /// .mint/policy.yaml].
+    pub file: Option<PathBuf>,
+
+    /// Print the report as one JSON object (`file`, `valid`, `rule_count`,
+    /// `legacy_call_limit_count`, `default`, `errors`, `warnings`).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// How `mint` exits: 0 ok, 1 check failed or denied, 2 usage or configuration error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// Exit code 0.
+    Success,
+    /// Exit code 1: a check failed or a request was denied.
+    Failure,
+    /// Exit code 2: bad usage, or a file that cannot be read.
+    UsageOrConfig,
+}
+
+// === impl ExitStatus ===
+
+impl ExitStatus {
+    /// The numeric exit code.
+    pub fn code(self) -> u8 {
+        match self {
+            ExitStatus::Success => 0,
+            ExitStatus::Failure => 1,
+            ExitStatus::UsageOrConfig => 2,
+        }
+    }
+}
+
+impl From<ExitStatus> for ExitCode {
+    fn from(status: ExitStatus) -> Self {
+        ExitCode::from(status.code())
+    }
+}
+
+/// A command that could not finish. `main` prints it on stderr as `mint: <message>`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CommandError {
+    /// `mint policy check` failed to produce a report.
+    #[error(transparent)]
+    PolicyCheck(#[from] PolicyCheckError),
+}
+
+// === impl CommandError ===
+
+impl CommandError {
+    /// The exit status this error maps to.
+    pub fn exit_status(&self) -> ExitStatus {
+        match self {
+            CommandError::PolicyCheck(_) => ExitStatus::UsageOrConfig,
+        }
+    }
+}
+
+/// Runs the parsed command with the resolved `paths`, writing its result to `out`.
+pub fn run(cli: Cli, paths: &Paths, out: &mut dyn Write) -> Result<ExitStatus, CommandError> {
+    match cli.command {
+        Command::Policy(PolicyCommand::Check(args)) => {
+            let file = paths.policy_or(args.file.as_deref());
+            let format = if args.json {
+                ReportFormat::Json
+            } else {
+                ReportFormat::Human
+            };
+            Ok(match check_policy_file(&file, format, out)? {
+                Verdict::Valid => ExitStatus::Success,
+                Verdict::Invalid => ExitStatus::Failure,
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,155 @@
+//! The environment variables Mint reads, and where its files live.
+//!
+//! Every variable name is a `pub const` here, so the set Mint reads is greppable and documented
+//! in one place. Paths resolve as: command-line argument, then the file's own variable, then
+//! `$MINT_HOME/<file>`, then `.mint/<file>` in the working directory. This module reads the
+//! environment but never writes it (`std::env::set_var` is banned): tests set variables on the
+//! child process they start.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// Directory that holds all of Mint's state; `.mint` in the working directory when unset.
+///
+/// Keep it outside every directory the agent can write: whoever can edit the policy or the alias
+/// file decides where secrets go.
+pub const MINT_HOME: &str = "MINT_HOME";
+
+/// The alias declarations file; `$MINT_HOME/aliases.yaml` when unset.
+pub const MINT_ALIASES_PATH: &str = "MINT_ALIASES_PATH";
+
+/// The policy file; `$MINT_HOME/policy.yaml` when unset.
+pub const MINT_POLICY_PATH: &str = "MINT_POLICY_PATH";
+
+/// The audit log; `$MINT_HOME/audit.log` when unset.
+pub const MINT_AUDIT_LOG_PATH: &str = "MINT_AUDIT_LOG_PATH";
+
+/// The capabilities file (hashes and metadata only); `$MINT_HOME/capabilities.yaml` when unset.
+pub const MINT_CAPABILITIES_PATH: &str = "MINT_CAPABILITIES_PATH";
+
+/// The proxy's listen address, overridden by `--listen`; [`DEFAULT_LISTEN`] when unset.
+pub const MINT_LISTEN: &str = "MINT_LISTEN";
+
+/// The proxy's listen address when neither `--listen` nor [`MINT_LISTEN`] is given: loopback only.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8700";
+
+/// The home directory used when [`MINT_HOME`] is unset, relative to the working directory.
+pub const DEFAULT_HOME: &str = ".mint";
+
+/// Where Mint's files are, after the environment has been applied. Command-line arguments are
+/// applied by the caller on top of these (`args.file.unwrap_or(paths.policy)`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Paths {
+    /// The home directory.
+    pub home: PathBuf,
+    /// The alias declarations file.
+    pub aliases: PathBuf,
+    /// The policy file.
+    pub policy: PathBuf,
+    /// The audit log.
+    pub audit_log: PathBuf,
+    /// The capabilities file.
+    pub capabilities: PathBuf,
+}
+
+// === impl Paths ===
+
+impl Paths {
+    /// Resolves the paths from the process environment.
+    pub fn from_env() -> Paths {
+        Paths::resolve(|name| std::env::var_os(name))
+    }
+
+    /// Resolves the paths from `lookup`, which returns a variable's value. A variable set to the
+    /// empty string counts as unset, so `MINT_POLICY_PATH=` cannot silently name the working
+    /// directory.
+    pub fn resolve(lookup: impl Fn(&str) -> Option<OsString>) -> Paths {
+        let var = |name: &str| lookup(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let home = var(MINT_HOME).unwrap_or_else(|| PathBuf::from(DEFAULT_HOME));
+        let file = |name: &str, default: &str| var(name).unwrap_or_else(|| home.join(default));
+        Paths {
+            aliases: file(MINT_ALIASES_PATH, ALIASES_FILE),
+            policy: file(MINT_POLICY_PATH, POLICY_FILE),
+            audit_log: file(MINT_AUDIT_LOG_PATH, AUDIT_LOG_FILE),
+            capabilities: file(MINT_CAPABILITIES_PATH, CAPABILITIES_FILE),
+            home,
+        }
+    }
+
+    /// The policy file: `arg` when the command line gave one, else the resolved default.
+    pub fn policy_or(&self, arg: Option<&Path>) -> PathBuf {
+        arg.map_or_else(|| self.policy.clone(), Path::to_path_buf)
+    }
+}
+
+const ALIASES_FILE: &str = "aliases.yaml";
+const POLICY_FILE: &str = "policy.yaml";
+const AUDIT_LOG_FILE: &str = "audit.log";
+const CAPABILITIES_FILE: &str = "capabilities.yaml";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(vars: &[(&str, &str)]) -> Paths {
+        Paths::resolve(|name| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| OsString::from(v))
+        })
+    }
+
+    #[test]
+    fn defaults_to_dot_mint() {
+        let paths = resolve(&[]);
+        assert_eq!(paths.home, PathBuf::from(".mint"));
+        assert_eq!(paths.aliases, PathBuf::from(".mint/aliases.yaml"));
+        assert_eq!(paths.policy, PathBuf::from(".mint/policy.yaml"));
+        assert_eq!(paths.audit_log, PathBuf::from(".mint/audit.log"));
+        assert_eq!(paths.capabilities, PathBuf::from(".mint/capabilities.yaml"));
+    }
+
+    #[test]
+    fn home_moves_every_file() {
+        let paths = resolve(&[(MINT_HOME, "/srv/mint")]);
+        assert_eq!(paths.home, PathBuf::from("/srv/mint"));
+        assert_eq!(paths.aliases, PathBuf::from("/srv/mint/aliases.yaml"));
+        assert_eq!(paths.policy, PathBuf::from("/srv/mint/policy.yaml"));
+        assert_eq!(paths.audit_log, PathBuf::from("/srv/mint/audit.log"));
+        assert_eq!(
+            paths.capabilities,
+            PathBuf::from("/srv/mint/capabilities.yaml")
+        );
+    }
+
+    #[test]
+    fn file_variables_override_home() {
+        let paths = resolve(&[
+            (MINT_HOME, "/srv/mint"),
+            (MINT_ALIASES_PATH, "/etc/a.yaml"),
+            (MINT_POLICY_PATH, "/etc/p.yaml"),
+            (MINT_AUDIT_LOG_PATH, "/var/log/mint.log"),
+            (MINT_CAPABILITIES_PATH, "/etc/c.yaml"),
+        ]);
+        assert_eq!(paths.aliases, PathBuf::from("/etc/a.yaml"));
+        assert_eq!(paths.policy, PathBuf::from("/etc/p.yaml"));
+        assert_eq!(paths.audit_log, PathBuf::from("/var/log/mint.log"));
+        assert_eq!(paths.capabilities, PathBuf::from("/etc/c.yaml"));
+    }
+
+    #[test]
+    fn empty_variables_count_as_unset() {
+        let paths = resolve(&[(MINT_HOME, ""), (MINT_POLICY_PATH, "")]);
+        assert_eq!(paths.policy, PathBuf::from(".mint/policy.yaml"));
+    }
+
+    #[test]
+    fn argument_wins_over_everything() {
+        let paths = resolve(&[(MINT_POLICY_PATH, "/etc/p.yaml")]);
+        assert_eq!(
+            paths.policy_or(Some(Path::new("mine.yaml"))),
+            PathBuf::from("mine.yaml")
+        );
+        assert_eq!(paths.policy_or(None), PathBuf::from("/etc/p.yaml"));
+    }
+}
