@@ -147,19 +147,18 @@ impl CompiledPolicy {
 
     /// Evaluates the request with deny-overrides; limits are not consulted.
     pub fn evaluate(&self, request: &Request<'_>) -> Evaluation {
-        let candidates = self.candidates(&request.target.host);
         let mut denies = Vec::new();
         let mut allows = Vec::new();
         let mut limits = Vec::new();
-        for rule in candidates
+        for rule in self
+            .matching(request)
             .iter()
             .filter_map(|&i| self.policy.rules.get(i as usize))
         {
             match rule.effect {
-                Effect::Deny if rule_matches(rule, request) => denies.push(rule),
-                Effect::Allow if rule_matches(rule, request) => allows.push(rule),
-                Effect::Limit if rule_matches(rule, request) => limits.push(rule),
-                _ => {}
+                Effect::Deny => denies.push(rule),
+                Effect::Allow => allows.push(rule),
+                Effect::Limit => limits.push(rule),
             }
         }
         if !denies.is_empty() {
@@ -217,11 +216,26 @@ impl CompiledPolicy {
         }
     }
 
-    /// Indices of the rules that can match `host`, in file order, each once.
-    fn candidates(&self, host: &Host) -> Vec<u32> {
+    /// Indices of the rules that match the request, in file order, each once. Only rules
+    /// indexed under the request's host (exactly, by a wildcard suffix, or without `host`) are
+    /// tried; a rule listed under several keys is tried more than once, which is harmless.
+    fn matching(&self, request: &Request<'_>) -> Vec<u32> {
         let mut out: Vec<u32> = Vec::new();
+        let mut try_rules = |indices: &[u32]| {
+            for &i in indices {
+                if self
+                    .policy
+                    .rules
+                    .get(i as usize)
+                    .is_some_and(|r| rule_matches(r, request))
+                {
+                    out.push(i);
+                }
+            }
+        };
+        let host = &request.target.host;
         if let Some(rules) = self.index.exact.get(host) {
-            out.extend(rules);
+            try_rules(rules);
         }
         if let Host::Name(name) = host {
             // Every proper suffix: `a.b.c` looks up `b.c` and `c`.
@@ -229,11 +243,11 @@ impl CompiledPolicy {
             while let Some(dot) = rest.find('.') {
                 rest = rest.get(dot + 1..).unwrap_or_default();
                 if let Some(rules) = self.index.wildcard.get(rest) {
-                    out.extend(rules);
+                    try_rules(rules);
                 }
             }
         }
-        out.extend(&self.index.any);
+        try_rules(&self.index.any);
         out.sort_unstable();
         out.dedup();
         out
