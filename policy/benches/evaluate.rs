@@ -9,7 +9,7 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use mint_policy::evaluate::{AliasUse, CompiledPolicy, Request};
+use mint_policy::evaluate::{AliasUse, CompiledPolicy, Request, rule_matches};
 use mint_policy::normalize::normalize_target;
 use mint_policy::policy::load_policy;
 use mint_policy::site::SiteSet;
@@ -59,9 +59,25 @@ fn evaluation(c: &mut Criterion) {
             aliases: &aliases,
             tool: None,
         };
-        group.bench_with_input(BenchmarkId::from_parameter(n), &request, |b, request| {
+        group.bench_with_input(BenchmarkId::new("indexed", n), &request, |b, request| {
             b.iter(|| black_box(compiled.evaluate(black_box(request))));
         });
+        // Baseline in the same run: try every rule, as a plain linear scan would.
+        group.bench_with_input(
+            BenchmarkId::new("linear_scan", n),
+            &request,
+            |b, request| {
+                b.iter(|| {
+                    let rules = &compiled.policy().rules;
+                    black_box(
+                        rules
+                            .iter()
+                            .filter(|r| rule_matches(r, black_box(request)))
+                            .count(),
+                    )
+                });
+            },
+        );
     }
     group.finish();
 }
