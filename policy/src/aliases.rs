@@ -341,7 +341,7 @@ fn read_alias(
                         hosts.push(pattern);
                     }
                     Err(e) => {
-                        let (code, message) = host_pattern_problem(&e);
+                        let (code, message) = host_pattern_problem(text, &e);
                         sink.error(code, item, &path, message);
                     }
                 }

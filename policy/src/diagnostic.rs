@@ -62,6 +62,8 @@ codes! {
     YamlTag = "E007", "YAML tags are not allowed";
     /// The file is empty or holds more than one YAML document.
     NotSingleDocument = "E008", "not exactly one YAML document";
+    /// More findings than are reported; the rest are summarized.
+    TooManyFindings = "E009", "too many findings";
     /// A field the format does not define.
     UnknownField = "E010", "unknown field";
     /// A required field is missing.
@@ -138,6 +140,8 @@ codes! {
     InjectBeyondHeader = "W005", "inject beyond headers";
     /// `allow_private: true`.
     AllowPrivate = "W006", "private addresses allowed";
+    /// A method that is not a registered HTTP method.
+    UnknownMethod = "W007", "unknown method";
 }
 
 // === impl Code ===
@@ -278,8 +282,30 @@ impl Diagnostic {
     }
 }
 
-/// Sorts findings by position, then code, so output is stable whatever order checks ran in.
-pub fn sort(diagnostics: &mut [Diagnostic]) {
+/// The most findings reported for one file; a file with more gets one E009 finding at the end.
+pub const MAX_DIAGNOSTICS: usize = 1000;
+
+/// Sorts findings by position, then code, so output is stable whatever order checks ran in, and
+/// keeps at most `MAX_DIAGNOSTICS` of them.
+pub fn sort(diagnostics: &mut Vec<Diagnostic>) {
+    if diagnostics.len() > MAX_DIAGNOSTICS {
+        // Keep the first findings in file order; a file this broken needs those fixed first.
+        sort_in_place(diagnostics);
+        let dropped = diagnostics.len() - MAX_DIAGNOSTICS;
+        diagnostics.truncate(MAX_DIAGNOSTICS);
+        let last = diagnostics.last().map_or(Pos::START, Diagnostic::pos);
+        diagnostics.push(Diagnostic::new(
+            Code::TooManyFindings,
+            last,
+            "",
+            format!("{dropped} more findings not shown; fix the ones above and check again"),
+        ));
+        return;
+    }
+    sort_in_place(diagnostics);
+}
+
+fn sort_in_place(diagnostics: &mut [Diagnostic]) {
     diagnostics.sort_by(|a, b| {
         (a.line, a.column, a.code, &a.path).cmp(&(b.line, b.column, b.code, &b.path))
     });

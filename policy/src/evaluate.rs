@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 
+use crate::glob::PathGlob;
 use crate::host::{Host, HostPattern};
 use crate::limits::{Budget, Charge, Limited, Limiter};
 use crate::normalize::{Scheme, Target};
@@ -65,7 +66,8 @@ pub enum Decision {
 /// Why and how a request is allowed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Grant {
-    /// The allow rules that admit the request, sorted; empty when `default: allow` decided.
+    /// The allow rules that admit the request, in file order; empty when `default: allow`
+    /// decided.
     pub rules: Vec<String>,
     /// Whether a matching allow rule lets the target resolve to a private address.
     pub allow_private: bool,
@@ -76,7 +78,7 @@ pub struct Grant {
 /// Why a request is denied.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Denial {
-    /// The deny rules that match, sorted; empty when no allow rule matched.
+    /// The deny rules that match, in file order; empty when no allow rule matched.
     pub rules: Vec<String>,
     /// The kind of denial.
     pub reason: DenyReason,
@@ -299,11 +301,11 @@ pub fn rule_matches(rule: &Rule, request: &Request<'_>) -> bool {
     if !(scheme && port) {
         return false;
     }
-    if !m
-        .method
-        .as_ref()
-        .is_none_or(|ms| ms.iter().any(|x| x == request.method))
-    {
+    // Allow rules match the method byte-exact; deny and limit rules also catch other spellings
+    // of it (`delete`), which some servers treat as the same method.
+    let method =
+        |x: &String| x == request.method || (!allow && x.eq_ignore_ascii_case(request.method));
+    if !m.method.as_ref().is_none_or(|ms| ms.iter().any(method)) {
         return false;
     }
     let alias = match (&m.alias, allow) {
@@ -331,7 +333,14 @@ pub fn rule_matches(rule: &Rule, request: &Request<'_>) -> bool {
             .is_none_or(|h| h.iter().any(|p| p.matches(&target.host)))
         && m.path
             .as_ref()
-            .is_none_or(|g| g.iter().any(|g| g.matches(&target.path)))
+            .is_none_or(|g| g.iter().any(|g| path_matches(g, &target.path, allow)))
+}
+
+/// Allow rules match the path as written; deny and limit rules also match it without one
+/// trailing `/`, since many servers route `/a/` as `/a`.
+fn path_matches(glob: &PathGlob, path: &str, allow: bool) -> bool {
+    glob.matches(path)
+        || (!allow && path.len() > 1 && path.strip_suffix('/').is_some_and(|p| glob.matches(p)))
 }
 
 /// The counters a matching allow or limit rule charges.

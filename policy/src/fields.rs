@@ -195,10 +195,14 @@ fn scalar_text(node: &Node) -> Option<&str> {
 
 /// The known name closest to `text` by edit distance, when it is close enough to be a typo.
 pub(crate) fn closest<'k>(text: &str, known: &[&'k str]) -> Option<&'k str> {
+    // Distances cost length squared: a long key is no typo of a short name anyway.
+    if text.len() > 64 {
+        return None;
+    }
     let lowered = text.to_ascii_lowercase();
     known
         .iter()
-        .map(|k| (edit_distance(&lowered, k), *k))
+        .map(|k| (edit_distance(&lowered, &k.to_ascii_lowercase()), *k))
         .filter(|(d, k)| *d <= (k.len() / 3).max(1))
         .min_by_key(|(d, _)| *d)
         .map(|(_, k)| k)

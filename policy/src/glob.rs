@@ -96,10 +96,12 @@ pub enum PathGlobError {
     /// `**` inside a segment, such as `a**`.
     #[error("`**` must be a whole segment, as in `/repos/**`")]
     PartialDoubleStar,
-    /// A character that normalized paths never hold in a glob: `;`, `%`, `?`, `#`, `\`, space,
-    /// control or non-ASCII.
+    /// A character that normalized paths never hold in a glob (`;`, `%`, `?`, `#`, `\`, space,
+    /// control, non-ASCII), or one that other glob languages give a meaning this one does not
+    /// have (`{`, `}`, `[`, `]`).
     #[error(
-        "a path glob may not hold `;`, `%`, `?`, `#`, `\\`, spaces or control characters; match the decoded path without the query"
+        "a path glob may not hold `;`, `%`, `?`, `#`, `\\`, `{{`, `}}`, `[`, `]`, spaces or control \
+         characters; write one glob per alternative and match the decoded path without the query"
     )]
     ForbiddenCharacter,
 }
@@ -113,8 +115,10 @@ impl PathGlob {
             return Err(PathGlobError::NotAbsolute);
         };
         if text.bytes().any(|b| {
-            matches!(b, b';' | b'%' | b'?' | b'#' | b'\\' | b' ')
-                || b.is_ascii_control()
+            matches!(
+                b,
+                b';' | b'%' | b'?' | b'#' | b'\\' | b' ' | b'{' | b'}' | b'[' | b']'
+            ) || b.is_ascii_control()
                 || !b.is_ascii()
         }) {
             return Err(PathGlobError::ForbiddenCharacter);
@@ -187,7 +191,9 @@ impl PathGlob {
                 }
                 Segment::One(pattern) => {
                     for (j, part) in parts.iter().enumerate() {
+                        // A lone `*` stands for one segment, never an empty one.
                         if reachable.get(j).copied().unwrap_or(false)
+                            && !(part.is_empty() && pattern == "*")
                             && wildcard_match(pattern.as_bytes(), part.as_bytes())
                             && let Some(slot) = next.get_mut(j + 1)
                         {
@@ -278,6 +284,8 @@ mod tests {
             ("/repos/**", "/reposx/a", false),
             ("/repos/*", "/repos/a", true),
             ("/repos/*", "/repos/a/b", false),
+            ("/repos/*", "/repos/", false),
+            ("/repos/a*", "/repos/a", true),
             ("/repos/*/issues", "/repos/a/issues", true),
             ("/repos/*/issues", "/repos/a/b/issues", false),
             ("/repos/**/issues", "/repos/a/b/issues", true),

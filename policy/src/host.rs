@@ -41,9 +41,18 @@ impl Host {
     /// Refuses an empty host, userinfo (`@`), a port, scoped IPv6 (`%zone`), empty labels,
     /// labels over 63 or names over 253 bytes, characters other than letters, digits, `-` and `.`
     /// after IDNA, labels that start or end with `-`, percent-escapes, whitespace and control
-    /// characters, and a name whose last label starts with a digit but that is not a valid IPv4
-    /// address (`1.2.3.4.5`, `0x1g`): other parsers disagree on what such a name means.
+    /// characters, a name whose last label starts with a digit but that is not a valid IPv4
+    /// address (`1.2.3.4.5`, `0x1g`): other parsers disagree on what such a name means, and the
+    /// unspecified address (`0.0.0.0`, `0`, `::`), which reaches the local machine on Linux.
     pub fn parse_request(input: &str) -> Result<Host, HostError> {
+        let host = Host::read_request(input)?;
+        if host.ip().is_some_and(|ip| ip.is_unspecified()) {
+            return Err(HostError::Unspecified);
+        }
+        Ok(host)
+    }
+
+    fn read_request(input: &str) -> Result<Host, HostError> {
         if input.is_empty() {
             return Err(HostError::Empty);
         }
@@ -184,6 +193,10 @@ pub enum HostError {
     /// Internationalized text that UTS-46 refuses to convert.
     #[error("host is not a valid internationalized domain name")]
     Idna,
+    /// `0.0.0.0` or `::` (however spelled): the unspecified address, which Linux connects to
+    /// the local machine.
+    #[error("the unspecified address (`0.0.0.0`, `::`) is not a destination")]
+    Unspecified,
     /// The last label starts with a digit, but the host is not a valid IPv4 address.
     #[error("host ends in a number but is not a valid IPv4 address")]
     AmbiguousNumber,
@@ -459,6 +472,7 @@ fn invalid_pattern(error: HostError) -> HostPatternError {
         HostError::HyphenAtLabelEdge => "a label starts or ends with `-`",
         HostError::Idna => "not a valid internationalized domain name",
         HostError::AmbiguousNumber => "ends in a number but is not a valid IPv4 address",
+        HostError::Unspecified => "the unspecified address (`0.0.0.0`, `::`) reaches no one host",
     };
     HostPatternError::Invalid { reason }
 }
@@ -538,7 +552,13 @@ mod tests {
         assert!(host("::1").is_loopback());
         assert!(host("localhost.").is_loopback());
         assert!(!host("foo.localhost").is_loopback());
-        assert!(!host("0.0.0.0").is_loopback());
+        for unspecified in ["0.0.0.0", "0", "0x0", "::", "[::]", "[::ffff:0.0.0.0]"] {
+            assert_eq!(
+                Host::parse_request(unspecified),
+                Err(HostError::Unspecified),
+                "{unspecified}"
+            );
+        }
         assert!(Host::V6("::ffff:127.0.0.1".parse().unwrap()).is_loopback());
         assert_eq!(host("::1").authority(Some(8080)), "[::1]:8080");
         assert_eq!(host("x.com").authority(None), "x.com");

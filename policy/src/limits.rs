@@ -46,7 +46,14 @@ pub struct Budget {
 /// The state of every counter.
 #[derive(Debug, Default)]
 pub struct Limiter {
-    windows: HashMap<String, VecDeque<Duration>>,
+    windows: HashMap<String, Window>,
+}
+
+/// One counter: the admissions still inside its window, and the window's length.
+#[derive(Debug, Default)]
+struct Window {
+    per: Duration,
+    times: VecDeque<Duration>,
 }
 
 // === impl Limiter ===
@@ -64,11 +71,15 @@ impl Limiter {
         let mut retry_after = Duration::ZERO;
         for charge in charges {
             let window = self.windows.entry(charge.key.clone()).or_default();
-            expire(window, charge.per, now);
-            if window.len() as u64 >= charge.max {
-                // The oldest admission in the window leaves it first.
-                let oldest = window.front().copied().unwrap_or(now);
-                let wait = (oldest + charge.per).saturating_sub(now);
+            window.per = charge.per;
+            expire(&mut window.times, charge.per, now);
+            let len = window.times.len() as u64;
+            if len >= charge.max {
+                // Room appears when the admission `len - max` (from the oldest) leaves the
+                // window; a reload that lowered `max` can leave more than `max` inside.
+                let index = usize::try_from(len - charge.max).unwrap_or(usize::MAX);
+                let leaves = window.times.get(index).copied().unwrap_or(now);
+                let wait = (leaves + charge.per).saturating_sub(now);
                 retry_after = retry_after.max(wait);
                 spent.push(charge.rule.clone());
             }
@@ -89,10 +100,9 @@ impl Limiter {
                 continue;
             }
             seen.push(&charge.key);
-            self.windows
-                .entry(charge.key.clone())
-                .or_default()
-                .push_back(now);
+            let window = self.windows.entry(charge.key.clone()).or_default();
+            window.per = charge.per;
+            window.times.push_back(now);
         }
         Ok(())
     }
@@ -103,7 +113,10 @@ impl Limiter {
             .iter()
             .map(|c| {
                 let used = self.windows.get(&c.key).map_or(0, |w| {
-                    w.iter().filter(|t| now.saturating_sub(**t) < c.per).count() as u64
+                    w.times
+                        .iter()
+                        .filter(|t| now.saturating_sub(**t) < c.per)
+                        .count() as u64
                 });
                 Budget {
                     rule: c.rule.clone(),
@@ -115,10 +128,13 @@ impl Limiter {
             .collect()
     }
 
-    /// Forgets counters idle for longer than `idle`, bounding memory over time.
-    pub fn prune(&mut self, now: Duration, idle: Duration) {
-        self.windows
-            .retain(|_, w| w.back().is_some_and(|t| now.saturating_sub(*t) < idle));
+    /// Drops admissions that have left their counter's window, and counters left empty, bounding
+    /// memory over time without changing any decision.
+    pub fn prune(&mut self, now: Duration) {
+        self.windows.retain(|_, w| {
+            expire(&mut w.times, w.per, now);
+            !w.times.is_empty()
+        });
     }
 
     /// How many counters are held.
@@ -144,6 +160,20 @@ fn expire(window: &mut VecDeque<Duration>, per: Duration, now: Duration) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn retry_after_counts_from_the_admission_that_makes_room() {
+        let mut l = Limiter::new();
+        let wide = [charge("r", "k", 3, 60)];
+        for t in [0, 10, 20] {
+            assert!(l.admit(&wide, s(t)).is_ok());
+        }
+        // A reload lowered `max` to 1: two admissions must leave before there is room.
+        let narrow = [charge("r", "k", 1, 60)];
+        assert_eq!(l.admit(&narrow, s(30)).unwrap_err().retry_after, s(50));
+        assert!(l.admit(&narrow, s(79)).is_err());
+        assert!(l.admit(&narrow, s(80)).is_ok());
+    }
+
     use super::*;
 
     fn charge(rule: &str, key: &str, max: u64, per_s: u64) -> Charge {
@@ -219,12 +249,14 @@ mod tests {
     }
 
     #[test]
-    fn duplicate_keys_consume_once_and_prune_forgets_idle_counters() {
+    fn duplicate_keys_consume_once_and_prune_forgets_only_expired_counters() {
         let mut l = Limiter::new();
         let c = charge("r", "k", 2, 60);
         assert!(l.admit(&[c.clone(), c.clone()], s(0)).is_ok());
         assert_eq!(l.budgets(std::slice::from_ref(&c), s(0))[0].remaining, 1);
-        l.prune(s(1000), s(120));
+        l.prune(s(59));
+        assert_eq!(l.len(), 1, "a counter inside its window is kept");
+        l.prune(s(60));
         assert!(l.is_empty());
     }
 }

@@ -194,7 +194,13 @@ pub enum NormalizeError {
     /// A byte outside ASCII in the path or query.
     #[error("target contains a non-ASCII character; percent-encode it")]
     NonAscii,
+    /// A path longer than `MAX_PATH_BYTES`.
+    #[error("path is longer than 8192 bytes")]
+    PathTooLong,
 }
+
+/// The longest path Mint accepts: 8 KiB.
+pub const MAX_PATH_BYTES: usize = 8192;
 
 /// Builds the canonical target from the three parts of a proxied URL
 /// (`/v1/proxy/{scheme}/{authority}/{path...}`, or an absolute-form request).
@@ -281,6 +287,10 @@ pub fn normalize_path(path: &str) -> Result<String, NormalizeError> {
     if bytes.first() != Some(&b'/') {
         return Err(NormalizeError::PathNotAbsolute);
     }
+    // Bounds the work of matching a path against many globs.
+    if bytes.len() > MAX_PATH_BYTES {
+        return Err(NormalizeError::PathTooLong);
+    }
     let mut out = String::with_capacity(path.len());
     let mut index = 0;
     while let Some(&byte) = bytes.get(index) {
@@ -296,7 +306,12 @@ pub fn normalize_path(path: &str) -> Result<String, NormalizeError> {
                     0 => return Err(NormalizeError::EncodedNul),
                     b'/' | b'\\' => return Err(NormalizeError::EncodedSeparator),
                     b';' => return Err(NormalizeError::MatrixParameter),
-                    value if is_unreserved(value) => out.push(char::from(value)),
+                    // Unreserved characters, and the reserved ones a path segment may hold raw
+                    // (`:`, `@` and the sub-delimiters but `;`): servers route `%3A` as `:`, so
+                    // a rule written with `:` must see it that way too.
+                    value if is_unreserved(value) || is_segment_delimiter(value) => {
+                        out.push(char::from(value));
+                    }
                     value => push_escape(&mut out, value),
                 }
             }
@@ -391,6 +406,14 @@ fn decode_hex_pair(pair: &[u8]) -> Option<u8> {
     let high = char::from(*high).to_digit(16)?;
     let low = char::from(*low).to_digit(16)?;
     u8::try_from(high * 16 + low).ok()
+}
+
+/// Reserved characters that RFC 3986 allows raw in a path segment, except `;` (refused).
+fn is_segment_delimiter(byte: u8) -> bool {
+    matches!(
+        byte,
+        b':' | b'@' | b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b'='
+    )
 }
 
 fn is_unreserved(byte: u8) -> bool {

@@ -388,7 +388,8 @@ fn read_policy(
                     );
                 }
                 let mut seen: HashMap<String, Pos> = HashMap::new();
-                for (i, item) in items.iter().enumerate() {
+                // Past the bound the file is invalid already: reading more would only cost memory.
+                for (i, item) in items.iter().enumerate().take(MAX_RULES) {
                     if let Some(rule) = read_rule(item, i, &mut seen, sink) {
                         rules.push(rule);
                     }
@@ -806,7 +807,7 @@ fn read_host_pattern(node: &Node, path: &str, sink: &mut Sink<'_>) -> Option<Hos
     match HostPattern::parse(text) {
         Ok(pattern) => Some(pattern),
         Err(e) => {
-            let (code, message) = host_pattern_problem(&e);
+            let (code, message) = host_pattern_problem(text, &e);
             sink.error(code, node, path, message);
             None
         }
@@ -814,7 +815,7 @@ fn read_host_pattern(node: &Node, path: &str, sink: &mut Sink<'_>) -> Option<Hos
 }
 
 /// The code and message for a refused host pattern; shared with the alias file.
-pub(crate) fn host_pattern_problem(e: &HostPatternError) -> (Code, String) {
+pub(crate) fn host_pattern_problem(text: &str, e: &HostPatternError) -> (Code, String) {
     match e {
         HostPatternError::NotLeadingLabel => (
             Code::WildcardNotLeadingLabel,
@@ -826,6 +827,17 @@ pub(crate) fn host_pattern_problem(e: &HostPatternError) -> (Code, String) {
              \"*.com\" or \"*\""
                 .to_owned(),
         ),
+        // A suggestion is only safe when it cannot be a pasted token read back: the text had a
+        // dot (a real host name) or named an IP address.
+        HostPatternError::NotCanonical { canonical }
+            if !(text.contains('.') || canonical.parse::<std::net::IpAddr>().is_ok()) =>
+        {
+            (
+                Code::HostNotCanonical,
+                "hosts are written in canonical form: lowercase, punycode, no trailing dot"
+                    .to_owned(),
+            )
+        }
         HostPatternError::NotCanonical { canonical } => (
             Code::HostNotCanonical,
             format!(
@@ -858,6 +870,49 @@ fn read_port(node: &Node, path: &str, sink: &mut Sink<'_>) -> Option<u16> {
     }
 }
 
+/// Methods registered with IANA that APIs use; others load with a warning (W007), since a typo
+/// in a deny rule (`DELET`) would otherwise match nothing without a word.
+const KNOWN_METHODS: &[&str] = &[
+    "GET",
+    "HEAD",
+    "POST",
+    "PUT",
+    "DELETE",
+    "CONNECT",
+    "OPTIONS",
+    "TRACE",
+    "PATCH",
+    "QUERY",
+    "PROPFIND",
+    "PROPPATCH",
+    "MKCOL",
+    "COPY",
+    "MOVE",
+    "LOCK",
+    "UNLOCK",
+    "SEARCH",
+    "REPORT",
+    "MKCALENDAR",
+    "ACL",
+    "BIND",
+    "UNBIND",
+    "REBIND",
+    "LINK",
+    "UNLINK",
+    "MERGE",
+    "CHECKOUT",
+    "CHECKIN",
+    "UPDATE",
+    "LABEL",
+    "MKACTIVITY",
+    "MKWORKSPACE",
+    "VERSION-CONTROL",
+    "BASELINE-CONTROL",
+    "ORDERPATCH",
+    "MKREDIRECTREF",
+    "UPDATEREDIRECTREF",
+];
+
 fn read_method(node: &Node, path: &str, sink: &mut Sink<'_>) -> Option<String> {
     let text = string(node, path, sink)?;
     let token = !text.is_empty()
@@ -867,13 +922,23 @@ fn read_method(node: &Node, path: &str, sink: &mut Sink<'_>) -> Option<String> {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
     let starts_with_letter = text.bytes().next().is_some_and(|b| b.is_ascii_alphabetic());
     if token && starts_with_letter && text.bytes().all(|b| !b.is_ascii_lowercase()) {
+        if !KNOWN_METHODS.contains(&text) {
+            // Only a registered method is quoted back: the text itself could be anything.
+            let hint = crate::fields::closest(text, KNOWN_METHODS)
+                .map(|m| format!("; did you mean `{m}`?"))
+                .unwrap_or_default();
+            sink.error(
+                Code::UnknownMethod,
+                node,
+                path,
+                format!("not a registered HTTP method, so it may match no request{hint}"),
+            );
+        }
         return Some(text.to_owned());
     }
-    let message = if token {
-        format!(
-            "methods match byte-exact and are uppercase: `{text}` matches nothing; write `{}`",
-            text.to_ascii_uppercase()
-        )
+    let upper = text.to_ascii_uppercase();
+    let message = if KNOWN_METHODS.contains(&upper.as_str()) {
+        format!("methods match byte-exact and are uppercase: write `{upper}`")
     } else {
         "a method is an uppercase HTTP method such as `GET` or `POST`".to_owned()
     };

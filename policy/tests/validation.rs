@@ -680,3 +680,50 @@ fn alias_file_never_quotes_a_pasted_secret() {
         );
     }
 }
+
+rule_case!(
+    path_with_braces,
+    "  - id: a\n    effect: deny\n    match: { path: '/v1/{admin,root}/**' }\n",
+    ["E028"]
+);
+rule_case!(
+    path_with_brackets,
+    "  - id: a\n    effect: deny\n    match: { path: '/v1/[ab]' }\n",
+    ["E028"]
+);
+rule_case!(
+    unregistered_method_warns,
+    "  - id: a\n    effect: deny\n    match: { method: DELET }\n",
+    ["W007"]
+);
+
+#[test]
+fn unregistered_method_suggests_the_closest() {
+    let load = load_policy(
+        format!("{HEAD}  - id: a\n    effect: deny\n    match: {{ method: PSOT }}\n").as_bytes(),
+        "t",
+    );
+    assert!(
+        load.diagnostics[0].message.contains("did you mean `POST`?"),
+        "{}",
+        load.diagnostics[0].message
+    );
+    assert!(load.policy.is_some(), "a warning does not invalidate");
+}
+
+#[test]
+fn findings_are_capped() {
+    let mut yaml = HEAD.to_owned();
+    for i in 0..1500 {
+        yaml.push_str(&format!("  - {{ id: R{i}, effect: deny }}\n"));
+    }
+    let load = load_policy(yaml.as_bytes(), "t.yaml");
+    assert_eq!(load.diagnostics.len(), 1001);
+    let last = load.diagnostics.last().unwrap();
+    assert_eq!(last.code.as_str(), "E009");
+    assert!(
+        last.message.starts_with("500 more findings"),
+        "{}",
+        last.message
+    );
+}
