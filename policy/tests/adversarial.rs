@@ -604,7 +604,7 @@ fn regression_host_spellings_hit_deny_and_miss_allow() {
         "api.github.com.evil.com",
         "github.com:443@evil.com",
     ] {
-        let allowed = normalize_target("https", host, "/").map_or(false, |t| {
+        let allowed = normalize_target("https", host, "/").is_ok_and(|t| {
             is_allow(&p.evaluate(&Request {
                 agent: "mino",
                 method: "GET",
