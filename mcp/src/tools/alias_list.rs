@@ -1,0 +1,81 @@
+//! `alias_list`: the alias declarations, as an agent may see them.
+//!
+//! Loads the file with `mint_policy::aliases::load_aliases` and returns each alias's name,
+//! description, hosts and request sites. The `source` is left out: where a secret is kept (a
+//! file path, an environment variable) tells the agent nothing it needs and would point a
+//! prompt injection at the secret.
+
+use std::path::PathBuf;
+
+use mint_policy::Severity;
+use mint_policy::aliases::{Alias, load_aliases};
+use mint_policy::diagnostic::count_noun;
+use mint_policy::site::SiteSet;
+use serde::Serialize;
+
+use super::{Arguments, findings, pretty, unreadable};
+use crate::file_guard::{Guard, OpenFile};
+use crate::jsonrpc::RpcError;
+use crate::paths::Config;
+
+/// Lists the aliases of the file at `path`, or of the configured aliases file.
+pub(super) fn call(args: Arguments<'_>, config: &Config) -> Result<String, RpcError> {
+    let path = args
+        .path("path")?
+        .map_or_else(|| config.aliases.clone(), PathBuf::from);
+    let name = path.display().to_string();
+    let bytes = Guard::load(config)
+        .open(&path)
+        .and_then(OpenFile::read_declaration)
+        .map_err(|error| unreadable("aliases file", &name, error))?;
+    let load = load_aliases(&bytes, &name);
+    let Some(file) = load.aliases else {
+        let errors: Vec<_> = load.errors().collect();
+        let summary = format!(
+            "{} in {name}{}",
+            count_noun(errors.len(), "error"),
+            errors
+                .first()
+                .map(|first| format!("; first: {}", first.short()))
+                .unwrap_or_default()
+        );
+        let warnings = load
+            .diagnostics
+            .iter()
+            .filter(|d| d.severity() == Severity::Warning);
+        return Err(findings(summary, errors.iter().copied().chain(warnings)));
+    };
+    pretty(&AliasList {
+        path: &name,
+        count: file.aliases.len(),
+        aliases: file.aliases.iter().map(AliasView::from).collect(),
+    })
+}
+
+#[derive(Serialize)]
+struct AliasList<'a> {
+    path: &'a str,
+    count: usize,
+    aliases: Vec<AliasView<'a>>,
+}
+
+/// What the agent sees of one alias.
+#[derive(Serialize)]
+struct AliasView<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'a str>,
+    hosts: Vec<String>,
+    sites: SiteSet,
+}
+
+impl<'a> From<&'a Alias> for AliasView<'a> {
+    fn from(alias: &'a Alias) -> Self {
+        AliasView {
+            name: &alias.name,
+            description: alias.description.as_deref(),
+            hosts: alias.hosts.iter().map(|host| host.as_text()).collect(),
+            sites: alias.sites,
+        }
+    }
+}
