@@ -1,0 +1,360 @@
+//! The `keyring` source: the OS keyring through the `keyring` crate, service `mint` and account =
+//! the alias name. Two Linux backends, chosen by [`KeyringBackend`]:
+//!
+//! - `secret-service` (default): the freedesktop Secret Service over D-Bus (GNOME Keyring,
+//!   KWallet, KeePassXC), spoken in pure Rust. Items persist on disk, encrypted by the keyring.
+//!   Needs a D-Bus session bus and an unlocked collection.
+//! - `keyutils`: the Linux kernel's key store. No daemon; keys live in kernel memory in the
+//!   caller's session keyring (linked into the user's persistent keyring when the kernel offers
+//!   one) and are gone after a reboot, so the operator re-adds them. For headless hosts and
+//!   containers. Without a session keyring of its own a process uses the user's session keyring,
+//!   which is what `mint alias add` and the broker share when run as one user.
+//!
+//! Errors from the platform are turned into [`StoreError`] here and never passed on whole: the
+//! crate's `BadEncoding` error would carry the stored bytes.
+
+use std::fmt;
+
+use keyring::Entry;
+use keyring::credential::Credential;
+use secrecy::ExposeSecret;
+use zeroize::Zeroizing;
+
+use super::{CredentialStore, CredentialValue, StoreError, ValueProblem};
+use crate::env::{MINT_KEYRING_BACKEND, MINT_KEYRING_SERVICE};
+
+/// Which OS keyring [`KeyringStore`] talks to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KeyringBackend {
+    /// The freedesktop Secret Service over D-Bus.
+    #[default]
+    SecretService,
+    /// The Linux kernel key store (keyutils).
+    Keyutils,
+}
+
+// === impl KeyringBackend ===
+
+impl KeyringBackend {
+    /// Reads `secret-service` or `keyutils`.
+    pub fn parse(text: &str) -> Option<KeyringBackend> {
+        match text {
+            "secret-service" => Some(KeyringBackend::SecretService),
+            "keyutils" => Some(KeyringBackend::Keyutils),
+            _ => None,
+        }
+    }
+
+    /// The name as written in [`MINT_KEYRING_BACKEND`].
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyringBackend::SecretService => "secret-service",
+            KeyringBackend::Keyutils => "keyutils",
+        }
+    }
+}
+
+impl fmt::Display for KeyringBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which keyring, and the service name items are filed under.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyringConfig {
+    /// The backend.
+    pub backend: KeyringBackend,
+    /// The service name; `mint` unless [`MINT_KEYRING_SERVICE`] says otherwise.
+    pub service: String,
+}
+
+/// A keyring setting in the environment that Mint does not accept.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyringConfigError {
+    /// [`MINT_KEYRING_BACKEND`] names no backend.
+    #[error(
+        "unknown keyring backend in {MINT_KEYRING_BACKEND}; use `secret-service` or `keyutils`"
+    )]
+    UnknownBackend,
+    /// [`MINT_KEYRING_SERVICE`] is outside `[a-z0-9][a-z0-9._-]{0,63}`.
+    #[error(
+        "invalid keyring service name in {MINT_KEYRING_SERVICE}; use 1-64 characters of a-z, 0-9, \
+         `.`, `_` and `-`, such as `mint`"
+    )]
+    InvalidService,
+}
+
+// === impl KeyringConfig ===
+
+impl Default for KeyringConfig {
+    fn default() -> Self {
+        KeyringConfig {
+            backend: KeyringBackend::default(),
+            service: DEFAULT_SERVICE.to_owned(),
+        }
+    }
+}
+
+impl KeyringConfig {
+    /// Reads [`MINT_KEYRING_BACKEND`] and [`MINT_KEYRING_SERVICE`] from the process environment.
+    pub fn from_env() -> Result<KeyringConfig, KeyringConfigError> {
+        KeyringConfig::resolve(|name| std::env::var(name).ok())
+    }
+
+    /// Reads the settings through `lookup`; an empty variable counts as unset.
+    pub fn resolve(
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<KeyringConfig, KeyringConfigError> {
+        let var = |name: &str| lookup(name).filter(|v| !v.is_empty());
+        let backend = match var(MINT_KEYRING_BACKEND) {
+            None => KeyringBackend::default(),
+            Some(text) => KeyringBackend::parse(&text).ok_or(KeyringConfigError::UnknownBackend)?,
+        };
+        let service = match var(MINT_KEYRING_SERVICE) {
+            None => DEFAULT_SERVICE.to_owned(),
+            Some(text) if is_service_name(&text) => text,
+            Some(_) => return Err(KeyringConfigError::InvalidService),
+        };
+        Ok(KeyringConfig { backend, service })
+    }
+}
+
+/// Secrets in the OS keyring. Every call blocks (a D-Bus round trip or a system call); see the
+/// module documentation of `credential_store` for async callers.
+#[derive(Clone, Debug)]
+pub struct KeyringStore {
+    config: KeyringConfig,
+}
+
+// === impl KeyringStore ===
+
+impl KeyringStore {
+    /// A store for `config`'s backend and service. Nothing is contacted until the first call.
+    pub fn new(config: &KeyringConfig) -> KeyringStore {
+        KeyringStore {
+            config: config.clone(),
+        }
+    }
+
+    /// The backend and service in use.
+    pub fn config(&self) -> &KeyringConfig {
+        &self.config
+    }
+
+    fn entry(&self, account: &str) -> Result<Entry, StoreError> {
+        let service = self.config.service.as_str();
+        let credential: Box<Credential> = match self.config.backend {
+            KeyringBackend::SecretService => Box::new(
+                keyring::secret_service::SsCredential::new_with_target(None, service, account)
+                    .map_err(store_error)?,
+            ),
+            KeyringBackend::Keyutils => Box::new(
+                keyring::keyutils::KeyutilsCredential::new_with_target(None, service, account)
+                    .map_err(store_error)?,
+            ),
+        };
+        Ok(Entry::new_with_credential(credential))
+    }
+}
+
+impl CredentialStore for KeyringStore {
+    fn name(&self) -> &'static str {
+        match self.config.backend {
+            KeyringBackend::SecretService => "keyring (Secret Service)",
+            KeyringBackend::Keyutils => "keyring (kernel keyutils)",
+        }
+    }
+
+    fn read(&self, key: &str) -> Result<CredentialValue, StoreError> {
+        let bytes = Zeroizing::new(self.entry(key)?.get_secret().map_err(store_error)?);
+        Ok(CredentialValue::from_bytes(bytes)?)
+    }
+
+    fn write(&self, key: &str, value: &CredentialValue) -> Result<(), StoreError> {
+        let entry = self.entry(key)?;
+        // EXPOSE: the keyring crate takes the value as `&str` to store it; nothing else sees it.
+        entry
+            .set_password(value.as_secret().expose_secret())
+            .map_err(|e| self.unusable(store_error(e)))
+    }
+
+    fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.entry(key)?.delete_credential().map_err(store_error)
+    }
+
+    /// Writes, reads back and deletes a probe item under an account no alias can have (alias
+    /// names never start with `.`). Catches a keyutils session keyring the process does not
+    /// possess, where writes succeed and reads find nothing.
+    fn probe(&self) -> Result<(), StoreError> {
+        let entry = self.entry(PROBE_ACCOUNT)?;
+        entry
+            .set_password(PROBE_VALUE)
+            .map_err(|e| self.unusable(store_error(e)))?;
+        let read = entry.get_secret().map_err(store_error);
+        let _ = entry.delete_credential();
+        match read {
+            Ok(bytes) if bytes == PROBE_VALUE.as_bytes() => Ok(()),
+            Ok(_) => Err(self.unusable(StoreError::Missing)),
+            Err(error) => Err(self.unusable(error)),
+        }
+    }
+}
+
+// === impl KeyringStore ===
+
+impl KeyringStore {
+    /// "Not found" while storing, or right after storing, means the keyring cannot hold items
+    /// for this process: say why instead.
+    fn unusable(&self, error: StoreError) -> StoreError {
+        if !matches!(error, StoreError::Missing) {
+            return error;
+        }
+        let reason = match self.config.backend {
+            KeyringBackend::Keyutils => {
+                "the kernel keyring does not keep keys for this process, which has no session \
+                 keyring it may use; run Mint inside one (`keyctl session - mint ...`) or use the \
+                 Secret Service"
+            }
+            KeyringBackend::SecretService => {
+                "the Secret Service does not keep items for this process"
+            }
+        };
+        StoreError::Unavailable {
+            reason: reason.to_owned(),
+        }
+    }
+}
+
+/// Turns the keyring crate's error into ours without carrying any stored bytes along.
+fn store_error(error: keyring::Error) -> StoreError {
+    match error {
+        keyring::Error::NoEntry => StoreError::Missing,
+        keyring::Error::BadEncoding(bytes) => {
+            // The stored bytes themselves: wipe them, keep only the fact.
+            drop(Zeroizing::new(bytes));
+            StoreError::Value(ValueProblem::NotUtf8)
+        }
+        keyring::Error::PlatformFailure(inner) | keyring::Error::NoStorageAccess(inner) => {
+            StoreError::Unavailable {
+                reason: platform_reason(&*inner),
+            }
+        }
+        keyring::Error::Ambiguous(items) => StoreError::Refused {
+            reason: format!(
+                "{} keyring items match this service and account; delete the extra ones",
+                items.len()
+            ),
+        },
+        keyring::Error::TooLong(attribute, limit) => StoreError::Refused {
+            reason: format!("`{attribute}` is longer than the keyring's limit of {limit}"),
+        },
+        keyring::Error::Invalid(attribute, reason) => StoreError::Refused {
+            reason: format!("`{attribute}` is invalid: {reason}"),
+        },
+        _ => StoreError::Refused {
+            reason: "unexpected keyring error".to_owned(),
+        },
+    }
+}
+
+/// The platform's own words (a D-Bus or kernel error), on one line and bounded in length.
+fn platform_reason(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(inner) = source {
+        let more = inner.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = inner.source();
+    }
+    let mut line: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(MAX_REASON_CHARS)
+        .collect();
+    if text.chars().count() > MAX_REASON_CHARS {
+        line.push('…');
+    }
+    line
+}
+
+fn is_service_name(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    matches!(bytes.first(), Some(b) if b.is_ascii_lowercase() || b.is_ascii_digit())
+        && bytes.len() <= 64
+        && bytes.iter().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
+        })
+}
+
+/// The keyring service name of DESIGN.md.
+pub const DEFAULT_SERVICE: &str = "mint";
+
+const MAX_REASON_CHARS: usize = 300;
+
+/// The account of the probe item: outside the alias grammar, so never an alias's.
+const PROBE_ACCOUNT: &str = ".mint-probe";
+const PROBE_VALUE: &str = "probe";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(vars: &[(&str, &str)]) -> Result<KeyringConfig, KeyringConfigError> {
+        KeyringConfig::resolve(|name| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).to_owned())
+        })
+    }
+
+    #[test]
+    fn config_defaults_to_secret_service_and_mint() {
+        let config = resolve(&[]).unwrap();
+        assert_eq!(config.backend, KeyringBackend::SecretService);
+        assert_eq!(config.service, "mint");
+        assert_eq!(resolve(&[(MINT_KEYRING_BACKEND, "")]).unwrap(), config);
+    }
+
+    #[test]
+    fn config_reads_the_environment() {
+        let config = resolve(&[
+            (MINT_KEYRING_BACKEND, "keyutils"),
+            (MINT_KEYRING_SERVICE, "mint-staging"),
+        ])
+        .unwrap();
+        assert_eq!(config.backend, KeyringBackend::Keyutils);
+        assert_eq!(config.service, "mint-staging");
+        assert_eq!(
+            resolve(&[(MINT_KEYRING_BACKEND, "kwallet")]),
+            Err(KeyringConfigError::UnknownBackend)
+        );
+        for bad in ["Mint", "-x", "a b", &"x".repeat(65)] {
+            assert_eq!(
+                resolve(&[(MINT_KEYRING_SERVICE, bad)]),
+                Err(KeyringConfigError::InvalidService),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_encoding_keeps_no_bytes() {
+        let error = store_error(keyring::Error::BadEncoding(b"canary-bytes\xff".to_vec()));
+        assert!(matches!(error, StoreError::Value(ValueProblem::NotUtf8)));
+        assert!(!format!("{error:?}{error}").contains("canary"));
+    }
+
+    #[test]
+    fn platform_reasons_are_one_bounded_line() {
+        let error = std::io::Error::other(format!("line one\nline two {}", "x".repeat(400)));
+        let reason = platform_reason(&error);
+        assert!(!reason.contains('\n'));
+        assert!(reason.starts_with("line one line two"));
+        assert_eq!(reason.chars().count(), MAX_REASON_CHARS + 1);
+    }
+}

@@ -1,0 +1,184 @@
+//! `mint init` through the real binary: what it creates and with which permissions, that it never
+//! overwrites, and that a failure part-way leaves nothing behind.
+
+#![expect(clippy::unwrap_used, reason = "test code")]
+
+#[path = "support/mint.rs"]
+mod support;
+
+use std::path::Path;
+
+use support::{fails, mint, mode, ok, run};
+
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn creates_a_private_home_with_three_private_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join(".mint");
+    let out = ok(mint(dir.path()).arg("init"));
+    assert_eq!(mode(&home), 0o700);
+    assert_eq!(
+        listing(&home),
+        ["aliases.yaml", "capabilities.yaml", "policy.yaml"]
+    );
+    for file in ["aliases.yaml", "capabilities.yaml", "policy.yaml"] {
+        assert_eq!(mode(&home.join(file)), 0o600, "{file}");
+    }
+    assert!(out.stdout.contains("policy.yaml"), "{}", out.stdout);
+    assert!(out.stdout.contains("Next steps:"), "{}", out.stdout);
+    assert!(out.stdout.contains("mint alias add"), "{}", out.stdout);
+    assert!(out.stdout.contains("mint cap issue"), "{}", out.stdout);
+    assert!(out.stdout.contains("another user"), "{}", out.stdout);
+    assert!(out.stderr.is_empty(), "{}", out.stderr);
+
+    let policy = std::fs::read_to_string(home.join("policy.yaml")).unwrap();
+    assert!(
+        policy.contains("\nversion: 1\ndefault: deny\nrules: []\n"),
+        "{policy}"
+    );
+    assert!(policy.starts_with("# "), "commented: {policy}");
+    let aliases = std::fs::read_to_string(home.join("aliases.yaml")).unwrap();
+    assert!(aliases.ends_with("aliases: []\n"), "{aliases}");
+
+    // Every other command accepts what init wrote.
+    let check = ok(mint(dir.path()).args(["policy", "check"]));
+    assert_eq!(check.stdout, "0 errors, 0 warnings\n");
+    let list = ok(mint(dir.path()).args(["alias", "list", "--json"]));
+    assert_eq!(list.stdout.trim(), "[]");
+    let caps = ok(mint(dir.path()).args(["cap", "list", "--json"]));
+    assert_eq!(caps.stdout.trim(), "[]");
+    let caps = ok(mint(dir.path()).args(["cap", "list"]));
+    assert!(
+        caps.stdout.starts_with("No capabilities yet"),
+        "{}",
+        caps.stdout
+    );
+}
+
+#[test]
+fn never_overwrites() {
+    let dir = tempfile::tempdir().unwrap();
+    ok(mint(dir.path()).arg("init"));
+    let home = dir.path().join(".mint");
+    std::fs::write(home.join("policy.yaml"), "version: 1\nrules: []\n# mine\n").unwrap();
+    let before: Vec<Vec<u8>> = ["aliases.yaml", "capabilities.yaml", "policy.yaml"]
+        .iter()
+        .map(|f| std::fs::read(home.join(f)).unwrap())
+        .collect();
+    let out = fails(mint(dir.path()).arg("init"));
+    assert!(out.stderr.contains("already exists"), "{}", out.stderr);
+    assert!(out.stderr.contains("never overwrites"), "{}", out.stderr);
+    let after: Vec<Vec<u8>> = ["aliases.yaml", "capabilities.yaml", "policy.yaml"]
+        .iter()
+        .map(|f| std::fs::read(home.join(f)).unwrap())
+        .collect();
+    assert_eq!(before, after);
+}
+
+#[test]
+fn one_existing_file_stops_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("my-policy.yaml");
+    std::fs::write(&policy, "version: 1\nrules: []\n").unwrap();
+    let out = fails(
+        mint(dir.path())
+            .arg("init")
+            .env("MINT_POLICY_PATH", &policy),
+    );
+    assert!(
+        out.stderr
+            .contains(&format!("`{}` already exists", policy.display())),
+        "{}",
+        out.stderr
+    );
+    assert!(!dir.path().join(".mint").exists(), "nothing was created");
+}
+
+#[test]
+fn a_failure_part_way_removes_what_it_created() {
+    let dir = tempfile::tempdir().unwrap();
+    // The capabilities file is written last, into a directory that does not exist.
+    let out = fails(mint(dir.path()).arg("init").env(
+        "MINT_CAPABILITIES_PATH",
+        dir.path().join("missing/caps.yaml"),
+    ));
+    assert!(out.stderr.contains("nothing was created"), "{}", out.stderr);
+    assert_eq!(listing(dir.path()), Vec::<String>::new());
+}
+
+#[test]
+fn uses_an_existing_private_home_and_refuses_an_open_one() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("state");
+    std::fs::create_dir(&home).unwrap();
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = fails(mint(dir.path()).arg("init").env("MINT_HOME", &home));
+    assert!(
+        out.stderr
+            .contains(&format!("run `chmod 700 {}`", home.display())),
+        "{}",
+        out.stderr
+    );
+    assert!(listing(&home).is_empty());
+
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let out = ok(mint(dir.path()).arg("init").env("MINT_HOME", &home));
+    assert!(out.stdout.starts_with("Initialized"), "{}", out.stdout);
+    assert_eq!(listing(&home).len(), 3);
+}
+
+#[test]
+fn refuses_a_home_whose_parent_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = fails(
+        mint(dir.path())
+            .arg("init")
+            .env("MINT_HOME", dir.path().join("a/b")),
+    );
+    assert!(
+        out.stderr.contains("parent directory does not exist"),
+        "{}",
+        out.stderr
+    );
+    assert!(!dir.path().join("a").exists());
+}
+
+#[test]
+fn modes_do_not_depend_on_the_umask() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = assert_cmd::Command::new("sh");
+    for var in support::ENV_VARS {
+        cmd.env_remove(var);
+    }
+    let out = run(cmd
+        .arg("-c")
+        .arg(format!(
+            "umask 000; exec {} init",
+            env!("CARGO_BIN_EXE_mint")
+        ))
+        .env("MINT_HOME", dir.path().join("open"))
+        .current_dir(dir.path()));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let home = dir.path().join("open");
+    assert_eq!(mode(&home), 0o700);
+    for file in listing(&home) {
+        assert_eq!(mode(&home.join(&file)), 0o600, "{file}");
+    }
+}
+
+#[test]
+fn init_takes_no_arguments() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(mint(dir.path()).args(["init", "extra"]));
+    assert_eq!(out.code, Some(2));
+    assert!(!dir.path().join(".mint").exists());
+}
