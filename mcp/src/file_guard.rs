@@ -2,18 +2,32 @@
 //!
 //! Every path a tool reads, named by the agent or taken from the environment, passes through
 //! `Guard::open` before a byte of it is read. Refused are: Mint's capabilities file (the
-//! configured one, and any file named `capabilities.yaml`), every `file:` secret source declared
-//! in the configured aliases file, and kernel pseudo-files under `/proc`, `/sys` and `/dev`. A
-//! refused file is recognised by its canonical path and, after opening, by its device and inode,
-//! so symbolic links, `..` detours and hard links lead to the same refusal. When the configured
-//! aliases file exists but cannot be loaded, the secret files are unknown and the guard fails
-//! closed: it opens nothing but that aliases file itself.
+//! configured one, any file named `capabilities.yaml`, and any file whose text has a top-level
+//! `capabilities` key, see `is_capabilities_key`), every `file:` secret source declared in the
+//! configured aliases file, and kernel pseudo-files: anything under `/proc`, `/sys` and `/dev`,
+//! and anything on a kernel pseudo file system (procfs, sysfs, devtmpfs, …) wherever it is
+//! mounted.
 //!
-//! Only regular files are opened, without blocking: a directory, FIFO, socket or device is
-//! reported, never waited on. Errors name the kind of problem; they never hold file contents.
+//! The file is opened once, and every decision is made on what was opened, never on a name
+//! looked up again: the canonical path is opened with `O_PATH | O_NOFOLLOW` (no effect even on a
+//! device, no wait on a FIFO, no symbolic link followed at the end), the descriptor's type,
+//! device and inode come from `fstat`, its real path from `/proc/self/fd/N` and its file system
+//! from `/proc/self/fdinfo/N` and `/proc/self/mountinfo`; only then is that very file reopened
+//! for reading through `/proc/self/fd/N`. A symbolic link, a `..` detour or a directory swapped
+//! in between the checks and the open therefore leads to the same refusal, and a hard link is
+//! recognised by its device and inode. When the configured aliases file exists but cannot be
+//! loaded, the secret files are unknown and the guard fails closed: it opens nothing but that
+//! aliases file itself. Without `/proc` the server cannot see what it opened, and refuses
+//! everything.
+//!
+//! Only regular files are opened for reading: a directory, FIFO, socket or device is reported,
+//! never waited on. Errors name the kind of problem; they never hold file contents.
 
+use std::ffi::OsStr;
 use std::fs::{self, File, Metadata, OpenOptions};
-use std::io::{self, Read};
+use std::io::{self, BufRead, BufReader, Read};
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -34,16 +48,16 @@ pub(crate) enum FileError {
     /// The path names a directory.
     #[error("is a directory")]
     IsADirectory,
-    /// The path names a FIFO, socket or device.
+    /// The path names a FIFO, socket, device or (swapped in meanwhile) symbolic link.
     #[error("not a regular file")]
     NotRegularFile,
-    /// The path names Mint's capabilities file.
+    /// The path names Mint's capabilities file, or a file that reads like one.
     #[error("refused: Mint's capabilities file is never read")]
     CapabilitiesFile,
     /// The path names a file that holds an alias's secret.
     #[error("refused: the file holds the secret of an alias (a `file:` source)")]
     SecretFile,
-    /// The path names a file under `/proc`, `/sys` or `/dev`.
+    /// The path names a file under `/proc`, `/sys` or `/dev`, or on a kernel pseudo file system.
     #[error("refused: kernel pseudo-files under /proc, /sys and /dev are never read")]
     PseudoFile,
     /// The aliases file does not load, so which files hold secrets is unknown.
@@ -52,6 +66,9 @@ pub(crate) enum FileError {
          fix the aliases file first"
     )]
     SecretsUnknown,
+    /// What the descriptor really is cannot be learned (no `/proc`), so nothing is read.
+    #[error("refused: the opened file cannot be verified (is /proc mounted?)")]
+    Unverifiable,
     /// Any other I/O failure, by kind.
     #[error("{0}")]
     Io(io::ErrorKind),
@@ -71,6 +88,7 @@ impl FileError {
             FileError::SecretFile => "refused_secret_file",
             FileError::PseudoFile => "refused_pseudo_file",
             FileError::SecretsUnknown => "refused_secrets_unknown",
+            FileError::Unverifiable => "refused_unverifiable",
             FileError::Io(_) => "io_error",
         }
     }
@@ -109,15 +127,15 @@ impl Guard {
             FileError::CapabilitiesFile,
         )];
         let mut aliases = None;
-        let secrets_unknown = match open_regular(&config.aliases) {
+        let secrets_unknown = match open_verified(&config.aliases, |_| Ok(())) {
             Err(FileError::NotFound) => false,
             Err(error) => {
                 tracing::warn!(error.code = error.code(), "Cannot open the aliases file");
                 true
             }
-            Ok((file, metadata)) => {
-                aliases = Some(Identity::of(&metadata));
-                match read_bounded(file, MAX_FILE_BYTES) {
+            Ok(opened) => {
+                aliases = Some(Identity::of(&opened.metadata));
+                match read_bounded(opened.file, MAX_FILE_BYTES) {
                     Err(error) => {
                         tracing::warn!(error.code = error.code(), "Cannot read the aliases file");
                         true
@@ -152,31 +170,9 @@ impl Guard {
 
     /// Opens the regular file at `path` for reading, unless it is refused.
     pub(crate) fn open(&self, path: &Path) -> Result<OpenFile, FileError> {
-        // Both the name as given and the file it resolves to: `/dev/stdin` resolves to no path.
-        if is_pseudo(path) {
-            return Err(FileError::PseudoFile);
-        }
-        let canonical = fs::canonicalize(path)?;
-        if is_pseudo(&canonical) {
-            return Err(FileError::PseudoFile);
-        }
-        if canonical.file_name() == Some(CAPABILITIES_FILE.as_ref()) {
-            return Err(FileError::CapabilitiesFile);
-        }
-        if let Some(refused) = self
-            .refused
-            .iter()
-            .find(|refused| refused.canonical.as_deref() == Some(canonical.as_path()))
-        {
-            return Err(refused.reason);
-        }
-        // Look before opening: opening a device can have effects of its own.
-        let metadata = fs::metadata(&canonical)?;
-        check_type(&metadata)?;
-        let (file, metadata) = open_regular(&canonical)?;
-        // The descriptor is what will be read: check its identity, not the name's, so a file
-        // swapped in after the checks above is still caught.
-        let identity = Identity::of(&metadata);
+        let opened = open_verified(path, |path| self.check_path(path))?;
+        // The descriptor's identity, not a name's: every name of a refused file is refused.
+        let identity = Identity::of(&opened.metadata);
         if let Some(refused) = self
             .refused
             .iter()
@@ -188,9 +184,25 @@ impl Guard {
             return Err(FileError::SecretsUnknown);
         }
         Ok(OpenFile {
-            file,
-            len: metadata.len(),
+            file: opened.file,
+            len: opened.metadata.len(),
         })
+    }
+
+    /// The rules on a file's path: its name, and the refused files' canonical paths. Run on the
+    /// canonical path before opening, and on the opened descriptor's real path after.
+    fn check_path(&self, path: &Path) -> Result<(), FileError> {
+        if path.file_name() == Some(CAPABILITIES_FILE.as_ref()) {
+            return Err(FileError::CapabilitiesFile);
+        }
+        match self
+            .refused
+            .iter()
+            .find(|refused| refused.canonical.as_deref() == Some(path))
+        {
+            Some(refused) => Err(refused.reason),
+            None => Ok(()),
+        }
     }
 }
 
@@ -205,10 +217,34 @@ pub(crate) struct OpenFile {
 
 impl OpenFile {
     /// Reads at most `max_bytes + 1` bytes: enough for a loader to see that the file is too
-    /// large, never more.
+    /// large, never more. A file that reads like a capabilities file is refused.
     pub(crate) fn read_declaration(self) -> Result<Vec<u8>, FileError> {
-        read_bounded(self.file, MAX_FILE_BYTES)
+        let bytes = read_bounded(self.file, MAX_FILE_BYTES)?;
+        if bytes.split(|&byte| byte == b'\n').any(is_capabilities_key) {
+            return Err(FileError::CapabilitiesFile);
+        }
+        Ok(bytes)
     }
+}
+
+/// Whether `line` opens a top-level `capabilities` key, the mark of a capabilities file whatever
+/// its name (a hard link to the broker's, say): at column 1 (after a UTF-8 byte order mark, if
+/// any), the word `capabilities`, bare or in single or double quotes, then optional blanks and
+/// a colon. No policy, aliases file or audit record has such a line.
+pub(crate) fn is_capabilities_key(line: &[u8]) -> bool {
+    const KEY: &[u8] = b"capabilities";
+    let line = line.strip_prefix(b"\xef\xbb\xbf").unwrap_or(line);
+    let rest = match line.split_first() {
+        Some((&quote, rest)) if quote == b'"' || quote == b'\'' => rest
+            .strip_prefix(KEY)
+            .and_then(|rest| rest.strip_prefix(&[quote])),
+        _ => line.strip_prefix(KEY),
+    };
+    rest.is_some_and(|rest| {
+        rest.iter()
+            .find(|&&byte| byte != b' ' && byte != b'\t')
+            .is_some_and(|&byte| byte == b':')
+    })
 }
 
 /// A file the guard refuses, as far as it could be resolved (a file that does not exist has
@@ -252,17 +288,139 @@ impl Identity {
     }
 }
 
-/// Opens `path` without blocking (a FIFO does not wait for a writer, a terminal does not become
-/// the controlling one) and checks on the open descriptor that it is a regular file.
-fn open_regular(path: &Path) -> Result<(File, Metadata), FileError> {
+/// A regular file open for reading, checked on its descriptor.
+#[derive(Debug)]
+struct Verified {
+    file: File,
+    metadata: Metadata,
+}
+
+/// Opens the regular file at `path` for reading, once, and checks what was opened.
+///
+/// `check` holds the caller's rules on a path; it runs, with the kernel pseudo-file rule, on the
+/// canonical path before opening (so a refusal is reported without touching the file) and again
+/// on the real path of the opened descriptor, which is what decides: a directory or a final
+/// component swapped for a symbolic link after `canonicalize` cannot lead elsewhere unseen.
+fn open_verified(
+    path: &Path,
+    check: impl Fn(&Path) -> Result<(), FileError>,
+) -> Result<Verified, FileError> {
+    // Both the name as given and the file it resolves to: `/dev/stdin` resolves to no path.
+    if is_pseudo(path) {
+        return Err(FileError::PseudoFile);
+    }
+    let canonical = fs::canonicalize(path)?;
+    if is_pseudo(&canonical) {
+        return Err(FileError::PseudoFile);
+    }
+    check(&canonical)?;
+    // A handle on the file, not opened for reading: opening it has no effect even on a device,
+    // and never waits on a FIFO. The canonical path holds no symbolic link, so one found at its
+    // end now was swapped in: `O_NOFOLLOW` opens the link itself, which is not a regular file.
+    let handle = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW)
+        .open(&canonical)?;
+    let metadata = handle.metadata()?;
+    check_type(&metadata)?;
+    let fd = handle.as_raw_fd();
+    let fd_path = PathBuf::from(format!("/proc/self/fd/{fd}"));
+    // Where the descriptor really leads, as the kernel tells it: every path rule again.
+    let real = fs::read_link(&fd_path).map_err(|_| FileError::Unverifiable)?;
+    for real in real_paths(&real) {
+        if is_pseudo(real) {
+            return Err(FileError::PseudoFile);
+        }
+        check(real)?;
+    }
+    if on_pseudo_filesystem(fd)? {
+        return Err(FileError::PseudoFile);
+    }
+    // The very file the handle holds, now for reading: `/proc/self/fd/N` names the open file,
+    // not a path to look up again. Without blocking, and never as a controlling terminal.
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)?;
-    let metadata = file.metadata()?;
-    check_type(&metadata)?;
-    Ok((file, metadata))
+        .open(&fd_path)?;
+    let opened = file.metadata()?;
+    check_type(&opened)?;
+    if Identity::of(&opened) != Identity::of(&metadata) {
+        return Err(FileError::Unverifiable);
+    }
+    // The handle had to stay open until now: `fd_path` names it.
+    drop(handle);
+    Ok(Verified {
+        file,
+        metadata: opened,
+    })
 }
+
+/// The paths to check for a descriptor's real path: itself and, for a file deleted since it
+/// was opened (`/proc` appends ` (deleted)`), the path it had.
+fn real_paths(real: &Path) -> impl Iterator<Item = &Path> {
+    let bytes = real.as_os_str().as_bytes();
+    let before_deletion = bytes
+        .strip_suffix(b" (deleted)")
+        .map(|bytes| Path::new(OsStr::from_bytes(bytes)));
+    std::iter::once(real).chain(before_deletion)
+}
+
+/// Whether the open descriptor `fd` lies on a kernel pseudo file system, wherever it is
+/// mounted: its mount id from `/proc/self/fdinfo`, that mount's type from
+/// `/proc/self/mountinfo`. A mount this process cannot see (reached through another process's
+/// root) is refused; a kernel that does not report mount ids leaves the path rule alone.
+fn on_pseudo_filesystem(fd: i32) -> Result<bool, FileError> {
+    let info = fs::read_to_string(format!("/proc/self/fdinfo/{fd}"))
+        .map_err(|_| FileError::Unverifiable)?;
+    let Some(mount) = info
+        .lines()
+        .find_map(|line| line.strip_prefix("mnt_id:"))
+        .map(str::trim)
+    else {
+        return Ok(false);
+    };
+    let mounts = File::open("/proc/self/mountinfo").map_err(|_| FileError::Unverifiable)?;
+    for line in BufReader::new(mounts).split(b'\n') {
+        let line = line.map_err(|_| FileError::Unverifiable)?;
+        // `ID PARENT MAJOR:MINOR ROOT POINT OPTIONS [OPTIONAL…] - TYPE SOURCE SUPER_OPTIONS`
+        if line.split(|&byte| byte == b' ').next() != Some(mount.as_bytes()) {
+            continue;
+        }
+        let fs_type = line
+            .split(|&byte| byte == b' ')
+            .skip_while(|field| *field != b"-")
+            .nth(1)
+            .ok_or(FileError::Unverifiable)?;
+        return Ok(PSEUDO_FILESYSTEMS
+            .iter()
+            .any(|pseudo| pseudo.as_bytes() == fs_type));
+    }
+    Err(FileError::Unverifiable)
+}
+
+/// File system types whose files are views of the kernel and of other processes (their
+/// environment, memory, devices, configuration), never declarations.
+const PSEUDO_FILESYSTEMS: [&str; 19] = [
+    "proc",
+    "sysfs",
+    "devtmpfs",
+    "devpts",
+    "mqueue",
+    "debugfs",
+    "tracefs",
+    "securityfs",
+    "cgroup",
+    "cgroup2",
+    "bpf",
+    "pstore",
+    "efivarfs",
+    "configfs",
+    "fusectl",
+    "binfmt_misc",
+    "nsfs",
+    "selinuxfs",
+    "rpc_pipefs",
+];
 
 /// Whether `path` lies under `/proc`, `/sys` or `/dev`, whose files are views of the kernel
 /// and of other processes (their environment, memory, devices), never declarations.
@@ -367,6 +525,104 @@ mod tests {
                 .unwrap_err(),
             FileError::CapabilitiesFile
         );
+    }
+
+    #[test]
+    fn refuses_a_file_that_reads_like_a_capabilities_file_by_any_name() {
+        let home = Home::new("aliases: []\n");
+        let other = tempfile::tempdir().unwrap();
+        let caps = other.path().join("capabilities.yaml");
+        fs::write(&caps, "version: 1\ncapabilities:\n  - id: c9\n").unwrap();
+        fs::hard_link(&caps, home.path("notes.txt")).unwrap();
+        let open = home.guard().open(&home.path("notes.txt")).unwrap();
+        assert_eq!(
+            open.read_declaration().unwrap_err(),
+            FileError::CapabilitiesFile
+        );
+    }
+
+    #[test]
+    fn the_capabilities_key_rule() {
+        for line in [
+            &b"capabilities:"[..],
+            b"capabilities: []",
+            b"capabilities :",
+            b"capabilities\t:",
+            b"\"capabilities\":",
+            b"'capabilities' :",
+            b"\xef\xbb\xbfcapabilities:",
+            b"capabilities:\r",
+        ] {
+            assert!(
+                is_capabilities_key(line),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+        }
+        for line in [
+            &b" capabilities:"[..],
+            b"# capabilities:",
+            b"capabilities",
+            b"capabilities_x:",
+            b"capabilitiesx:",
+            b"\"capabilities':",
+            b"- capabilities:",
+            b"{\"capabilities\":1}",
+            b"",
+        ] {
+            assert!(
+                !is_capabilities_key(line),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+        }
+    }
+
+    #[test]
+    fn pseudo_file_systems_are_recognised_on_the_descriptor() {
+        let on = |path: &str| {
+            let handle = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH)
+                .open(path)
+                .unwrap();
+            on_pseudo_filesystem(handle.as_raw_fd()).unwrap()
+        };
+        assert!(on("/proc/self/status"));
+        assert!(on("/sys/kernel"));
+        let file = tempfile::NamedTempFile::new().unwrap();
+        assert!(!on(file.path().to_str().unwrap()));
+    }
+
+    #[test]
+    fn a_directory_swapped_for_a_symlink_never_leads_elsewhere() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+
+        let home = Home::new("aliases: []\n");
+        fs::create_dir(home.path("real")).unwrap();
+        fs::write(home.path("real/environ"), "benign\n").unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let racer = {
+            let (stop, dir) = (stop.clone(), home.dir.path().to_owned());
+            std::thread::spawn(move || {
+                let (real, swapped) = (dir.join("real"), dir.join("d"));
+                while !stop.load(Ordering::Relaxed) {
+                    fs::rename(&real, &swapped).unwrap();
+                    fs::rename(&swapped, &real).unwrap();
+                    std::os::unix::fs::symlink("/proc/self", &swapped).unwrap();
+                    fs::remove_file(&swapped).unwrap();
+                }
+            })
+        };
+        let guard = home.guard();
+        for _ in 0..3000 {
+            if let Ok(open) = guard.open(&home.path("d/environ")) {
+                assert_eq!(open.read_declaration().unwrap(), b"benign\n");
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        racer.join().unwrap();
     }
 
     #[test]

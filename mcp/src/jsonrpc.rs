@@ -5,8 +5,13 @@
 //! Decoding problems are described by a position and a kind only, so neither a log line nor a
 //! response ever repeats what the client sent (beyond the request id a response must echo).
 //! Response lines are compact JSON: a line feed can only appear escaped inside a string.
+//! A request id is kept as the client wrote it and echoed byte for byte, so an id no Rust
+//! number holds exactly (`18446744073709551616`, `-0`, `1e2`) comes back unchanged.
 
-use serde::Serialize;
+use std::fmt;
+
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -18,7 +23,7 @@ pub(crate) const INVALID_PARAMS: i64 = -32602;
 /// Unknown method, unknown tool, or a tool call that failed (the reference's code for all three).
 pub(crate) const INTERNAL_ERROR: i64 = -32603;
 
-/// The longest request id, in bytes of its JSON text, that the server echoes. A longer id is an
+/// The longest request id, in bytes of its JSON text as sent, that the server echoes. A longer id is an
 /// invalid request answered with a null id, so no response grows with what the client sent.
 pub(crate) const MAX_ID_BYTES: usize = 1024;
 
@@ -46,8 +51,8 @@ pub(crate) enum Decoded {
     },
     /// JSON that is not a valid request: answered with `INVALID_REQUEST`.
     Invalid {
-        /// The request's id when it is usable, else null.
-        id: Value,
+        /// The request's id when it is usable, else null, as JSON text.
+        id: Box<RawValue>,
         /// What is wrong, for the error message.
         problem: &'static str,
     },
@@ -58,8 +63,8 @@ pub(crate) enum Decoded {
 /// One request: an object with a usable `id`, `"jsonrpc": "2.0"` and a string `method`.
 #[derive(Debug)]
 pub(crate) struct Request {
-    /// A string, a number or null, echoed in the response.
-    pub(crate) id: Value,
+    /// A string, a number or null, as the client wrote it, echoed in the response.
+    pub(crate) id: Box<RawValue>,
     /// The method name.
     pub(crate) method: String,
     /// The parameters, when present.
@@ -110,7 +115,7 @@ pub(crate) fn decode(line: &[u8]) -> Decoded {
     // serde_json stops at 128 levels of nesting with an error, so deep input cannot overflow
     // the stack.
     match serde_json::from_str::<Value>(text) {
-        Ok(value) => classify(value),
+        Ok(value) => classify(value, text),
         Err(error) => Decoded::Malformed {
             column: error.column(),
             kind: match error.classify() {
@@ -124,11 +129,11 @@ pub(crate) fn decode(line: &[u8]) -> Decoded {
 }
 
 /// A success response line, without its line feed.
-pub(crate) fn success(id: &Value, result: &RawValue) -> String {
+pub(crate) fn success(id: &RawValue, result: &RawValue) -> String {
     #[derive(Serialize)]
     struct Success<'a> {
         jsonrpc: &'static str,
-        id: &'a Value,
+        id: &'a RawValue,
         result: &'a RawValue,
     }
     serialize(&Success {
@@ -139,11 +144,11 @@ pub(crate) fn success(id: &Value, result: &RawValue) -> String {
 }
 
 /// An error response line, without its line feed.
-pub(crate) fn failure(id: &Value, error: &RpcError) -> String {
+pub(crate) fn failure(id: &RawValue, error: &RpcError) -> String {
     #[derive(Serialize)]
     struct Failure<'a> {
         jsonrpc: &'static str,
-        id: &'a Value,
+        id: &'a RawValue,
         error: &'a RpcError,
     }
     serialize(&Failure {
@@ -161,18 +166,19 @@ fn serialize(response: &impl Serialize) -> String {
     })
 }
 
-fn classify(value: Value) -> Decoded {
+/// Classifies a JSON value; `text` is the line it was read from, where the id's text is found.
+fn classify(value: Value, text: &str) -> Decoded {
     let mut object = match value {
         Value::Object(object) => object,
         Value::Array(_) => {
             return Decoded::Invalid {
-                id: Value::Null,
+                id: null(),
                 problem: "batch requests are not supported; send one JSON object per line",
             };
         }
         _ => {
             return Decoded::Invalid {
-                id: Value::Null,
+                id: null(),
                 problem: "a request must be a JSON object",
             };
         }
@@ -189,13 +195,20 @@ fn classify(value: Value) -> Decoded {
     };
     if !matches!(id, Value::Null | Value::Number(_) | Value::String(_)) {
         return Decoded::Invalid {
-            id: Value::Null,
+            id: null(),
             problem: "`id` must be a string, a number or null",
         };
     }
-    if id.to_string().len() > MAX_ID_BYTES {
+    // The id as written: the same member as `id` above (the last one, should the key repeat).
+    let Some(id) = raw_id(text) else {
         return Decoded::Invalid {
-            id: Value::Null,
+            id: null(),
+            problem: "`id` must be a string, a number or null",
+        };
+    };
+    if id.get().len() > MAX_ID_BYTES {
+        return Decoded::Invalid {
+            id: null(),
             problem: "`id` is longer than 1024 bytes",
         };
     }
@@ -218,6 +231,57 @@ fn classify(value: Value) -> Decoded {
     })
 }
 
+/// The JSON text of the `id` member of the object `text` holds (already parsed once, so it is
+/// valid), when it is a string, a number or null. Like `serde_json::Map`, the last of repeated
+/// keys counts.
+fn raw_id(text: &str) -> Option<Box<RawValue>> {
+    /// The object's `id` member, other members skipped without being stored.
+    struct IdMember<'a>(Option<&'a RawValue>);
+
+    impl<'de> Deserialize<'de> for IdMember<'de> {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct Members;
+
+            impl<'de> Visitor<'de> for Members {
+                type Value = IdMember<'de>;
+
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("a JSON object")
+                }
+
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                    let mut id = None;
+                    // Keys are unescaped: `"\u0069d"` is `id` too.
+                    while let Some(key) = map.next_key::<String>()? {
+                        if key == "id" {
+                            id = Some(map.next_value::<&'de RawValue>()?);
+                        } else {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                    Ok(IdMember(id))
+                }
+            }
+
+            deserializer.deserialize_map(Members)
+        }
+    }
+
+    let IdMember(id) = serde_json::from_str::<IdMember<'_>>(text).ok()?;
+    let id = id?;
+    // JSON-RPC 2.0: a string, a number or null (`t`rue, `f`alse, `[` and `{` are not).
+    matches!(
+        id.get().as_bytes().first(),
+        Some(b'"' | b'-' | b'0'..=b'9' | b'n')
+    )
+    .then(|| id.to_owned())
+}
+
+/// A null id.
+fn null() -> Box<RawValue> {
+    RawValue::NULL.to_owned()
+}
+
 const VERSION: &str = "2.0";
 
 const INTERNAL_ERROR_LINE: &str =
@@ -236,9 +300,9 @@ mod tests {
         }
     }
 
-    fn invalid(line: &str) -> (Value, &'static str) {
+    fn invalid(line: &str) -> (String, &'static str) {
         match decode(line.as_bytes()) {
-            Decoded::Invalid { id, problem } => (id, problem),
+            Decoded::Invalid { id, problem } => (id.get().to_owned(), problem),
             other => panic!("not invalid: {other:?}"),
         }
     }
@@ -252,7 +316,7 @@ mod tests {
             );
         }
         let r = request("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\r");
-        assert_eq!(r.id, json!(1));
+        assert_eq!(r.id.get(), "1");
         assert_eq!(r.method, "ping");
     }
 
@@ -268,16 +332,22 @@ mod tests {
             Decoded::Notification { method: None }
         ));
         assert_eq!(
-            request(r#"{"jsonrpc":"2.0","id":0,"method":"ping"}"#).id,
-            json!(0)
+            request(r#"{"jsonrpc":"2.0","id":0,"method":"ping"}"#)
+                .id
+                .get(),
+            "0"
         );
         assert_eq!(
-            request(r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#).id,
-            Value::Null
+            request(r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#)
+                .id
+                .get(),
+            "null"
         );
         assert_eq!(
-            request(r#"{"jsonrpc":"2.0","id":"a","method":"ping"}"#).id,
-            json!("a")
+            request(r#"{"jsonrpc":"2.0","id":"a","method":"ping"}"#)
+                .id
+                .get(),
+            r#""a""#
         );
     }
 
@@ -285,15 +355,15 @@ mod tests {
     fn invalid_requests_keep_a_usable_id() {
         assert_eq!(
             invalid(r#"{"jsonrpc":"2.0","id":7}"#),
-            (json!(7), "`method` must be a string")
+            ("7".to_owned(), "`method` must be a string")
         );
         assert_eq!(
             invalid(r#"{"id":7,"method":"ping"}"#),
-            (json!(7), "`jsonrpc` must be \"2.0\"")
+            ("7".to_owned(), "`jsonrpc` must be \"2.0\"")
         );
         assert_eq!(
             invalid(r#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#).0,
-            Value::Null
+            "null"
         );
         let long = format!(
             r#"{{"jsonrpc":"2.0","id":"{}","method":"ping"}}"#,
@@ -301,14 +371,59 @@ mod tests {
         );
         assert_eq!(
             invalid(&long),
-            (Value::Null, "`id` is longer than 1024 bytes")
+            ("null".to_owned(), "`id` is longer than 1024 bytes")
         );
+    }
+
+    #[test]
+    fn ids_are_echoed_as_written() {
+        for id in [
+            "18446744073709551616",
+            "-9223372036854775809",
+            "123456789012345678901234567890",
+            "-0",
+            "1e2",
+            "1.50",
+            r#""\u0041""#,
+            r#""é""#,
+        ] {
+            let line = format!(r#"{{"jsonrpc":"2.0", "id" : {id} ,"method":"ping"}}"#);
+            let r = request(&line);
+            assert_eq!(r.id.get(), id);
+            let result = RawValue::from_string("{}".to_owned()).unwrap();
+            assert_eq!(
+                success(&r.id, &result),
+                format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#)
+            );
+        }
+        // The last of repeated keys, as the parsed object has it; an escaped key counts.
+        assert_eq!(
+            request(r#"{"jsonrpc":"2.0","id":1,"method":"ping","id":2}"#)
+                .id
+                .get(),
+            "2"
+        );
+        assert_eq!(
+            request(r#"{"jsonrpc":"2.0","\u0069d":"x","method":"ping"}"#)
+                .id
+                .get(),
+            r#""x""#
+        );
+        for id in ["true", "[1]", "{}"] {
+            let line = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
+            assert_eq!(invalid(&line).0, "null");
+        }
+        // The bound counts the id as written.
+        // 1025 bytes: a number with many digits (finite, so JSON).
+        let number = format!("1.{}", "9".repeat(1023));
+        let long = format!(r#"{{"jsonrpc":"2.0","id":{number},"method":"ping"}}"#);
+        assert_eq!(invalid(&long).1, "`id` is longer than 1024 bytes");
     }
 
     #[test]
     fn batches_and_scalars_are_invalid_requests_with_a_null_id() {
         let (id, problem) = invalid(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#);
-        assert_eq!(id, Value::Null);
+        assert_eq!(id, "null");
         assert!(problem.starts_with("batch requests are not supported"));
         assert_eq!(invalid("42").1, "a request must be a JSON object");
     }
@@ -341,12 +456,12 @@ mod tests {
     fn responses_are_compact_and_ordered() {
         let result = RawValue::from_string("{\"b\":1,\"a\":2}".to_owned()).unwrap();
         assert_eq!(
-            success(&json!(0), &result),
+            success(&RawValue::from_string("0".to_owned()).unwrap(), &result),
             r#"{"jsonrpc":"2.0","id":0,"result":{"b":1,"a":2}}"#
         );
         assert_eq!(
             failure(
-                &Value::Null,
+                RawValue::NULL,
                 &RpcError::new(INTERNAL_ERROR, "unknown method")
             ),
             r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"unknown method"}}"#

@@ -111,25 +111,15 @@ impl Server {
                 "`name` must be the tool's name as a string",
             ));
         };
-        let empty = Map::new();
-        let arguments = match params.get("arguments") {
-            None | Some(Value::Null) => &empty,
-            Some(Value::Object(arguments)) => arguments,
-            Some(_) => {
-                return Err(RpcError::new(
-                    INVALID_PARAMS,
-                    "`arguments` must be an object",
-                ));
-            }
-        };
-        let text = tools::call(name, arguments, &self.config)?;
+        // The tool first: an unknown tool is reported as such whatever its arguments.
+        let text = tools::call(name, params.get("arguments"), &self.config)?;
         tools::content(&text).map_err(|_| RpcError::new(INTERNAL_ERROR, "internal error"))
     }
 }
 
 /// The response line for `outcome`, within the message limit: an error whose `data` is too
 /// long keeps its first findings, and anything else too long becomes an error.
-fn fit(id: &Value, outcome: Result<Box<RawValue>, RpcError>) -> String {
+fn fit(id: &RawValue, outcome: Result<Box<RawValue>, RpcError>) -> String {
     let line = match &outcome {
         Ok(result) => jsonrpc::success(id, result),
         Err(error) => jsonrpc::failure(id, error),

@@ -20,12 +20,26 @@ mod audit_tail;
 mod mint_usage;
 mod policy_check;
 
-/// Calls the tool `name` with `arguments`, returning its payload as pretty-printed JSON.
+/// Calls the tool `name` with `arguments` (absent or `null` for none, else an object), returning
+/// its payload as pretty-printed JSON. An unknown tool is `INTERNAL_ERROR` whatever the
+/// arguments; arguments that are not an object are `INVALID_PARAMS`.
 pub(crate) fn call(
     name: &str,
-    arguments: &Map<String, Value>,
+    arguments: Option<&Value>,
     config: &Config,
 ) -> Result<String, RpcError> {
+    if !DEFINITIONS.iter().any(|(known, _, _)| *known == name) {
+        return Err(RpcError::new(
+            INTERNAL_ERROR,
+            format!("unknown tool {}", quote(name)),
+        ));
+    }
+    let empty = Map::new();
+    let arguments = match arguments {
+        None | Some(Value::Null) => &empty,
+        Some(Value::Object(arguments)) => arguments,
+        Some(_) => return Err(invalid("`arguments` must be an object".to_owned())),
+    };
     match name {
         "alias_list" => alias_list::call(Arguments::new(arguments, &["path"])?, config),
         "policy_check" => policy_check::call(Arguments::new(arguments, &["file"])?, config),

@@ -98,10 +98,16 @@ fn tools_call_checks_its_params() {
     let unknown = call(&server, "read_file", json!({}));
     assert_eq!(unknown["error"]["code"], INTERNAL_ERROR);
     assert_eq!(unknown["error"]["message"], "unknown tool `read_file`");
+    // The tool is looked up first: an unknown one is unknown whatever its arguments.
+    for arguments in [json!(5), json!("x"), json!([1])] {
+        let unknown = call(&server, "read_file", arguments);
+        assert_eq!(unknown["error"]["code"], INTERNAL_ERROR);
+    }
     for params in [
         json!({}),
         json!({"name":5}),
         json!({"name":"mint_usage","arguments":[1]}),
+        json!({"name":"mint_usage","arguments":"x"}),
     ] {
         let response = send(
             &server,
@@ -145,7 +151,7 @@ fn the_tools_read_the_examples() {
 
 #[test]
 fn oversized_results_become_errors_within_the_limit() {
-    let id = json!(1);
+    let id = RawValue::from_string("1".to_owned()).unwrap();
     let big = "x".repeat(MAX_MESSAGE_BYTES);
     let line = fit(&id, Ok(serde_json::value::to_raw_value(&big).unwrap()));
     assert!(line.len() < MAX_MESSAGE_BYTES);

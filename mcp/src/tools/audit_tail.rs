@@ -1,11 +1,13 @@
 //! `audit_tail`: the newest records of the audit log.
 //!
-//! Reads the file backwards in blocks from its end until it holds `n` records, reaches the start
-//! of the file, or has looked at `MAX_SCAN_BYTES`; memory stays bounded by `n` records and one
-//! line of `MAX_LINE_BYTES`, whatever the file holds. Each line goes through
+//! Reads the file backwards in blocks from its end until it holds `n` records, the records found
+//! fill one response, it reaches the start of the file, or it has looked at `MAX_SCAN_BYTES` or
+//! `MAX_SCAN_LINES`; memory stays bounded by one response's worth of records and one line of
+//! `MAX_LINE_BYTES`, whatever the file holds. Each line goes through
 //! `mint_policy::audit::parse_record`: records are returned (oldest first), and every other line
 //! (not UTF-8, not JSON, not a valid record, too long, blank) is only counted in `skipped`,
-//! never echoed, not even in part.
+//! never echoed, not even in part. A line that opens a top-level `capabilities` key makes the
+//! whole call a refusal: the file is a capabilities file under another name.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -17,7 +19,7 @@ use mint_policy::audit::{AuditRecord, MAX_LINE_BYTES, parse_record};
 use serde::Serialize;
 
 use super::{Arguments, pretty, unreadable};
-use crate::file_guard::{FileError, Guard};
+use crate::file_guard::{FileError, Guard, is_capabilities_key};
 use crate::jsonrpc::RpcError;
 use crate::paths::Config;
 use crate::transport::MAX_MESSAGE_BYTES;
@@ -32,6 +34,10 @@ pub(crate) const MAX_EVENTS: u64 = 1000;
 /// How far back from the end of the file one call looks, so a huge file of non-records (or a
 /// sparse file) cannot stall the server.
 pub(crate) const MAX_SCAN_BYTES: u64 = 64 * 1024 * 1024;
+
+/// How many lines one call looks at, at most, so a file of tiny lines costs no more than
+/// 100,000 parse attempts whatever `MAX_SCAN_BYTES` would allow.
+pub(crate) const MAX_SCAN_LINES: usize = 100_000;
 
 /// Returns the last `n` records of the audit log at `path`, or of the configured one.
 pub(super) fn call(args: Arguments<'_>, config: &Config) -> Result<String, RpcError> {
@@ -48,8 +54,15 @@ pub(super) fn call(args: Arguments<'_>, config: &Config) -> Result<String, RpcEr
         .map_err(|error| unreadable("audit log", &name, error))?;
     // INVARIANT: `n` is at most `MAX_EVENTS`, which fits any `usize`.
     let n = usize::try_from(n).unwrap_or(usize::MAX);
-    let mut tail = read_tail(&open.file, open.len, n)
-        .map_err(|error| unreadable("audit log", &name, FileError::from(error)))?;
+    let budget = TEXT_BUDGET.saturating_sub(frame_len(&name)?);
+    let mut tail = read_tail(&open.file, open.len, n, budget)
+        .map_err(|error| unreadable("audit log", &name, error))?;
+    if tail.full {
+        tracing::info!(
+            kept = tail.records.len(),
+            "Audit tail cut to fit one response"
+        );
+    }
     render(&name, tail.records.make_contiguous(), tail.skipped)
 }
 
@@ -67,9 +80,16 @@ struct Tail {
     /// Oldest first.
     records: VecDeque<AuditRecord>,
     skipped: usize,
+    /// Lines looked at: records and skipped lines.
+    lines: usize,
+    /// The room the records take in the response text, as `record_len` measures it.
+    used: usize,
+    /// Whether a record was left out because the response was full.
+    full: bool,
 }
 
-/// Pretty-prints the result, keeping the newest records that fit in one response line.
+/// Pretty-prints the result. `read_tail` keeps only records that fit in one response line; as
+/// a safety net, the newest records that fit are kept should they not.
 fn render(path: &str, events: &[AuditRecord], skipped: usize) -> Result<String, RpcError> {
     let text = |kept: usize| {
         // INVARIANT: `kept <= events.len()`.
@@ -107,24 +127,72 @@ fn render(path: &str, events: &[AuditRecord], skipped: usize) -> Result<String, 
     Ok(best)
 }
 
-/// The length of `text` written as a JSON string.
-fn escaped_len(text: &str) -> usize {
-    2 + text
-        .bytes()
-        .map(|byte| match byte {
-            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
-            0..=0x1f => 6,
-            _ => 1,
-        })
-        .sum::<usize>()
+/// The room the payload takes in the response text without its records: the pretty-printed
+/// result with no event and the largest counts, plus the brackets' line breaks.
+fn frame_len(path: &str) -> Result<usize, RpcError> {
+    // INVARIANT: `MAX_EVENTS` fits any `usize`.
+    let count = usize::try_from(MAX_EVENTS).unwrap_or(usize::MAX);
+    let frame = pretty(&AuditTail {
+        path,
+        count,
+        events: &[],
+        skipped: MAX_SCAN_LINES,
+    })?;
+    Ok(escaped_len(&frame) + FRAME_SLACK)
 }
 
-/// Reads `file` (of `len` bytes) backwards until `n` records are found.
-fn read_tail(file: &File, len: u64, n: usize) -> io::Result<Tail> {
+/// The room one record takes in the response text: pretty-printed inside `events` (four more
+/// spaces on each of its lines), followed by `,` and a line feed, all escaped as a JSON string.
+fn record_len(record: &AuditRecord) -> usize {
+    let mut measure = Measure { len: 4 + 3 };
+    match serde_json::to_writer_pretty(&mut measure, record) {
+        Ok(()) => measure.len,
+        Err(_) => usize::MAX,
+    }
+}
+
+/// Counts what written bytes take escaped in a JSON string, each line feed with the indent of
+/// one more nesting level.
+struct Measure {
+    len: usize,
+}
+
+impl io::Write for Measure {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        let len = bytes
+            .iter()
+            .map(|&byte| escaped_byte_len(byte) + if byte == b'\n' { 4 } else { 0 })
+            .sum::<usize>();
+        self.len = self.len.saturating_add(len);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The length of `text` written as a JSON string.
+fn escaped_len(text: &str) -> usize {
+    2 + text.bytes().map(escaped_byte_len).sum::<usize>()
+}
+
+fn escaped_byte_len(byte: u8) -> usize {
+    match byte {
+        b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+        0..=0x1f => 6,
+        _ => 1,
+    }
+}
+
+/// Reads `file` (of `len` bytes) backwards until `n` records are found, or the records found
+/// take `budget` bytes of the response text.
+fn read_tail(file: &File, len: u64, n: usize, budget: usize) -> Result<Tail, FileError> {
     let mut tail = Tail::default();
     if n == 0 {
         return Ok(tail);
     }
+    let done = |tail: &Tail| tail.records.len() >= n || tail.full || tail.lines >= MAX_SCAN_LINES;
     let floor = len.saturating_sub(MAX_SCAN_BYTES);
     let mut line = LineAssembly::default();
     let mut block = vec![0; BLOCK_BYTES];
@@ -142,8 +210,8 @@ fn read_tail(file: &File, len: u64, n: usize) -> io::Result<Tail> {
             .and_then(|segment| segment.iter().rposition(|&byte| byte == b'\n'))
         {
             line.prepend(chunk.get(newline + 1..segment_end).unwrap_or_default());
-            line.finish(&mut tail);
-            if tail.records.len() >= n {
+            line.finish(&mut tail, budget)?;
+            if done(&tail) {
                 return Ok(tail);
             }
             segment_end = newline;
@@ -154,7 +222,7 @@ fn read_tail(file: &File, len: u64, n: usize) -> io::Result<Tail> {
     // At the start of the file what remains is its first line. Past the scan window it is only
     // the end of a line, which is left unread.
     if end == 0 {
-        line.finish(&mut tail);
+        line.finish(&mut tail, budget)?;
     }
     Ok(tail)
 }
@@ -196,28 +264,46 @@ impl LineAssembly {
         }
     }
 
-    /// Classifies the assembled line and starts a new one.
-    fn finish(&mut self, tail: &mut Tail) {
+    /// Classifies the assembled line and starts a new one. A record is kept while the records
+    /// kept take at most `budget` bytes of the response; the first one that does not fit marks
+    /// the tail full. A capabilities file's key refuses the file.
+    fn finish(&mut self, tail: &mut Tail, budget: usize) -> Result<(), FileError> {
         let at_end_of_file = std::mem::replace(&mut self.at_end_of_file, false);
         let too_long = std::mem::replace(&mut self.too_long, false);
         if at_end_of_file && !too_long && self.bytes.is_empty() {
-            return;
+            return Ok(());
         }
+        if !too_long && is_capabilities_key(&self.bytes) {
+            return Err(FileError::CapabilitiesFile);
+        }
+        tail.lines += 1;
         let record = (!too_long)
             .then(|| std::str::from_utf8(&self.bytes).ok())
             .flatten()
             .and_then(|text| parse_record(text).ok());
         match record {
-            Some(record) => tail.records.push_front(record),
+            Some(record) => {
+                let used = tail.used.saturating_add(record_len(&record));
+                if used > budget {
+                    tail.full = true;
+                } else {
+                    tail.used = used;
+                    tail.records.push_front(record);
+                }
+            }
             None => tail.skipped += 1,
         }
         self.bytes.clear();
+        Ok(())
     }
 }
 
 /// The room for the pretty-printed payload in one response line: the 1 MiB message limit less
 /// the envelope around the text (the request id is at most 1 KiB).
 const TEXT_BUDGET: usize = MAX_MESSAGE_BYTES - 2048;
+
+/// Room for the line breaks that open and close a non-empty `events` array, and some to spare.
+const FRAME_SLACK: usize = 16;
 
 const BLOCK_BYTES: usize = 64 * 1024;
 
@@ -232,7 +318,7 @@ mod tests {
     fn tail_of(content: &[u8], n: usize) -> Tail {
         let mut file = tempfile::tempfile().unwrap();
         file.write_all(content).unwrap();
-        read_tail(&file, content.len() as u64, n).unwrap()
+        read_tail(&file, content.len() as u64, n, usize::MAX).unwrap()
     }
 
     fn ids(tail: &Tail) -> Vec<String> {
@@ -309,6 +395,55 @@ mod tests {
         let count = value["count"].as_u64().unwrap() as usize;
         assert!(count > 100 && count < 5000, "{count}");
         assert_eq!(value["events"].as_array().unwrap().len(), count);
+    }
+
+    #[test]
+    fn stops_after_the_line_limit() {
+        let mut content = EXAMPLE.as_bytes().to_vec();
+        content.extend_from_slice(&b"x\n".repeat(MAX_SCAN_LINES + 10));
+        let tail = tail_of(&content, 5);
+        assert_eq!((tail.records.len(), tail.skipped), (0, MAX_SCAN_LINES));
+        assert_eq!(tail.lines, MAX_SCAN_LINES);
+    }
+
+    #[test]
+    fn keeps_only_the_newest_records_that_fit_the_budget() {
+        let lines: Vec<&str> = EXAMPLE.lines().collect();
+        let records: Vec<AuditRecord> = lines.iter().map(|l| parse_record(l).unwrap()).collect();
+        let last_two: usize = records[records.len() - 2..].iter().map(record_len).sum();
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(EXAMPLE.as_bytes()).unwrap();
+        let tail = read_tail(&file, EXAMPLE.len() as u64, 1000, last_two).unwrap();
+        assert_eq!(ids(&tail), lines[lines.len() - 2..]);
+        assert!(tail.full);
+        assert_eq!(tail.used, last_two);
+    }
+
+    #[test]
+    fn the_measured_room_matches_the_rendered_text() {
+        let records: Vec<AuditRecord> = EXAMPLE
+            .lines()
+            .map(|line| parse_record(line).unwrap())
+            .collect();
+        let path = "a \"quoted\"\tpath";
+        let text = render(path, &records, MAX_SCAN_LINES).unwrap();
+        let measured: usize = records.iter().map(record_len).sum();
+        let room = frame_len(path).unwrap() + measured;
+        // Never short, and over by little more than the slack.
+        let rendered = escaped_len(&text);
+        assert!(room >= rendered, "{room} {rendered}");
+        assert!(room - rendered <= FRAME_SLACK + 4, "{room} {rendered}");
+    }
+
+    #[test]
+    fn a_capabilities_key_refuses_the_log() {
+        let mut file = tempfile::tempfile().unwrap();
+        let content = b"version: 1\ncapabilities:\n  - id: c1\n";
+        file.write_all(content).unwrap();
+        assert_eq!(
+            read_tail(&file, content.len() as u64, 5, usize::MAX).unwrap_err(),
+            FileError::CapabilitiesFile
+        );
     }
 
     #[test]
