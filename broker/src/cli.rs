@@ -15,7 +15,11 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::alias_cmd::{AliasCommand, AliasCommandError};
+use crate::audit_cmd::{AuditCommand, AuditCommandError};
+use crate::cap_cmd::{CapCommand, CapCommandError};
 use crate::env::Paths;
+use crate::init::InitError;
 use crate::policy_check::{PolicyCheckError, ReportFormat, Verdict, check_policy_file};
 
 /// Mint keeps an AI agent's credentials out of the agent's reach and lets them out only toward
@@ -34,6 +38,18 @@ pub enum Command {
     /// Work with the policy file.
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// Create MINT_HOME (0700) with a default-deny policy, an empty alias file and an empty
+    /// capabilities file; never overwrites a file.
+    Init,
+    /// Declare aliases and store their secrets.
+    #[command(subcommand)]
+    Alias(AliasCommand),
+    /// Issue, list and revoke agent capabilities.
+    #[command(subcommand)]
+    Cap(CapCommand),
+    /// Read, verify and rotate the audit log.
+    #[command(subcommand)]
+    Audit(AuditCommand),
 }
 
 /// `mint policy ...`.
@@ -97,6 +113,18 @@ pub enum CommandError {
     /// `mint policy check` failed to produce a report.
     #[error(transparent)]
     PolicyCheck(#[from] PolicyCheckError),
+    /// `mint init` failed.
+    #[error(transparent)]
+    Init(#[from] InitError),
+    /// `mint alias ...` failed.
+    #[error(transparent)]
+    Alias(#[from] AliasCommandError),
+    /// `mint cap ...` failed.
+    #[error(transparent)]
+    Cap(#[from] CapCommandError),
+    /// `mint audit ...` failed.
+    #[error(transparent)]
+    Audit(#[from] AuditCommandError),
 }
 
 // === impl CommandError ===
@@ -106,6 +134,10 @@ impl CommandError {
     pub fn exit_status(&self) -> ExitStatus {
         match self {
             CommandError::PolicyCheck(_) => ExitStatus::UsageOrConfig,
+            CommandError::Init(_) | CommandError::Alias(_) | CommandError::Cap(_) => {
+                ExitStatus::UsageOrConfig
+            }
+            CommandError::Audit(_) => ExitStatus::UsageOrConfig,
         }
     }
 }
@@ -125,6 +157,25 @@ pub fn run(cli: Cli, paths: &Paths, out: &mut dyn Write) -> Result<ExitStatus, C
                 Verdict::Invalid => ExitStatus::Failure,
             })
         }
+        Command::Init => {
+            crate::init::init(paths, out)?;
+            Ok(ExitStatus::Success)
+        }
+        Command::Alias(command) => {
+            crate::alias_cmd::run(command, paths, &mut std::io::stdin().lock(), out)?;
+            Ok(ExitStatus::Success)
+        }
+        Command::Cap(command) => {
+            let now = std::time::SystemTime::now();
+            crate::cap_cmd::run(command, paths, now, out, &mut std::io::stderr().lock())?;
+            Ok(ExitStatus::Success)
+        }
+        Command::Audit(command) => Ok(crate::audit_cmd::run(
+            command,
+            paths,
+            out,
+            &mut std::io::stderr().lock(),
+        )?),
     }
 }
 

@@ -24,11 +24,27 @@ pub const MINT_POLICY_PATH: &str = "MINT_POLICY_PATH";
 /// The audit log; `$MINT_HOME/audit.log` when unset.
 pub const MINT_AUDIT_LOG_PATH: &str = "MINT_AUDIT_LOG_PATH";
 
+/// When audit records are fsynced: `interval` (the default: at most every 20 ms, group
+/// committed), `always` (each request waits for an fsync covering its record) or `never`.
+pub const MINT_AUDIT_DURABILITY: &str = "MINT_AUDIT_DURABILITY";
+
+/// The size in bytes at which the audit log is rotated; 64 MiB when unset, `0` turns size
+/// rotation off (`mint audit rotate` still rotates).
+pub const MINT_AUDIT_ROTATE_BYTES: &str = "MINT_AUDIT_ROTATE_BYTES";
+
 /// The capabilities file (hashes and metadata only); `$MINT_HOME/capabilities.yaml` when unset.
 pub const MINT_CAPABILITIES_PATH: &str = "MINT_CAPABILITIES_PATH";
 
 /// The proxy's listen address, overridden by `--listen`; [`DEFAULT_LISTEN`] when unset.
 pub const MINT_LISTEN: &str = "MINT_LISTEN";
+
+/// Which OS keyring holds `keyring` secrets: `secret-service` (the default: GNOME Keyring,
+/// KWallet or KeePassXC over D-Bus) or `keyutils` (the Linux kernel's key store; no daemon).
+pub const MINT_KEYRING_BACKEND: &str = "MINT_KEYRING_BACKEND";
+
+/// The keyring service name under which alias secrets are stored; `mint` when unset. Two Mint
+/// homes of one user keep their secrets apart with different names.
+pub const MINT_KEYRING_SERVICE: &str = "MINT_KEYRING_SERVICE";
 
 /// The proxy's listen address when neither `--listen` nor [`MINT_LISTEN`] is given: loopback only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8700";

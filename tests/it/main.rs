@@ -1,3 +1,4 @@
 //! Mint's end-to-end tests: one test binary, one module per area.
 
+mod audit_crash;
 mod examples;

@@ -48,3 +48,25 @@ pub fn has_top_level_key(text: &str, key: &str) -> bool {
             .is_some_and(|rest| rest.starts_with(':'))
     })
 }
+
+/// The local HTTPS echo upstream that the proxy's end-to-end tests forward to (see
+/// `mint_broker::echo_upstream` for its routes).
+pub use mint_broker::echo_upstream;
+
+/// An echo upstream for one test, with its CA certificate written to a file.
+#[derive(Debug)]
+pub struct EchoPeer {
+    /// The running server (its own thread and runtime); dropping the peer stops it.
+    pub server: echo_upstream::BlockingEchoUpstream,
+    /// The CA certificate as PEM: the proxy's `--upstream-ca`, and `curl --cacert`.
+    pub ca_file: PathBuf,
+}
+
+/// Starts an echo upstream on loopback and writes its CA certificate to `dir/upstream-ca.pem`.
+#[track_caller]
+pub fn echo_peer(dir: &Path, config: echo_upstream::EchoConfig) -> EchoPeer {
+    let server = echo_upstream::BlockingEchoUpstream::start(config).unwrap();
+    let ca_file = dir.join("upstream-ca.pem");
+    server.ca().write_pem(&ca_file).unwrap();
+    EchoPeer { server, ca_file }
+}

@@ -1,0 +1,382 @@
+//! What the audit log costs a request, in each durability mode, against a plain `write(2)` of
+//! the same bytes measured in the same run; and the two ways of serializing writers the issue
+//! asked to compare: a lock around the file with the write done in place (what `AuditLog` does)
+//! against handing each record to a writer thread over a channel (one by one, and in batches).
+//!
+//! Criterion measures latency per record (and throughput with 4 producer threads). After it, a
+//! plain run measures CPU time per record from `/proc/self/stat` (all threads of the process,
+//! the flusher included) and prints a table; docs/audit.md quotes both.
+
+#![expect(clippy::unwrap_used, reason = "benchmark")]
+
+use std::fs::{File, OpenOptions};
+use std::hint::black_box;
+use std::io::Write;
+use std::num::NonZeroU16;
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use criterion::{BatchSize, BenchmarkId, Criterion, Throughput};
+use mint_broker::audit::{AuditConfig, AuditLog, Durability, LineHash};
+use mint_policy::audit::{
+    AgentName, AliasName, AuditDecision, AuditRecord, CapabilityId, ChainHash, Host, Method,
+    QueryKey, RequestId, RuleId, Scheme, Timestamp, UrlPath,
+};
+
+/// A decision record shaped like the first line of `examples/audit.log`.
+fn sample() -> AuditRecord {
+    let mut record = AuditRecord::decision(
+        Timestamp::from_unix_millis(1_795_995_560_123).unwrap(),
+        RequestId::new("01JDZ4T6M2Q8W3E5R7Y9U1I3O5").unwrap(),
+        AuditDecision::Allow,
+        ChainHash::genesis(),
+    );
+    record.agent = Some(AgentName::new("mino").unwrap());
+    record.capability = Some(CapabilityId::new("c7f3a9d2").unwrap());
+    record.method = Some(Method::new("GET").unwrap());
+    record.scheme = Some(Scheme::new("https").unwrap());
+    record.host = Some(Host::new("api.github.com").unwrap());
+    record.port = NonZeroU16::new(443);
+    record.path = Some(UrlPath::new("/repos/acme/docs/issues").unwrap());
+    record.query_keys = vec![
+        QueryKey::new("state").unwrap(),
+        QueryKey::new("per_page").unwrap(),
+    ];
+    record.aliases = vec![AliasName::new("github").unwrap()];
+    record.rule = Some(vec![RuleId::new("github-read").unwrap()]);
+    record
+}
+
+fn sample_line() -> Vec<u8> {
+    let mut line = sample().to_line().into_bytes();
+    line.push(b'\n');
+    line
+}
+
+fn append_file(path: &Path) -> File {
+    OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .unwrap()
+}
+
+fn open_log(path: &Path, durability: Durability) -> AuditLog {
+    AuditLog::open(
+        path,
+        AuditConfig {
+            durability,
+            rotate_bytes: None,
+        },
+    )
+    .unwrap()
+}
+
+fn latency(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut group = c.benchmark_group("audit_latency");
+    group.throughput(Throughput::Elements(1));
+
+    let line = sample_line();
+    let file = append_file(&dir.path().join("plain.log"));
+    group.bench_function("baseline_write_same_bytes", |b| {
+        b.iter(|| (&file).write_all(black_box(&line)).unwrap())
+    });
+    let record = sample();
+    // The record is built (cloned) outside the timed part: the proxy builds one per request
+    // whatever the log costs.
+    group.bench_function("serialize_only", |b| {
+        b.iter_batched(|| record.clone(), |r| r.to_line(), BatchSize::SmallInput)
+    });
+    for durability in [Durability::Never, Durability::Interval] {
+        let log = open_log(&dir.path().join(format!("{durability}.log")), durability);
+        group.bench_function(BenchmarkId::new("record", durability), |b| {
+            b.iter_batched(
+                || record.clone(),
+                |r| log.record(r).unwrap(),
+                BatchSize::SmallInput,
+            )
+        });
+    }
+    group.finish();
+
+    // Each `always` record waits for an fsync: milliseconds, so fewer samples.
+    let mut group = c.benchmark_group("audit_latency_always");
+    group.throughput(Throughput::Elements(1));
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(5));
+    let log = open_log(&dir.path().join("always.log"), Durability::Always);
+    group.bench_function(BenchmarkId::new("record", Durability::Always), |b| {
+        b.iter(|| log.record(black_box(record.clone())).unwrap())
+    });
+    group.bench_function("baseline_write_then_fdatasync", |b| {
+        b.iter(|| {
+            (&file).write_all(black_box(&line)).unwrap();
+            file.sync_data().unwrap();
+        })
+    });
+    group.finish();
+}
+
+/// Throughput with several producer threads: the lock in place against a writer thread.
+fn concurrent(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut group = c.benchmark_group("audit_4_threads");
+    group.throughput(Throughput::Elements(1));
+    let record = sample();
+    for durability in [Durability::Never, Durability::Interval, Durability::Always] {
+        if durability == Durability::Always {
+            group.sample_size(10);
+        }
+        let log = open_log(&dir.path().join(format!("c-{durability}.log")), durability);
+        group.bench_function(BenchmarkId::new("record", durability), |b| {
+            b.iter_custom(|iters| {
+                run_threads(THREADS, iters, |_| {
+                    log.record(record.clone()).unwrap();
+                })
+            })
+        });
+    }
+    group.sample_size(100);
+    for design in [Design::PerRecord, Design::Batched] {
+        let writer = ChannelWriter::start(&dir.path().join(format!("{design:?}.log")), design);
+        group.bench_function(BenchmarkId::new("channel", format!("{design:?}")), |b| {
+            b.iter_custom(|iters| {
+                run_threads(THREADS, iters, |_| {
+                    writer.record(&record);
+                })
+            })
+        });
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("audit_latency_channel");
+    group.throughput(Throughput::Elements(1));
+    for design in [Design::PerRecord, Design::Batched] {
+        let writer = ChannelWriter::start(&dir.path().join(format!("l-{design:?}.log")), design);
+        group.bench_function(BenchmarkId::new("channel", format!("{design:?}")), |b| {
+            b.iter(|| writer.record(black_box(&record)))
+        });
+    }
+    group.finish();
+}
+
+/// Runs `iters` calls of `work` spread over `threads` threads; returns the wall time.
+fn run_threads(threads: u64, iters: u64, work: impl Fn(u64) + Sync) -> Duration {
+    let per_thread = iters.div_ceil(threads);
+    let start = Instant::now();
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            let work = &work;
+            scope.spawn(move || {
+                for i in 0..per_thread {
+                    work(t * per_thread + i);
+                }
+            });
+        }
+    });
+    start.elapsed()
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Design {
+    /// The writer thread takes one record, writes it, answers; the next waits its turn.
+    PerRecord,
+    /// The writer thread drains everything queued, writes it all with one `write(2)`, answers.
+    Batched,
+}
+
+/// The alternative the issue asked to measure: one thread owns the file and the chain, and
+/// producers hand it serialized records over a channel, each waiting for its answer.
+struct ChannelWriter {
+    jobs: mpsc::Sender<(Vec<u8>, mpsc::SyncSender<()>)>,
+}
+
+impl ChannelWriter {
+    fn start(path: &Path, design: Design) -> ChannelWriter {
+        let file = append_file(path);
+        let (jobs, queue) = mpsc::channel::<(Vec<u8>, mpsc::SyncSender<()>)>();
+        std::thread::spawn(move || {
+            let mut last = LineHash::GENESIS;
+            let mut batch = Vec::new();
+            let mut replies = Vec::new();
+            while let Ok(first) = queue.recv() {
+                let mut next = Some(first);
+                while let Some((mut line, reply)) = next.take() {
+                    splice(&mut line, &last);
+                    last = LineHash::of(&line[..line.len() - 1]);
+                    batch.extend_from_slice(&line);
+                    replies.push(reply);
+                    if design == Design::PerRecord || replies.len() >= 256 {
+                        break;
+                    }
+                    next = queue.try_recv().ok();
+                }
+                (&file).write_all(&batch).unwrap();
+                batch.clear();
+                for reply in replies.drain(..) {
+                    let _ = reply.send(());
+                }
+            }
+        });
+        ChannelWriter { jobs }
+    }
+
+    fn record(&self, record: &AuditRecord) {
+        let mut line = record.clone().to_line().into_bytes();
+        line.push(b'\n');
+        let (reply, done) = mpsc::sync_channel(1);
+        self.jobs.send((line, reply)).unwrap();
+        done.recv().unwrap();
+    }
+}
+
+fn splice(line: &mut [u8], prev: &LineHash) {
+    let end = line.len();
+    line[end - 67..end - 3].copy_from_slice(&prev.hex());
+}
+
+/// Process CPU time (user + system, all threads) from `/proc/self/stat`, in 10 ms ticks.
+fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after_name.split(' ').collect();
+    // Fields 14 and 15 of the whole line are the 12th and 13th after `(comm) `.
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    Duration::from_millis(ticks * 10)
+}
+
+/// Runs `records` records of `work` on `threads` threads; returns (wall, process CPU).
+fn measure(threads: u64, records: u64, work: impl Fn(u64) + Sync) -> (Duration, Duration) {
+    let cpu = process_cpu();
+    let wall = run_threads(threads, records, work);
+    (wall, process_cpu() - cpu)
+}
+
+/// CPU time and throughput per mode, outside criterion, printed as a table.
+fn cpu_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = sample();
+    let line = sample_line();
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "\naudit CPU report (process CPU time of all threads, flusher included, from USER_HZ \
+         ticks; each record is built by cloning a sample, as the proxy builds one)\n\
+         {:<36} {:>8} {:>10} {:>12} {:>12} {:>8}",
+        "case", "threads", "records", "records/s", "CPU/record", "vs write"
+    )
+    .unwrap();
+    let mut baseline = None;
+    let mut row = |out: &mut dyn Write,
+                   name: &str,
+                   threads: u64,
+                   records: u64,
+                   (wall, cpu): (Duration, Duration)| {
+        let per = cpu.as_secs_f64() * 1e6 / records as f64;
+        let base = *baseline.get_or_insert(per);
+        writeln!(
+            out,
+            "{name:<36} {threads:>8} {records:>10} {:>12.0} {:>10.2}us {:>7.1}x",
+            records as f64 / wall.as_secs_f64(),
+            per,
+            per / base
+        )
+        .unwrap();
+    };
+    let file = append_file(&dir.path().join("plain.log"));
+    row(
+        &mut out,
+        "baseline write(2) of the same bytes",
+        1,
+        N,
+        measure(1, N, |_| {
+            (&file).write_all(&line).unwrap();
+        }),
+    );
+    row(
+        &mut out,
+        "building the record only (a clone)",
+        1,
+        N,
+        measure(1, N, |_| {
+            black_box(record.clone());
+        }),
+    );
+    for durability in [Durability::Never, Durability::Interval] {
+        for threads in [1, THREADS] {
+            let log = open_log(
+                &dir.path().join(format!("{durability}-{threads}.log")),
+                durability,
+            );
+            row(
+                &mut out,
+                &format!("record, {durability}"),
+                threads,
+                N,
+                measure(threads, N, |_| {
+                    log.record(record.clone()).unwrap();
+                }),
+            );
+        }
+    }
+    for threads in [1, 16, 64] {
+        let log = open_log(
+            &dir.path().join(format!("always-{threads}.log")),
+            Durability::Always,
+        );
+        let records = N_ALWAYS * threads;
+        row(
+            &mut out,
+            "record, always",
+            threads,
+            records,
+            measure(threads, records, |_| {
+                log.record(record.clone()).unwrap();
+            }),
+        );
+        let stats = log.stats();
+        writeln!(
+            out,
+            "{:<36} {:>8} {:>10} fsyncs: {} ({:.1} records per fsync)",
+            "",
+            "",
+            "",
+            stats.syncs,
+            stats.records as f64 / stats.syncs.max(1) as f64
+        )
+        .unwrap();
+    }
+    for design in [Design::PerRecord, Design::Batched] {
+        for threads in [1, THREADS] {
+            let writer = ChannelWriter::start(
+                &dir.path().join(format!("cpu-{design:?}-{threads}.log")),
+                design,
+            );
+            row(
+                &mut out,
+                &format!("channel to a writer thread, {design:?}"),
+                threads,
+                N,
+                measure(threads, N, |_| writer.record(&record)),
+            );
+        }
+    }
+}
+
+fn main() {
+    let mut criterion = Criterion::default().configure_from_args();
+    latency(&mut criterion);
+    concurrent(&mut criterion);
+    criterion.final_summary();
+    // `cargo bench -- --test` (and `--list`) only checks that the benchmarks run.
+    if !std::env::args().any(|arg| arg == "--test" || arg == "--list") {
+        cpu_report();
+    }
+}
+
+const THREADS: u64 = 4;
+/// Records per CPU measurement: long enough (seconds) for 10 ms ticks to be precise.
+const N: u64 = 400_000;
+const N_ALWAYS: u64 = 200;

@@ -1,0 +1,524 @@
+//! The audit trail: one hash-chained JSON Lines file, written before anything is forwarded.
+//!
+//! The proxy builds an [`AuditRecord`] (a `decision` before forwarding, an `outcome` after; see
+//! [`facts`] for the only way request facts become a record) and hands it to [`AuditLog::record`]
+//! or [`AuditLog::record_async`]. Those return only once the line is in the file, and in
+//! `always` mode once an fsync covers it; any error means the request must be refused with 503
+//! `audit_unavailable` (DESIGN.md invariant 4: never forwarded unrecorded). Broker events such as
+//! `policy_reload_failed` go through [`AuditLog::event`].
+//!
+//! This is not tracing: records go through [`AuditSink`], which no `RUST_LOG` setting can
+//! filter. Tracing only says why a record could not be written, naming the log's path and the
+//! request id, never a record's content. No record can hold a header value, a query value, a
+//! body or a secret: `mint_policy::audit` has no field for one.
+//!
+//! Layout: [`chain`] hashes and reads lines; `writer` owns the file; `durability` runs the
+//! flusher; [`rotation`] names and finds rotated files; [`verify`] and [`tail`] read logs back
+//! for `mint audit verify` and `mint audit tail`; [`facts`] turns request facts into records;
+//! [`MemorySink`] stands in for the file in tests.
+
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::num::ParseIntError;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use mint_policy::audit::{
+    AuditRecord, ChainHash, GENESIS_PREV, MAX_LINE_BYTES, ReasonCode, RequestId, ShapeError,
+    Timestamp,
+};
+
+pub mod chain;
+mod durability;
+pub mod facts;
+mod memory_sink;
+pub mod rotation;
+pub mod tail;
+pub mod verify;
+mod writer;
+
+pub use chain::LineHash;
+pub use durability::{Durability, FLUSH_INTERVAL, ROTATION_POLL, UnknownDurability};
+pub use memory_sink::MemorySink;
+pub use writer::TORN_LINE_REASON;
+
+use durability::{Durable, SyncFailure, lock_sync, run_flusher, wait_durable};
+use writer::Shared;
+
+/// How an [`AuditLog`] writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AuditConfig {
+    /// When records are fsynced.
+    pub durability: Durability,
+    /// Rotate before a record would grow the file past this many bytes; `None` never rotates by
+    /// size (`mint audit rotate` still works).
+    pub rotate_bytes: Option<u64>,
+}
+
+// === impl AuditConfig ===
+
+impl AuditConfig {
+    /// Reads [`MINT_AUDIT_DURABILITY`](crate::env::MINT_AUDIT_DURABILITY) and
+    /// [`MINT_AUDIT_ROTATE_BYTES`](crate::env::MINT_AUDIT_ROTATE_BYTES) through `lookup`;
+    /// unset or empty variables keep the defaults. `MINT_AUDIT_ROTATE_BYTES=0` turns size
+    /// rotation off.
+    pub fn from_lookup(
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<AuditConfig, AuditConfigError> {
+        let var = |name: &str| lookup(name).filter(|v| !v.is_empty());
+        let mut config = AuditConfig::default();
+        if let Some(text) = var(crate::env::MINT_AUDIT_DURABILITY) {
+            config.durability = text.parse().map_err(|_| AuditConfigError::Durability)?;
+        }
+        if let Some(text) = var(crate::env::MINT_AUDIT_ROTATE_BYTES) {
+            let bytes: u64 = text
+                .parse()
+                .map_err(|source| AuditConfigError::RotateBytes { source })?;
+            config.rotate_bytes = (bytes > 0).then_some(bytes);
+        }
+        Ok(config)
+    }
+}
+
+impl Default for AuditConfig {
+    /// `interval` durability, rotation at [`DEFAULT_ROTATE_BYTES`].
+    fn default() -> Self {
+        AuditConfig {
+            durability: Durability::Interval,
+            rotate_bytes: Some(DEFAULT_ROTATE_BYTES),
+        }
+    }
+}
+
+/// A bad audit setting in the environment.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AuditConfigError {
+    /// `MINT_AUDIT_DURABILITY` is not `always`, `interval` or `never`.
+    #[error("`MINT_AUDIT_DURABILITY` must be `always`, `interval` or `never`")]
+    Durability,
+    /// `MINT_AUDIT_ROTATE_BYTES` is not a number of bytes.
+    #[error("`MINT_AUDIT_ROTATE_BYTES` must be a whole number of bytes")]
+    RotateBytes {
+        /// Why the number did not parse.
+        #[source]
+        source: ParseIntError,
+    },
+}
+
+/// Why a record was not written, or a log could not be opened. Every error from
+/// [`AuditLog::record`] means: refuse the request (503 `audit_unavailable`). Messages name the
+/// log's path and the kind of problem, never a record's content.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AuditError {
+    /// The log (or its lock file) could not be opened or created.
+    #[error("cannot open audit log `{}`", path.display())]
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's reason.
+        #[source]
+        source: io::Error,
+    },
+    /// Another process (or another `AuditLog` in this one) is writing this log.
+    #[error("audit log `{}` is in use by another process", path.display())]
+    Locked {
+        /// The log.
+        path: PathBuf,
+    },
+    /// The end of the log could not be read, so the chain cannot be continued.
+    #[error("cannot read the end of audit log `{}`", path.display())]
+    ReadTail {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's reason.
+        #[source]
+        source: io::Error,
+    },
+    /// The record's fields do not fit its phase (a bug in the caller): refused, not written.
+    #[error("audit record refused: {0}")]
+    Shape(ShapeError),
+    /// The record serializes to more than `MAX_LINE_BYTES`: refused, not written.
+    #[error("audit record longer than {MAX_LINE_BYTES} bytes refused")]
+    TooLong,
+    /// The line could not be written (disk full, read-only, I/O error).
+    #[error("cannot write to audit log `{}`", path.display())]
+    Write {
+        /// The log.
+        path: PathBuf,
+        /// The operating system's reason.
+        #[source]
+        source: io::Error,
+    },
+    /// An fsync failed earlier: the log refuses every record until it is opened again.
+    #[error("audit log `{}` is unavailable after a failed fsync ({kind})", path.display())]
+    Unavailable {
+        /// The log.
+        path: PathBuf,
+        /// The kind of the fsync's error.
+        kind: io::ErrorKind,
+    },
+    /// The record was written but the fsync covering it failed (`always` mode).
+    #[error("audit record written to `{}` but not made durable ({kind})", path.display())]
+    NotDurable {
+        /// The log.
+        path: PathBuf,
+        /// The kind of the fsync's error.
+        kind: io::ErrorKind,
+    },
+    /// The log was closed.
+    #[error("audit log is closed")]
+    Closed,
+    /// An internal invariant failed; nothing was written.
+    #[error("audit log internal error")]
+    Internal,
+}
+
+/// Proof that a record is in the log: its sequence number in this process and its line hash
+/// (the next line's `prev`). In `always` mode it also means an fsync covered it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Receipt {
+    seq: u64,
+    hash: LineHash,
+}
+
+// === impl Receipt ===
+
+impl Receipt {
+    /// The record's number among those written since the log was opened, from 1.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// The hash of the written line.
+    pub fn hash(&self) -> LineHash {
+        self.hash
+    }
+}
+
+/// Counters of an open log.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AuditStats {
+    /// Records written since the log was opened (including recovery events).
+    pub records: u64,
+    /// Fsyncs the flusher has done.
+    pub syncs: u64,
+}
+
+/// Where audit records go: the file ([`AuditLog`]), or memory in tests ([`MemorySink`]).
+/// Any error means the request must be refused with 503 `audit_unavailable`.
+pub trait AuditSink: Send + Sync + fmt::Debug {
+    /// Writes `record` (its `prev` is set by the sink), blocking until it is recorded.
+    fn record(&self, record: AuditRecord) -> Result<Receipt, AuditError>;
+
+    /// Writes `record` like [`AuditSink::record`], awaiting durability without blocking a thread.
+    fn record_async(&self, record: AuditRecord) -> BoxFuture<'_, Result<Receipt, AuditError>>;
+}
+
+/// A boxed future, as [`AuditSink::record_async`] returns.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// An open audit log: cheap to clone and share between tasks and threads. The last clone to be
+/// dropped stops the flusher (after a final fsync unless the mode is `never`) and releases the
+/// writer lock.
+#[derive(Clone)]
+pub struct AuditLog {
+    shared: Arc<Shared>,
+    _flusher: Arc<Flusher>,
+}
+
+// === impl AuditLog ===
+
+impl AuditLog {
+    /// Opens the log at `path` (creating it 0600), takes the writer lock (`<path>.lock`) and
+    /// continues the chain from the last line of the file, or of its newest rotated
+    /// predecessor, or from genesis. A torn last line is recovered (see `writer`).
+    pub fn open(path: &Path, config: AuditConfig) -> Result<AuditLog, AuditError> {
+        let shared = Arc::new(Shared::open(path, &config)?);
+        let for_thread = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("mint-audit-flush".to_owned())
+            .spawn(move || run_flusher(&for_thread))
+            .map_err(|source| AuditError::Open {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        let flusher = Flusher {
+            shared: Arc::clone(&shared),
+            thread: Mutex::new(Some(thread)),
+        };
+        Ok(AuditLog {
+            shared,
+            _flusher: Arc::new(flusher),
+        })
+    }
+
+    /// Writes `record`, replacing its `prev` with the hash of the log's last line. Returns once
+    /// the line is in the file, and in `always` mode once an fsync covers it. Blocks the calling
+    /// thread for that; async callers use [`AuditLog::record_async`].
+    pub fn record(&self, record: AuditRecord) -> Result<Receipt, AuditError> {
+        let receipt = self.write(record)?;
+        if self.shared.durability == Durability::Always {
+            wait_durable(&self.shared, receipt.seq).map_err(|f| self.sync_error(f))?;
+        }
+        Ok(receipt)
+    }
+
+    /// Like [`AuditLog::record`], but in `always` mode awaits the fsync instead of blocking.
+    /// The write itself (a few microseconds) still happens on the calling thread.
+    pub async fn record_async(&self, record: AuditRecord) -> Result<Receipt, AuditError> {
+        let receipt = self.write(record)?;
+        if self.shared.durability == Durability::Always {
+            let durable = Durable {
+                shared: Arc::clone(&self.shared),
+                seq: receipt.seq,
+            };
+            durable.await.map_err(|f| self.sync_error(f))?;
+        }
+        Ok(receipt)
+    }
+
+    /// Records a broker event (such as `policy_reload_failed`) with a fresh event id.
+    pub fn event(&self, reason: ReasonCode) -> Result<Receipt, AuditError> {
+        let id = event_id(self.shared.next_event_number());
+        self.record(AuditRecord::event(now(), id, reason, ChainHash::genesis()))
+    }
+
+    /// Fsyncs everything written so far, in any mode (for a clean shutdown).
+    pub fn sync(&self) -> Result<(), AuditError> {
+        let seq = self.shared.written();
+        if seq == 0 {
+            return Ok(());
+        }
+        wait_durable(&self.shared, seq).map_err(|f| self.sync_error(f))
+    }
+
+    /// The log's path.
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    /// Records written and fsyncs done since the log was opened.
+    pub fn stats(&self) -> AuditStats {
+        AuditStats {
+            records: self.shared.written(),
+            syncs: lock_sync(&self.shared).syncs,
+        }
+    }
+
+    fn write(&self, record: AuditRecord) -> Result<Receipt, AuditError> {
+        let line = PreparedLine::new(record).inspect_err(|error| {
+            tracing::error!(audit.path = %self.shared.path.display(), error = %error, "Audit record refused");
+        })?;
+        let (seq, hash) = self.shared.append(line)?;
+        Ok(Receipt { seq, hash })
+    }
+
+    fn sync_error(&self, failure: SyncFailure) -> AuditError {
+        match failure {
+            SyncFailure::Io(kind) => AuditError::NotDurable {
+                path: self.shared.path.clone(),
+                kind,
+            },
+            SyncFailure::Closed => AuditError::Closed,
+        }
+    }
+}
+
+impl fmt::Debug for AuditLog {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AuditLog")
+            .field("path", &self.shared.path)
+            .field("durability", &self.shared.durability)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AuditSink for AuditLog {
+    fn record(&self, record: AuditRecord) -> Result<Receipt, AuditError> {
+        AuditLog::record(self, record)
+    }
+
+    fn record_async(&self, record: AuditRecord) -> BoxFuture<'_, Result<Receipt, AuditError>> {
+        Box::pin(AuditLog::record_async(self, record))
+    }
+}
+
+/// Stops the flusher when the last [`AuditLog`] clone goes away.
+struct Flusher {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Flusher {
+    fn drop(&mut self) {
+        lock_sync(&self.shared).shutdown = true;
+        self.shared.flush_wanted.notify_all();
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(thread) = thread {
+            // A panicked flusher has nothing left to flush; the log is closing either way.
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A record serialized with a placeholder `prev`, ready for the writer to splice the real one
+/// into: the serialization happens outside the writer lock.
+pub(crate) struct PreparedLine {
+    /// The request id, for error logs.
+    pub(crate) id: RequestId,
+    /// The line and its newline; ends with `"prev":"sha256:<64 hex digits>"}` and `\n`.
+    pub(crate) bytes: Vec<u8>,
+}
+
+// === impl PreparedLine ===
+
+impl PreparedLine {
+    /// Checks `record` (fail closed) and serializes it with a genesis placeholder as `prev`.
+    pub(crate) fn new(mut record: AuditRecord) -> Result<PreparedLine, AuditError> {
+        record.prev = ChainHash::genesis();
+        record.check().map_err(AuditError::Shape)?;
+        let mut bytes = record.to_line().into_bytes();
+        if bytes.len() > MAX_LINE_BYTES {
+            return Err(AuditError::TooLong);
+        }
+        // `prev` is the last field `to_line` writes; a line that does not end with it (or an
+        // empty line from a failed serialization) is refused rather than mis-chained.
+        if !ends_with_genesis_prev(&bytes) {
+            return Err(AuditError::Internal);
+        }
+        bytes.push(b'\n');
+        Ok(PreparedLine {
+            id: record.id,
+            bytes,
+        })
+    }
+}
+
+/// The current time as a record timestamp (the clock is read here, never in `mint-policy`).
+/// A clock before 1970 reads as the epoch; one past the year 9999 as its last millisecond.
+#[expect(
+    clippy::expect_used,
+    reason = "INVARIANT: every value from 0 to MAX_TIMESTAMP_MILLIS is a valid timestamp"
+)]
+pub fn now() -> Timestamp {
+    let millis = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| {
+            u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
+        });
+    Timestamp::from_unix_millis(millis.min(MAX_TIMESTAMP_MILLIS)).expect("timestamp in range")
+}
+
+/// An id for a broker event: `ev-<unix ms>-<pid>-<n>`, unique across restarts of one host.
+#[expect(
+    clippy::expect_used,
+    reason = "INVARIANT: `ev-`, three decimal numbers and dashes (at most 63 characters) fit \
+              the request id grammar"
+)]
+pub(crate) fn event_id(number: u64) -> RequestId {
+    let millis = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis())
+        .min(u128::from(MAX_TIMESTAMP_MILLIS));
+    let text = format!("ev-{millis}-{}-{number}", std::process::id());
+    RequestId::new(text).expect("event id fits the grammar")
+}
+
+/// Whether a serialized line ends with `"prev":"` + `GENESIS_PREV` + `"}`.
+fn ends_with_genesis_prev(line: &[u8]) -> bool {
+    let Some(rest) = line.strip_suffix(b"\"}") else {
+        return false;
+    };
+    let Some(rest) = rest.strip_suffix(GENESIS_PREV.as_bytes()) else {
+        return false;
+    };
+    rest.ends_with(b"\"prev\":\"")
+}
+
+/// The default size bound: 64 MiB.
+pub const DEFAULT_ROTATE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// 9999-12-31T23:59:59.999Z, the last instant a record timestamp can hold.
+const MAX_TIMESTAMP_MILLIS: u64 = 253_402_300_799_999;
+
+#[cfg(test)]
+mod tests {
+    use mint_policy::audit::{AuditDecision, Field, parse_record};
+
+    use super::*;
+
+    #[test]
+    fn config_from_the_environment() {
+        let lookup = |vars: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                vars.iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        assert_eq!(
+            AuditConfig::from_lookup(lookup(&[])).unwrap(),
+            AuditConfig::default()
+        );
+        let config = AuditConfig::from_lookup(lookup(&[
+            ("MINT_AUDIT_DURABILITY", "always"),
+            ("MINT_AUDIT_ROTATE_BYTES", "4096"),
+        ]))
+        .unwrap();
+        assert_eq!(config.durability, Durability::Always);
+        assert_eq!(config.rotate_bytes, Some(4096));
+        let off = AuditConfig::from_lookup(lookup(&[("MINT_AUDIT_ROTATE_BYTES", "0")])).unwrap();
+        assert_eq!(off.rotate_bytes, None);
+        assert!(
+            AuditConfig::from_lookup(lookup(&[("MINT_AUDIT_DURABILITY", "sometimes")])).is_err()
+        );
+        assert!(AuditConfig::from_lookup(lookup(&[("MINT_AUDIT_ROTATE_BYTES", "64MiB")])).is_err());
+    }
+
+    #[test]
+    fn prepared_lines_end_with_a_genesis_prev_to_splice() {
+        let record = AuditRecord::decision(
+            now(),
+            RequestId::new("r1").unwrap(),
+            AuditDecision::Allow,
+            ChainHash::of_line("anything the caller put here"),
+        );
+        let line = PreparedLine::new(record).unwrap();
+        let text = std::str::from_utf8(&line.bytes).unwrap();
+        assert!(text.ends_with(&format!("\"prev\":\"{GENESIS_PREV}\"}}\n")));
+        assert!(parse_record(text.trim_end()).is_ok());
+        assert!(!ends_with_genesis_prev(b""));
+        assert!(!ends_with_genesis_prev(b"{\"prev\":\"sha256:00\"}"));
+    }
+
+    #[test]
+    fn refuses_records_that_do_not_fit() {
+        let record = AuditRecord::decision(
+            now(),
+            RequestId::new("r1").unwrap(),
+            AuditDecision::Deny,
+            ChainHash::genesis(),
+        );
+        match PreparedLine::new(record) {
+            Err(AuditError::Shape(error)) => assert_eq!(error.field(), Field::Reason),
+            other => panic!("expected a shape error, got {:?}", other.map(|l| l.bytes)),
+        }
+    }
+
+    #[test]
+    fn clock_and_event_ids_fit_their_grammar() {
+        assert_eq!(now().as_str().len(), "2026-11-30T05:39:20.123Z".len());
+        let id = event_id(u64::MAX);
+        assert!(id.as_str().starts_with("ev-"));
+    }
+}

@@ -1,0 +1,496 @@
+//! The one owner of an audit log file: appends chained lines, rotates, and recovers a torn end.
+//!
+//! Every append happens under one mutex: the writer splices the previous line's hash into the
+//! new line's `prev`, hashes the line, and appends it with one `write(2)` on a file opened
+//! `O_APPEND`, so lines are never interleaved and a line is in the file (surviving a crash of
+//! Mint) before the caller learns it was written. Serializing the record happens before the lock
+//! is taken; only the splice, the hash and the write are inside it. An exclusive `flock` on
+//! `<log>.lock` keeps any other process (or a second `AuditLog` in this one) from appending.
+//!
+//! A torn end (a line cut short by a crash, a full disk or an I/O error) is never truncated
+//! away: the writer ends it with a newline, so the fragment becomes a line of its own that the
+//! chain covers, and then writes an `audit_torn_line` event chained from the fragment. `mint
+//! audit verify` reports that pattern as a recovered torn line, not as tampering.
+//!
+//! Never logs a record's content: only the log's path, sequence numbers and request ids.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use mint_policy::audit::{AuditRecord, ChainHash, ReasonCode};
+
+use super::chain::{LineHash, read_last_line};
+use super::durability::{Durability, SyncState, mark_failed, mark_synced};
+use super::rotation::{lock_path, rename_to_next, rotated_files, sync_dir, try_lock};
+use super::{AuditConfig, AuditError, PreparedLine, now};
+
+/// What the log handle, the flusher and the durable futures share.
+pub(super) struct Shared {
+    pub(super) path: PathBuf,
+    pub(super) durability: Durability,
+    writer: Mutex<Writer>,
+    /// The sequence number of the last record written (0 before the first).
+    written: AtomicU64,
+    pub(super) sync: Mutex<SyncState>,
+    /// Wakes the flusher: someone waits for an fsync, or the log is closing.
+    pub(super) flush_wanted: Condvar,
+    /// Wakes blocked waiters after an fsync.
+    pub(super) durable: Condvar,
+    events: AtomicU64,
+}
+
+/// The file and the chain state. Only ever touched under `Shared::writer`.
+struct Writer {
+    file: Arc<File>,
+    /// `(st_dev, st_ino)` of `file`, to notice when the path names another file.
+    file_id: (u64, u64),
+    size: u64,
+    /// The hash of the last line: the next record's `prev`.
+    last: LineHash,
+    /// The same hash as hex digits, ready to splice.
+    last_hex: [u8; 64],
+    seq: u64,
+    torn: Option<Torn>,
+    /// Set by a failed fsync or a broken invariant: every later append is refused.
+    poisoned: Option<io::ErrorKind>,
+    rotate_bytes: Option<u64>,
+    rotation_retry_at: Option<Instant>,
+    /// Holds the exclusive `flock` on `<log>.lock` for as long as the writer lives.
+    _lock: File,
+}
+
+/// The chain ends in a fragment that still needs repair before the next record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Torn {
+    /// The fragment is at the end of the current file: end it with a newline first.
+    InFile,
+    /// The fragment is already a line (or is in a predecessor): write the torn-line event.
+    NeedsEvent,
+}
+
+// === impl Shared ===
+
+impl Shared {
+    /// Opens (or creates) the log at `path`, takes the writer lock and continues the chain.
+    pub(super) fn open(path: &Path, config: &AuditConfig) -> Result<Shared, AuditError> {
+        let lock = take_lock(path)?;
+        let file = open_log_file(path).map_err(|source| AuditError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let meta = file.metadata().map_err(|source| AuditError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        if meta.len() == 0 && config.durability != Durability::Never {
+            // A new (or empty) log: make its directory entry durable too.
+            sync_dir(path).map_err(|source| AuditError::Open {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        }
+        let (last, torn) = chain_tail(path, &file, meta.len())?;
+        let mut writer = Writer {
+            file: Arc::new(file),
+            file_id: (meta.dev(), meta.ino()),
+            size: meta.len(),
+            last,
+            last_hex: last.hex(),
+            seq: 0,
+            torn,
+            poisoned: None,
+            rotate_bytes: config.rotate_bytes.filter(|&bytes| bytes > 0),
+            rotation_retry_at: None,
+            _lock: lock,
+        };
+        let shared_events = AtomicU64::new(0);
+        if writer.torn.is_some() {
+            tracing::warn!(
+                audit.path = %path.display(),
+                "Audit log ends with an incomplete line; recovering it"
+            );
+            writer
+                .repair(path, &shared_events)
+                .map_err(|source| AuditError::Write {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+        }
+        Ok(Shared {
+            path: path.to_path_buf(),
+            durability: config.durability,
+            written: AtomicU64::new(writer.seq),
+            writer: Mutex::new(writer),
+            sync: Mutex::new(SyncState::default()),
+            flush_wanted: Condvar::new(),
+            durable: Condvar::new(),
+            events: shared_events,
+        })
+    }
+
+    /// Appends one prepared line: the only path by which a record reaches the file.
+    pub(super) fn append(&self, mut line: PreparedLine) -> Result<(u64, LineHash), AuditError> {
+        let mut writer = self.lock_writer()?;
+        if let Some(kind) = writer.poisoned {
+            return Err(AuditError::Unavailable {
+                path: self.path.clone(),
+                kind,
+            });
+        }
+        let fail = |source: io::Error| {
+            tracing::error!(
+                audit.path = %self.path.display(),
+                request.id = %line.id,
+                error = %source,
+                "Audit record not written"
+            );
+            AuditError::Write {
+                path: self.path.clone(),
+                source,
+            }
+        };
+        if writer.torn.is_some() {
+            writer.repair(&self.path, &self.events).map_err(fail)?;
+            self.written.store(writer.seq, Ordering::Release);
+        }
+        writer.rotate_if_due(self, line.bytes.len());
+        if let Some(kind) = writer.poisoned {
+            // The rotation's fsync failed just now.
+            return Err(AuditError::Unavailable {
+                path: self.path.clone(),
+                kind,
+            });
+        }
+        let end = line.bytes.len();
+        // INVARIANT: `PreparedLine` ends with `<64 hex digits>"}\n`, checked when it was built.
+        let Some(hex) = end
+            .checked_sub(PREV_FROM_END)
+            .and_then(|start| line.bytes.get_mut(start..end - 3))
+        else {
+            return Err(AuditError::Internal);
+        };
+        hex.copy_from_slice(&writer.last_hex);
+        let hash = LineHash::of(line.bytes.get(..end - 1).unwrap_or_default());
+        writer.write_line(&line.bytes, hash).map_err(fail)?;
+        self.written.store(writer.seq, Ordering::Release);
+        Ok((writer.seq, hash))
+    }
+
+    /// The sequence number of the last record written.
+    pub(super) fn written(&self) -> u64 {
+        self.written.load(Ordering::Acquire)
+    }
+
+    /// The current file and the sequence number of its last record, for an fsync.
+    pub(super) fn current_file(&self) -> Option<(Arc<File>, u64)> {
+        let writer = self.lock_writer().ok()?;
+        Some((Arc::clone(&writer.file), writer.seq))
+    }
+
+    /// Refuses every later append after a failed fsync.
+    pub(super) fn poison(&self, error: &io::Error) {
+        tracing::error!(
+            audit.path = %self.path.display(),
+            error = %error,
+            "Audit log fsync failed; refusing every further record until Mint restarts"
+        );
+        if let Ok(mut writer) = self.lock_writer() {
+            writer.poisoned.get_or_insert(error.kind());
+        }
+    }
+
+    /// Notices that the log's path names another file, or none (`mint audit rotate`, or an
+    /// operator moved it): makes the old file durable and starts a new one at the path,
+    /// chained from the last line written.
+    pub(super) fn check_path(&self) {
+        let Ok(mut writer) = self.lock_writer() else {
+            return;
+        };
+        let now = match fs::metadata(&self.path) {
+            Ok(meta) => Some((meta.dev(), meta.ino())),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => None,
+            Err(_) => return,
+        };
+        if now == Some(writer.file_id) || writer.poisoned.is_some() {
+            return;
+        }
+        tracing::info!(audit.path = %self.path.display(), "Audit log was moved; starting a new file");
+        if let Err(error) = writer.finish_file(self) {
+            tracing::error!(audit.path = %self.path.display(), error = %error, "Audit log fsync failed");
+            return;
+        }
+        if let Err(error) = writer.switch_file(self) {
+            tracing::warn!(
+                audit.path = %self.path.display(),
+                error = %error,
+                "Cannot start a new audit log file; still appending to the moved one"
+            );
+        }
+    }
+
+    /// A number for the next broker event's id.
+    pub(super) fn next_event_number(&self) -> u64 {
+        self.events.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn lock_writer(&self) -> Result<MutexGuard<'_, Writer>, AuditError> {
+        // A panic while holding the lock may have left the chain state half-updated: refuse
+        // rather than risk a mis-chained line.
+        self.writer.lock().map_err(|_| AuditError::Internal)
+    }
+}
+
+// === impl Writer ===
+
+impl Writer {
+    /// Writes `line` (ending in a newline) with one `write(2)`, or more only if the kernel
+    /// wrote part of it. A failure after part of it was written leaves a torn end to repair.
+    fn write_line(&mut self, line: &[u8], hash: LineHash) -> io::Result<()> {
+        let mut done = 0;
+        while let Some(rest) = line.get(done..).filter(|rest| !rest.is_empty()) {
+            match (&*self.file).write(rest) {
+                Ok(0) => {
+                    return Err(self.torn_by(line, done, io::ErrorKind::WriteZero.into()));
+                }
+                Ok(n) => done += n,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) => return Err(self.torn_by(line, done, error)),
+            }
+        }
+        self.size += line.len() as u64;
+        self.last = hash;
+        self.last_hex = hash.hex();
+        self.seq += 1;
+        Ok(())
+    }
+
+    /// Records that the first `done` bytes of `line` reached the file and the rest did not.
+    fn torn_by(&mut self, line: &[u8], done: usize, error: io::Error) -> io::Error {
+        if done > 0 {
+            let fragment = line.get(..done.min(line.len() - 1)).unwrap_or_default();
+            self.size += done as u64;
+            self.last = LineHash::of(fragment);
+            self.last_hex = self.last.hex();
+            self.torn = Some(Torn::InFile);
+        }
+        error
+    }
+
+    /// Ends a torn fragment with a newline and records an `audit_torn_line` event chained
+    /// from it.
+    fn repair(&mut self, path: &Path, events: &AtomicU64) -> io::Result<()> {
+        if self.torn == Some(Torn::InFile) {
+            loop {
+                match (&*self.file).write(b"\n") {
+                    Ok(1) => break,
+                    Ok(_) => return Err(io::ErrorKind::WriteZero.into()),
+                    Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                    Err(error) => return Err(error),
+                }
+            }
+            self.size += 1;
+            self.torn = Some(Torn::NeedsEvent);
+        }
+        let number = events.fetch_add(1, Ordering::Relaxed);
+        let id = super::event_id(number);
+        let record = match ReasonCode::new(TORN_LINE_REASON) {
+            Ok(reason) => AuditRecord::event(now(), id, reason, ChainHash::genesis()),
+            Err(_) => return Err(io::ErrorKind::InvalidData.into()),
+        };
+        let mut line = PreparedLine::new(record).map_err(|_| io::ErrorKind::InvalidData)?;
+        let end = line.bytes.len();
+        let Some(hex) = end
+            .checked_sub(PREV_FROM_END)
+            .and_then(|start| line.bytes.get_mut(start..end - 3))
+        else {
+            return Err(io::ErrorKind::InvalidData.into());
+        };
+        hex.copy_from_slice(&self.last_hex);
+        let hash = LineHash::of(line.bytes.get(..end - 1).unwrap_or_default());
+        self.write_line(&line.bytes, hash)?;
+        self.torn = None;
+        tracing::warn!(audit.path = %path.display(), "Recovered an incomplete audit line");
+        Ok(())
+    }
+
+    /// Rotates before appending `incoming` more bytes would pass the size bound. Best effort:
+    /// a failure is logged and retried later, and the record goes to the current file.
+    fn rotate_if_due(&mut self, shared: &Shared, incoming: usize) {
+        let Some(limit) = self.rotate_bytes else {
+            return;
+        };
+        if self.size == 0 || self.size + incoming as u64 <= limit {
+            return;
+        }
+        if self.rotation_retry_at.is_some_and(|at| Instant::now() < at) {
+            return;
+        }
+        let result = self.finish_file(shared).and_then(|()| {
+            match fs::metadata(&shared.path) {
+                // Only rename the path while it still names this writer's file.
+                Ok(meta) if (meta.dev(), meta.ino()) == self.file_id => {
+                    rename_to_next(&shared.path).map(drop)
+                }
+                Ok(_) => Ok(()),
+                Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+                Err(error) => Err(error),
+            }
+            .and_then(|()| self.switch_file(shared))
+        });
+        match result {
+            Ok(()) => self.rotation_retry_at = None,
+            Err(error) => {
+                tracing::warn!(
+                    audit.path = %shared.path.display(),
+                    error = %error,
+                    "Audit log rotation failed; retrying later"
+                );
+                self.rotation_retry_at = Some(Instant::now() + ROTATION_RETRY);
+            }
+        }
+    }
+
+    /// Makes everything written to the current file durable before it stops being current
+    /// (skipped in `never` mode). A failure poisons the log.
+    fn finish_file(&mut self, shared: &Shared) -> io::Result<()> {
+        if shared.durability == Durability::Never {
+            return Ok(());
+        }
+        if let Err(error) = self.file.sync_data() {
+            self.poisoned.get_or_insert(error.kind());
+            tracing::error!(
+                audit.path = %shared.path.display(),
+                error = %error,
+                "Audit log fsync failed; refusing every further record until Mint restarts"
+            );
+            mark_failed(shared, error.kind());
+            return Err(error);
+        }
+        mark_synced(shared, self.seq);
+        Ok(())
+    }
+
+    /// Opens (or creates) the file now at the path and makes it current. An empty file
+    /// continues this writer's chain; a file someone else filled continues from its last line.
+    fn switch_file(&mut self, shared: &Shared) -> io::Result<()> {
+        let file = open_log_file(&shared.path)?;
+        let meta = file.metadata()?;
+        if shared.durability != Durability::Never {
+            sync_dir(&shared.path)?;
+        }
+        if meta.len() > 0 {
+            tracing::warn!(
+                audit.path = %shared.path.display(),
+                "Audit log path holds a file this writer did not write; continuing its chain"
+            );
+            if let Some(last) = read_last_line(&file, meta.len())? {
+                self.last = last.line.hash;
+                self.last_hex = self.last.hex();
+                if !last.line.terminated {
+                    self.torn = Some(Torn::InFile);
+                }
+            }
+        }
+        self.file = Arc::new(file);
+        self.file_id = (meta.dev(), meta.ino());
+        self.size = meta.len();
+        Ok(())
+    }
+}
+
+/// Takes the exclusive lock on `<log>.lock`, waiting briefly for a `mint audit rotate` that
+/// holds it for a moment.
+fn take_lock(path: &Path) -> Result<File, AuditError> {
+    let lock = lock_path(path);
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        match try_lock(&lock) {
+            Ok(Some(file)) => return Ok(file),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(LOCK_RETRY),
+            Ok(None) => {
+                return Err(AuditError::Locked {
+                    path: path.to_path_buf(),
+                });
+            }
+            Err(source) => return Err(AuditError::Open { path: lock, source }),
+        }
+    }
+}
+
+/// Opens the log for appending (and positioned reads), creating it 0600. Refuses anything but
+/// a regular file; `O_NONBLOCK` keeps a FIFO at the path from hanging the open.
+fn open_log_file(path: &Path) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .mode(LOG_FILE_MODE)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    Ok(file)
+}
+
+/// Where the chain continues: the last line of the current file, else of the newest rotated
+/// predecessor, else genesis. Also says whether that last line is torn.
+fn chain_tail(path: &Path, file: &File, size: u64) -> Result<(LineHash, Option<Torn>), AuditError> {
+    let read_error = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| AuditError::ReadTail { path, source }
+    };
+    if size > 0 {
+        let last = read_last_line(file, size).map_err(read_error(path))?;
+        return Ok(match last {
+            Some(last) => {
+                warn_if_not_record(path, &last.line);
+                let torn = (!last.line.terminated).then_some(Torn::InFile);
+                (last.line.hash, torn)
+            }
+            None => (LineHash::GENESIS, None),
+        });
+    }
+    let predecessors = rotated_files(path).map_err(read_error(path))?;
+    for previous in predecessors.iter().rev() {
+        let file = File::open(previous).map_err(read_error(previous))?;
+        let len = file.metadata().map_err(read_error(previous))?.len();
+        if let Some(last) = read_last_line(&file, len).map_err(read_error(previous))? {
+            warn_if_not_record(previous, &last.line);
+            let torn = (!last.line.terminated).then_some(Torn::NeedsEvent);
+            return Ok((last.line.hash, torn));
+        }
+    }
+    Ok((LineHash::GENESIS, None))
+}
+
+fn warn_if_not_record(path: &Path, line: &super::chain::Line) {
+    if line.terminated
+        && let Err(defect) = super::chain::parse_line(line)
+    {
+        tracing::warn!(
+            audit.path = %path.display(),
+            defect = defect.code(),
+            "Last audit line is not a record; continuing the chain from it"
+        );
+    }
+}
+
+/// The reason of the event written after a torn line is recovered.
+pub const TORN_LINE_REASON: &str = "audit_torn_line";
+
+/// Bytes from the end of a prepared line to the start of its `prev` hex digits:
+/// 64 digits, then `"}` and the newline.
+const PREV_FROM_END: usize = 64 + 3;
+const LOG_FILE_MODE: u32 = 0o600;
+const LOCK_WAIT: Duration = Duration::from_millis(500);
+const LOCK_RETRY: Duration = Duration::from_millis(10);
+const ROTATION_RETRY: Duration = Duration::from_secs(10);
