@@ -5,9 +5,8 @@
 //! their results to the `out` they are given (stdout in production) and never print errors
 //! themselves: they return them.
 //!
-//! Only implemented commands are declared. DESIGN.md lists the rest (`init`, `serve`, `alias`,
-//! `cap`, `policy explain`, `audit`, `usage`, `demo`); each becomes a variant of [`Command`] or
-//! [`PolicyCommand`] when it exists.
+//! Only implemented commands are declared. DESIGN.md lists the rest (`serve`, `policy explain`,
+//! `demo`); each becomes a variant of [`Command`] or [`PolicyCommand`] when it exists.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -50,6 +49,22 @@ pub enum Command {
     /// Read, verify and rotate the audit log.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Explain how an agent uses Mint: the proxy route, the capability header, the placeholder
+    /// syntax and the read-only MCP tools (the same text as the `mint_usage` MCP tool).
+    Usage(UsageArgs),
+}
+
+/// Arguments of `mint usage`.
+#[derive(Debug, Args)]
+pub struct UsageArgs {
+    /// The proxy's listen address to show in the URLs [default: $MINT_LISTEN, else
+    /// 127.0.0.1:8700].
+    #[arg(long, env = "MINT_LISTEN")]
+    pub listen: Option<String>,
+
+    /// Print the description as JSON, exactly as the `mint_usage` tool returns it.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `mint policy ...`.
@@ -125,6 +140,9 @@ pub enum CommandError {
     /// `mint audit ...` failed.
     #[error(transparent)]
     Audit(#[from] AuditCommandError),
+    /// Writing the result to stdout failed (a closed pipe, a full disk).
+    #[error("cannot write the output: {0}")]
+    Output(#[source] std::io::Error),
 }
 
 // === impl CommandError ===
@@ -137,7 +155,7 @@ impl CommandError {
             CommandError::Init(_) | CommandError::Alias(_) | CommandError::Cap(_) => {
                 ExitStatus::UsageOrConfig
             }
-            CommandError::Audit(_) => ExitStatus::UsageOrConfig,
+            CommandError::Audit(_) | CommandError::Output(_) => ExitStatus::UsageOrConfig,
         }
     }
 }
@@ -176,6 +194,20 @@ pub fn run(cli: Cli, paths: &Paths, out: &mut dyn Write) -> Result<ExitStatus, C
             out,
             &mut std::io::stderr().lock(),
         )?),
+        Command::Usage(args) => {
+            let listen = args.listen.as_deref().unwrap_or(crate::env::DEFAULT_LISTEN);
+            let usage = mint_policy::usage::usage(listen);
+            let text = if args.json {
+                // INVARIANT: `Usage` holds only strings and arrays of strings, which always
+                // serialize.
+                serde_json::to_string_pretty(&usage).unwrap_or_default() + "\n"
+            } else {
+                usage.render_text()
+            };
+            out.write_all(text.as_bytes())
+                .map_err(CommandError::Output)?;
+            Ok(ExitStatus::Success)
+        }
     }
 }
 
