@@ -9,7 +9,19 @@
 
 #![warn(missing_docs)]
 
+pub mod alias_cmd;
+pub mod audit;
+pub mod audit_cmd;
+pub mod cap_cmd;
+pub mod capability;
 pub mod cli;
+pub mod credential_store;
 pub mod declaration_file;
+pub mod echo_upstream;
 pub mod env;
+pub mod init;
+pub mod inject;
+pub mod placeholder;
 pub mod policy_check;
+pub mod scrub;
+pub mod secure_file;

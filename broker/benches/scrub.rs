@@ -1,0 +1,154 @@
+//! Streaming scrub throughput for 16 secrets with all their encodings, against one plain
+//! Aho-Corasick `find_iter` pass (DFA, leftmost-longest) over the same patterns and bytes.
+//!
+//! Run with `cargo bench -p mint-broker --bench scrub`. Compare `scrub/aho_corasick_find_iter`
+//! with the `scrub/stream_*` lines of the same run: the ratio is the figure to watch, the absolute
+//! numbers depend on the machine.
+
+#![expect(
+    clippy::unwrap_used,
+    reason = "benchmark harness: a failed setup should stop the run"
+)]
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use bytes::Bytes;
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use mint_broker::inject::Secrets;
+use mint_policy::site::SiteSet;
+use secrecy::SecretString;
+
+/// 16 secrets shaped like real tokens: prefixed alphanumerics, and base64-ish keys with `+/=`.
+fn secrets() -> Vec<String> {
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let alnum = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let b64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    (0..16)
+        .map(|i| {
+            let (prefix, alphabet, len) = match i % 4 {
+                0 => ("ghp_", &alnum[..], 36),
+                1 => ("sk-live-", &alnum[..], 48),
+                2 => ("", &b64[..], 40),
+                _ => ("xoxb-", &alnum[..], 56),
+            };
+            let body: String = (0..len)
+                .map(|_| char::from(alphabet[(next() % alphabet.len() as u64) as usize]))
+                .collect();
+            format!("{prefix}{body}")
+        })
+        .collect()
+}
+
+/// About `len` bytes of JSON API answers without any secret.
+fn answer(len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len + 512);
+    let mut i = 0u64;
+    while out.len() < len {
+        out.extend_from_slice(
+            format!(
+                "{{\"id\":{i},\"node_id\":\"MDEwOlJlcG9zaXRvcnk{i:08}\",\"name\":\"repo-{i}\",\
+                 \"full_name\":\"octocat/repo-{i}\",\"private\":false,\"html_url\":\
+                 \"https://github.com/octocat/repo-{i}\",\"description\":\"Some project number \
+                 {i}, with text & symbols <b>\\\"quoted\\\"</b>\",\"stargazers_count\":{},\
+                 \"updated_at\":\"2024-05-{:02}T12:34:56Z\",\"topics\":[\"rust\",\"http\"]}},\n",
+                i * 7 % 1000,
+                i % 28 + 1
+            )
+            .as_bytes(),
+        );
+        i += 1;
+    }
+    out.truncate(len);
+    out
+}
+
+fn bench(c: &mut Criterion) {
+    let secrets_text = secrets();
+    let mut secrets = Secrets::new();
+    for (i, secret) in secrets_text.iter().enumerate() {
+        secrets.insert(
+            format!("alias{i}"),
+            SecretString::from(secret.as_str()),
+            SiteSet::HEADER,
+        );
+    }
+    let baseline = secrets.baseline().unwrap();
+    let clean = Bytes::from(answer(4 << 20));
+    // The same answer with a secret (raw or an encoding of it) every 64 KiB.
+    let mut dirty = clean.to_vec();
+    for (n, at) in (0..dirty.len() - 256).step_by(64 << 10).enumerate() {
+        let secret = secrets_text[n % 16].as_bytes();
+        let form = match n % 3 {
+            0 => secret.to_vec(),
+            1 => hex::encode(secret).into_bytes(),
+            _ => {
+                use base64::Engine as _;
+                base64::engine::general_purpose::STANDARD
+                    .encode(secret)
+                    .into_bytes()
+            }
+        };
+        dirty[at..at + form.len()].copy_from_slice(&form);
+    }
+    let dirty = Bytes::from(dirty);
+
+    let mut group = c.benchmark_group("scrub");
+    group
+        .throughput(Throughput::Bytes(clean.len() as u64))
+        .sample_size(20)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(6));
+    group.bench_function("aho_corasick_find_iter", |b| {
+        b.iter(|| black_box(baseline.count(black_box(&clean))));
+    });
+    for (name, data, chunk) in [
+        ("stream_clean_16k", &clean, 16 << 10),
+        ("stream_clean_64k", &clean, 64 << 10),
+        ("stream_clean_4k", &clean, 4 << 10),
+        ("stream_dirty_16k", &dirty, 16 << 10),
+    ] {
+        group.bench_function(name, |b| {
+            let mut scrubber = secrets.scrubber().unwrap();
+            b.iter(|| {
+                let mut total = 0;
+                for start in (0..data.len()).step_by(chunk) {
+                    let piece = data.slice(start..(start + chunk).min(data.len()));
+                    total += scrubber.push(piece).len();
+                }
+                total += scrubber.finish().len();
+                black_box(total)
+            });
+        });
+    }
+    group.bench_function("one_shot_clean", |b| {
+        let scrubber = secrets.scrubber().unwrap();
+        b.iter(|| black_box(scrubber.scrub(black_box(&clean)).len()));
+    });
+    group.finish();
+
+    let mut build = c.benchmark_group("scrub_build");
+    build.sample_size(20);
+    build.bench_function("scrubber_16_secrets", |b| {
+        b.iter(|| black_box(secrets.scrubber().unwrap()));
+    });
+    let mut one = Secrets::new();
+    one.insert(
+        "gh",
+        SecretString::from(secrets_text[0].as_str()),
+        SiteSet::HEADER,
+    );
+    build.bench_function("scrubber_1_secret", |b| {
+        b.iter(|| black_box(one.scrubber().unwrap()));
+    });
+    build.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

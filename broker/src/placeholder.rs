@@ -1,0 +1,513 @@
+//! Finds `{{mint:ALIAS}}` placeholders in a request and reports where each one sits.
+//!
+//! Runs after the target is parsed and before any policy decision: the proxy refuses a request
+//! whose placeholders are malformed, too many, or in a forbidden place, and hands the rest to the
+//! evaluator as [`AliasUse`]s. `inject.rs` runs the same scan again to substitute, so what is
+//! substituted is exactly what was checked. This module never sees a secret value, and its errors
+//! carry a position and a place, never the text around it.
+//!
+//! # Grammar and spellings
+//!
+//! A placeholder is `{{mint:NAME}}` with NAME matching `[a-z0-9][a-z0-9_-]{0,63}`
+//! ([`is_alias_name`](mint_policy::policy::is_alias_name)); the prefix `{{mint:` is
+//! case-sensitive. Once the prefix is seen, anything but a valid name followed by `}}` is a
+//! [`PlaceholderError::Malformed`].
+//!
+//! Each part of the request is decoded the way its receiver decodes it before the placeholder is
+//! looked for, so no spelling slips past the scan:
+//!
+//! - URL parts (scheme, authority, path, query), header names and values, and non-JSON bodies are
+//!   percent-decoded once, any mix of escapes and hex case included: `%7B%7Bmint%3Agithub%7D%7D`,
+//!   `{{mint%3Agithub}}` and `%7b%7bmint:github%7d%7d` are all the placeholder `github`.
+//! - String tokens of a JSON body are JSON-unescaped and then percent-decoded.
+//!
+//! Where a placeholder may be substituted depends on the part and on its spelling:
+//!
+//! | part | spelling | [`Place`] |
+//! |---|---|---|
+//! | header value | raw `{{mint:x}}` | `Site(Header)` |
+//! | header value | percent-encoded in any way | `Forbidden(EncodedInHeader)` |
+//! | query | any | `Site(Query)` |
+//! | string value of a JSON body | raw | `Site(Body)` |
+//! | string value of a JSON body | JSON- or percent-escaped | `Forbidden(EncodedInJson)` |
+//! | key of a JSON body | any | `Forbidden(JsonKey)` |
+//! | body that is not JSON | any | `Forbidden(NotJsonBody)` |
+//! | header name | any | `Forbidden(HeaderName)` |
+//! | scheme, authority, path | any | `Forbidden(Target)` |
+//!
+//! So nothing that reads as a placeholder anywhere is silently forwarded: it is substituted or the
+//! request is refused.
+//!
+//! # JSON bodies
+//!
+//! A body is JSON when the request has exactly one `Content-Type` whose media type is
+//! `application/json` or `application/<x>+json` ([`body_is_json`]) and the body is one strict
+//! RFC 8259 JSON text: UTF-8, no trailing commas or comments, escapes well-formed, surrogate
+//! escapes paired, at most 127 levels of nesting (as serde_json), nothing but whitespace after
+//! the value. The tokenizer never builds objects, so duplicate keys are neither detected nor
+//! rejected here: every string value is a body site whichever duplicate a receiver keeps, and the
+//! bytes forwarded are the bytes checked (the MCP `tools/call` check parses with duplicate keys
+//! rejected on its own).
+//! A body is only tokenized when it could hold a placeholder at all (it contains `mint`, a `%3x`,
+//! `%6x` or `%7x` escape, or `\u00`), so most bodies cost a few `memchr` passes.
+
+use std::fmt;
+use std::ops::Range;
+
+use http::{HeaderMap, HeaderName};
+use memchr::memmem;
+use mint_policy::evaluate::AliasUse;
+use mint_policy::site::{Site, SiteSet};
+
+mod json;
+mod spelling;
+
+use spelling::Layer;
+
+/// The most placeholders one request may hold (DESIGN.md, limits).
+pub const MAX_PLACEHOLDERS: usize = 16;
+
+/// The parts of a request that are scanned, as the proxy received them.
+///
+/// Pass exactly what will be forwarded: the headers after `Mint-Capability`, `Proxy-*` and
+/// hop-by-hop headers are stripped, and the whole (size-limited) body.
+#[derive(Clone, Copy)]
+pub struct RequestParts<'a> {
+    /// The scheme as written in the proxied URL.
+    pub scheme: &'a str,
+    /// The authority (`host` or `host:port`) as written.
+    pub authority: &'a str,
+    /// The path as written, without the query.
+    pub path: &'a str,
+    /// The query after `?`, as written; `None` without `?`.
+    pub query: Option<&'a str>,
+    /// The headers to forward.
+    pub headers: &'a HeaderMap,
+    /// The body to forward.
+    pub body: &'a [u8],
+}
+
+/// One part of a request, named in [`Found`] and in errors.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Part {
+    /// The scheme of the target.
+    Scheme,
+    /// The authority of the target.
+    Authority,
+    /// The path of the target.
+    Path,
+    /// The query of the target.
+    Query,
+    /// The header with this name (its name or its value).
+    Header(HeaderName),
+    /// The body.
+    Body,
+}
+
+/// Where a found placeholder sits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Place {
+    /// In a site where it can be substituted, if the alias and the deciding rule allow that site.
+    Site(Site),
+    /// Somewhere no placeholder may be: the request is refused (403) before any connection.
+    Forbidden(Forbidden),
+}
+
+/// The places where a placeholder is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Forbidden {
+    /// The scheme, authority or path of the target.
+    Target,
+    /// A header name.
+    HeaderName,
+    /// A header value, percent-encoded: a header is forwarded as written, never decoded.
+    EncodedInHeader,
+    /// A key of a JSON body.
+    JsonKey,
+    /// A string value of a JSON body, spelled with JSON or percent escapes.
+    EncodedInJson,
+    /// A body that is not JSON (by its `Content-Type`, or because it does not parse).
+    NotJsonBody,
+}
+
+/// One placeholder found in a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Found {
+    /// The alias it names.
+    pub alias: String,
+    /// Where it sits.
+    pub place: Place,
+    /// The part of the request it is in.
+    pub part: Part,
+    /// Its bytes in the part as received (in the body for a JSON string), escapes included.
+    pub span: Range<usize>,
+}
+
+/// Every placeholder of a request, in the order found: target, query, headers, body.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Placeholders {
+    found: Vec<Found>,
+}
+
+/// Why a request's placeholders were refused. Names a place and a byte offset, never text.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlaceholderError {
+    /// `{{mint:` not followed by an alias name and `}}`.
+    #[error("malformed placeholder in the {part} at byte {offset}: {reason}")]
+    Malformed {
+        /// The part it is in.
+        part: Part,
+        /// The offset of its `{{` (or the escape spelling it) in the part.
+        offset: usize,
+        /// What is wrong.
+        reason: MalformedReason,
+    },
+    /// More placeholders than the limit.
+    #[error("more than {limit} placeholders in one request")]
+    TooMany {
+        /// The limit.
+        limit: usize,
+    },
+}
+
+/// What is wrong with a malformed placeholder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MalformedReason {
+    /// No `}}` follows the name.
+    Unclosed,
+    /// `}}` follows, but the name is not an alias name.
+    InvalidName,
+}
+
+// === impl Part ===
+
+impl fmt::Display for Part {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Part::Scheme => f.write_str("scheme"),
+            Part::Authority => f.write_str("authority"),
+            Part::Path => f.write_str("path"),
+            Part::Query => f.write_str("query"),
+            Part::Header(name) => write!(f, "header `{name}`"),
+            Part::Body => f.write_str("body"),
+        }
+    }
+}
+
+// === impl Place ===
+
+impl Place {
+    /// The site, when the place is one.
+    pub fn site(self) -> Option<Site> {
+        match self {
+            Place::Site(site) => Some(site),
+            Place::Forbidden(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for Place {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Place::Site(site) => site.fmt(f),
+            Place::Forbidden(forbidden) => forbidden.fmt(f),
+        }
+    }
+}
+
+// === impl Forbidden ===
+
+impl fmt::Display for Forbidden {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Forbidden::Target => "the target's scheme, authority or path",
+            Forbidden::HeaderName => "a header name",
+            Forbidden::EncodedInHeader => "a percent-encoded header value",
+            Forbidden::JsonKey => "a JSON key",
+            Forbidden::EncodedInJson => "an escaped JSON string",
+            Forbidden::NotJsonBody => "a body that is not JSON",
+        })
+    }
+}
+
+// === impl Placeholders ===
+
+impl Placeholders {
+    /// Every placeholder, in the order found.
+    pub fn found(&self) -> &[Found] {
+        &self.found
+    }
+
+    /// Whether the request holds no placeholder.
+    pub fn is_empty(&self) -> bool {
+        self.found.is_empty()
+    }
+
+    /// The placeholders in a forbidden place; the proxy refuses the request when there is one.
+    pub fn forbidden(&self) -> impl Iterator<Item = &Found> {
+        self.found
+            .iter()
+            .filter(|found| matches!(found.place, Place::Forbidden(_)))
+    }
+
+    /// Every alias named, forbidden places included, sorted and without repeats: what the
+    /// unknown-alias check looks up.
+    pub fn aliases(&self) -> Vec<&str> {
+        let mut aliases: Vec<&str> = self.found.iter().map(|f| f.alias.as_str()).collect();
+        aliases.sort_unstable();
+        aliases.dedup();
+        aliases
+    }
+
+    /// The aliases in sites with the sites each sits in, sorted by alias: the evaluator's input.
+    /// Placeholders in forbidden places are left out; refuse those first ([`Self::forbidden`]).
+    pub fn alias_uses(&self) -> Vec<AliasUse> {
+        let mut uses: Vec<AliasUse> = Vec::new();
+        for found in &self.found {
+            let Place::Site(site) = found.place else {
+                continue;
+            };
+            match uses.iter_mut().find(|u| u.alias == found.alias) {
+                Some(alias_use) => alias_use.sites = alias_use.sites.with(site),
+                None => uses.push(AliasUse {
+                    alias: found.alias.clone(),
+                    sites: SiteSet::EMPTY.with(site),
+                }),
+            }
+        }
+        uses.sort_unstable_by(|a, b| a.alias.cmp(&b.alias));
+        uses
+    }
+}
+
+// === impl PlaceholderError ===
+
+impl PlaceholderError {
+    /// The stable error code for the client: `malformed_placeholder` or `invalid_request`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            PlaceholderError::Malformed { .. } => "malformed_placeholder",
+            PlaceholderError::TooMany { .. } => "invalid_request",
+        }
+    }
+}
+
+impl fmt::Display for MalformedReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MalformedReason::Unclosed => "`{{mint:` must be followed by an alias name and `}}`",
+            MalformedReason::InvalidName => "the alias name must match `[a-z0-9][a-z0-9_-]{0,63}`",
+        })
+    }
+}
+
+impl fmt::Debug for RequestParts<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Header values, the query and the body are request data: show their sizes only.
+        f.debug_struct("RequestParts")
+            .field("scheme", &self.scheme)
+            .field("authority", &self.authority)
+            .field("path", &self.path)
+            .field("query_len", &self.query.map(str::len))
+            .field("headers", &self.headers.len())
+            .field("body_len", &self.body.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Finds every placeholder of a request, refusing more than [`MAX_PLACEHOLDERS`].
+pub fn scan(parts: &RequestParts<'_>) -> Result<Placeholders, PlaceholderError> {
+    scan_with_limit(parts, MAX_PLACEHOLDERS)
+}
+
+/// Finds every placeholder of a request, refusing more than `limit`.
+pub fn scan_with_limit(
+    parts: &RequestParts<'_>,
+    limit: usize,
+) -> Result<Placeholders, PlaceholderError> {
+    let mut sink = Sink::new(limit);
+    scan_url_part(Part::Scheme, parts.scheme.as_bytes(), &mut sink)?;
+    scan_url_part(Part::Authority, parts.authority.as_bytes(), &mut sink)?;
+    scan_url_part(Part::Path, parts.path.as_bytes(), &mut sink)?;
+    if let Some(query) = parts.query {
+        scan_url_part(Part::Query, query.as_bytes(), &mut sink)?;
+    }
+    for (name, value) in parts.headers {
+        scan_header(name, value.as_bytes(), &mut sink)?;
+    }
+    scan_body(parts.headers, parts.body, &mut sink)?;
+    Ok(Placeholders { found: sink.found })
+}
+
+/// Whether the headers declare a JSON body: exactly one `Content-Type`, with the media type
+/// `application/json` or `application/<x>+json` (any case, parameters ignored).
+pub fn body_is_json(headers: &HeaderMap) -> bool {
+    let mut values = headers.get_all(http::header::CONTENT_TYPE).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return false;
+    };
+    let Ok(text) = value.to_str() else {
+        return false;
+    };
+    let media = text
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    let Some(subtype) = media.strip_prefix("application/") else {
+        return false;
+    };
+    subtype == "json" || (subtype.len() > "+json".len() && subtype.ends_with("+json"))
+}
+
+/// Collects found placeholders up to a limit.
+pub(crate) struct Sink {
+    found: Vec<Found>,
+    limit: usize,
+}
+
+impl Sink {
+    pub(crate) fn new(limit: usize) -> Sink {
+        Sink {
+            found: Vec::new(),
+            limit,
+        }
+    }
+
+    pub(crate) fn into_found(self) -> Vec<Found> {
+        self.found
+    }
+
+    fn push(&mut self, found: Found) -> Result<(), PlaceholderError> {
+        if self.found.len() >= self.limit {
+            return Err(PlaceholderError::TooMany { limit: self.limit });
+        }
+        self.found.push(found);
+        Ok(())
+    }
+}
+
+/// Scans a URL part: the query is a site, every other part is forbidden.
+pub(crate) fn scan_url_part(
+    part: Part,
+    raw: &[u8],
+    sink: &mut Sink,
+) -> Result<(), PlaceholderError> {
+    let place = match part {
+        Part::Query => Place::Site(Site::Query),
+        _ => Place::Forbidden(Forbidden::Target),
+    };
+    spelling::hits(raw, Layer::Percent, &part, |hit| {
+        sink.push(Found {
+            alias: hit.alias,
+            place,
+            part: part.clone(),
+            span: hit.span,
+        })
+    })
+}
+
+/// Scans one header: its name (forbidden) and its value (a site when spelled raw).
+pub(crate) fn scan_header(
+    name: &HeaderName,
+    value: &[u8],
+    sink: &mut Sink,
+) -> Result<(), PlaceholderError> {
+    let part = Part::Header(name.clone());
+    spelling::hits(name.as_str().as_bytes(), Layer::Percent, &part, |hit| {
+        sink.push(Found {
+            alias: hit.alias,
+            place: Place::Forbidden(Forbidden::HeaderName),
+            part: part.clone(),
+            span: hit.span,
+        })
+    })?;
+    spelling::hits(value, Layer::Percent, &part, |hit| {
+        let place = if hit.raw {
+            Place::Site(Site::Header)
+        } else {
+            Place::Forbidden(Forbidden::EncodedInHeader)
+        };
+        sink.push(Found {
+            alias: hit.alias,
+            place,
+            part: part.clone(),
+            span: hit.span,
+        })
+    })
+}
+
+/// Scans the body: string values of a JSON body are sites, anything else is forbidden.
+pub(crate) fn scan_body(
+    headers: &HeaderMap,
+    body: &[u8],
+    sink: &mut Sink,
+) -> Result<(), PlaceholderError> {
+    let part = Part::Body;
+    let json = body_is_json(headers);
+    if !may_hold_placeholder(body, json) {
+        return Ok(());
+    }
+    if json && let Some(strings) = json::candidate_strings(body) {
+        for string in strings {
+            // INVARIANT: the tokenizer reports ranges within `body`.
+            let content = &body[string.content.clone()];
+            let offset = string.content.start;
+            spelling::hits(content, Layer::JsonPercent, &part, |hit| {
+                let place = match (string.is_key, hit.raw) {
+                    (true, _) => Place::Forbidden(Forbidden::JsonKey),
+                    (false, true) => Place::Site(Site::Body),
+                    (false, false) => Place::Forbidden(Forbidden::EncodedInJson),
+                };
+                sink.push(Found {
+                    alias: hit.alias,
+                    place,
+                    part: Part::Body,
+                    span: hit.span.start + offset..hit.span.end + offset,
+                })
+            })
+            .map_err(|error| shift_error(error, offset))?;
+        }
+        return Ok(());
+    }
+    spelling::hits(body, Layer::Percent, &part, |hit| {
+        sink.push(Found {
+            alias: hit.alias,
+            place: Place::Forbidden(Forbidden::NotJsonBody),
+            part: Part::Body,
+            span: hit.span,
+        })
+    })
+}
+
+/// Whether `body` can hold a placeholder in any spelling. Its decoded form holds `mint`; each of
+/// those letters, the braces and the colon is either raw or escaped as `%3x`, `%6x` or `%7x`, or
+/// (in JSON) as `\u00xx`; so a body with none of `mint`, those escapes and `\u00` holds none.
+fn may_hold_placeholder(body: &[u8], json: bool) -> bool {
+    memmem::find(body, b"mint").is_some()
+        || memchr::memchr_iter(b'%', body)
+            .any(|at| matches!(body.get(at + 1), Some(b'3' | b'6' | b'7')))
+        || (json && memmem::find(body, b"\\u00").is_some())
+}
+
+/// Moves a malformed placeholder's offset from a JSON string to the whole body.
+fn shift_error(error: PlaceholderError, by: usize) -> PlaceholderError {
+    match error {
+        PlaceholderError::Malformed {
+            part,
+            offset,
+            reason,
+        } => PlaceholderError::Malformed {
+            part,
+            offset: offset + by,
+            reason,
+        },
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests;

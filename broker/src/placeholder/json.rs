@@ -1,0 +1,272 @@
+//! A strict JSON tokenizer that reports the string tokens a placeholder could sit in, with their
+//! raw byte ranges, so substitution can splice values into the body and forward every other byte
+//! as it came.
+//!
+//! Strict means RFC 8259 with no extensions: the body is UTF-8; values are objects, arrays,
+//! strings, numbers, `true`, `false` and `null`; strings hold no raw control character and only
+//! the escapes `\" \\ \/ \b \f \n \r \t \uXXXX`, with UTF-16 surrogates in pairs; numbers have no
+//! leading zeros, `+` or bare `.`; nothing but whitespace follows the value; nesting stops at
+//! [`MAX_DEPTH`]. Objects are not built, so duplicate keys are not looked at (see the module
+//! header of `placeholder`). Iterative: no recursion however deep the input.
+
+use std::ops::Range;
+
+/// A string token that may hold a placeholder.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct StringToken {
+    /// The bytes between the quotes.
+    pub(crate) content: Range<usize>,
+    /// Whether it is an object key.
+    pub(crate) is_key: bool,
+}
+
+/// The string tokens of `body` that contain `{`, `%` or `\u` (the only ways to spell a
+/// placeholder's first byte), in order; `None` when `body` is not one strict JSON text.
+pub(crate) fn candidate_strings(body: &[u8]) -> Option<Vec<StringToken>> {
+    std::str::from_utf8(body).ok()?;
+    let mut tokenizer = Tokenizer {
+        bytes: body,
+        pos: 0,
+        strings: Vec::new(),
+    };
+    tokenizer.text()?;
+    Some(tokenizer.strings)
+}
+
+struct Tokenizer<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    strings: Vec<StringToken>,
+}
+
+impl Tokenizer<'_> {
+    /// One JSON text: a value between optional whitespace.
+    fn text(&mut self) -> Option<()> {
+        // The open containers: `true` for an object.
+        let mut stack: Vec<bool> = Vec::new();
+        self.whitespace();
+        'value: loop {
+            // A value starts here.
+            match self.peek()? {
+                b'{' => {
+                    // Empty containers count toward the depth too, as in serde_json.
+                    if stack.len() >= MAX_DEPTH {
+                        return None;
+                    }
+                    self.pos += 1;
+                    self.whitespace();
+                    if self.peek()? == b'}' {
+                        self.pos += 1;
+                    } else {
+                        stack.push(true);
+                        self.member_key()?;
+                        continue 'value;
+                    }
+                }
+                b'[' => {
+                    if stack.len() >= MAX_DEPTH {
+                        return None;
+                    }
+                    self.pos += 1;
+                    self.whitespace();
+                    if self.peek()? == b']' {
+                        self.pos += 1;
+                    } else {
+                        stack.push(false);
+                        continue 'value;
+                    }
+                }
+                b'"' => self.string(false)?,
+                b't' => self.literal(b"true")?,
+                b'f' => self.literal(b"false")?,
+                b'n' => self.literal(b"null")?,
+                b'-' | b'0'..=b'9' => self.number()?,
+                _ => return None,
+            }
+            // A value ended: close containers until one continues with `,`.
+            loop {
+                self.whitespace();
+                let Some(&is_object) = stack.last() else {
+                    return (self.pos == self.bytes.len()).then_some(());
+                };
+                match (self.peek()?, is_object) {
+                    (b',', true) => {
+                        self.pos += 1;
+                        self.whitespace();
+                        self.member_key()?;
+                        continue 'value;
+                    }
+                    (b',', false) => {
+                        self.pos += 1;
+                        self.whitespace();
+                        continue 'value;
+                    }
+                    (b'}', true) | (b']', false) => {
+                        self.pos += 1;
+                        stack.pop();
+                    }
+                    _ => return None,
+                }
+            }
+        }
+    }
+
+    /// `"key"`, whitespace, `:`, whitespace.
+    fn member_key(&mut self) -> Option<()> {
+        if self.peek()? != b'"' {
+            return None;
+        }
+        self.string(true)?;
+        self.whitespace();
+        if self.peek()? != b':' {
+            return None;
+        }
+        self.pos += 1;
+        self.whitespace();
+        Some(())
+    }
+
+    /// A string token starting at its opening quote.
+    fn string(&mut self, is_key: bool) -> Option<()> {
+        self.pos += 1;
+        let start = self.pos;
+        let mut candidate = false;
+        loop {
+            // Strings are mostly short: a table lookup per byte beats calling `memchr`. Locals
+            // keep the position in a register.
+            let bytes = self.bytes;
+            let mut pos = self.pos;
+            let class = loop {
+                let class = STRING_BYTES[usize::from(*bytes.get(pos)?)];
+                if class > CANDIDATE {
+                    break class;
+                }
+                candidate |= class == CANDIDATE;
+                pos += 1;
+            };
+            self.pos = pos;
+            match class {
+                QUOTE => break,
+                CONTROL => return None,
+                _ => {}
+            }
+            match *self.bytes.get(self.pos + 1)? {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.pos += 2,
+                b'u' => {
+                    candidate = true;
+                    let code = self.hex4(self.pos + 2)?;
+                    self.pos += 6;
+                    if (0xD800..0xDC00).contains(&code) {
+                        // A high surrogate must be followed by a low one.
+                        if self.bytes.get(self.pos..self.pos + 2)? != b"\\u" {
+                            return None;
+                        }
+                        let low = self.hex4(self.pos + 2)?;
+                        if !(0xDC00..0xE000).contains(&low) {
+                            return None;
+                        }
+                        self.pos += 6;
+                    } else if (0xDC00..0xE000).contains(&code) {
+                        return None;
+                    }
+                }
+                _ => return None,
+            }
+        }
+        if candidate {
+            self.strings.push(StringToken {
+                content: start..self.pos,
+                is_key,
+            });
+        }
+        self.pos += 1;
+        Some(())
+    }
+
+    fn hex4(&self, at: usize) -> Option<u32> {
+        self.bytes
+            .get(at..at + 4)?
+            .iter()
+            .try_fold(0u32, |acc, &d| {
+                let value = char::from(d).to_digit(16)?;
+                Some((acc << 4) | value)
+            })
+    }
+
+    fn number(&mut self) -> Option<()> {
+        if self.peek() == Some(b'-') {
+            self.pos += 1;
+        }
+        match self.peek()? {
+            b'0' => self.pos += 1,
+            b'1'..=b'9' => self.digits(),
+            _ => return None,
+        }
+        if self.peek() == Some(b'.') {
+            self.pos += 1;
+            if !self.peek()?.is_ascii_digit() {
+                return None;
+            }
+            self.digits();
+        }
+        if matches!(self.peek(), Some(b'e' | b'E')) {
+            self.pos += 1;
+            if matches!(self.peek(), Some(b'+' | b'-')) {
+                self.pos += 1;
+            }
+            if !self.peek()?.is_ascii_digit() {
+                return None;
+            }
+            self.digits();
+        }
+        Some(())
+    }
+
+    fn digits(&mut self) {
+        while self.peek().is_some_and(|b| b.is_ascii_digit()) {
+            self.pos += 1;
+        }
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        if self.bytes.get(self.pos..self.pos + word.len())? != word {
+            return None;
+        }
+        self.pos += word.len();
+        Some(())
+    }
+
+    fn whitespace(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.pos += 1;
+        }
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.pos).copied()
+    }
+}
+
+/// What a byte means inside a string token.
+const PLAIN: u8 = 0;
+const CANDIDATE: u8 = 1;
+const QUOTE: u8 = 2;
+const BACKSLASH: u8 = 3;
+const CONTROL: u8 = 4;
+const STRING_BYTES: [u8; 256] = {
+    let mut table = [PLAIN; 256];
+    let mut byte = 0;
+    while byte < 0x20 {
+        table[byte] = CONTROL;
+        byte += 1;
+    }
+    table[b'"' as usize] = QUOTE;
+    table[b'\\' as usize] = BACKSLASH;
+    table[b'{' as usize] = CANDIDATE;
+    table[b'%' as usize] = CANDIDATE;
+    table
+};
+
+/// The deepest nesting of arrays and objects accepted: 127, as serde_json's default recursion
+/// limit of 128 allows.
+pub(crate) const MAX_DEPTH: usize = 127;

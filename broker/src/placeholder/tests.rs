@@ -1,0 +1,465 @@
+//! Tests of `placeholder`: every spelling in every part, the JSON tokenizer, malformed
+//! placeholders, the limit, and the aggregates for the evaluator.
+
+use http::HeaderValue;
+use proptest::prelude::*;
+
+use super::json::candidate_strings;
+use super::*;
+
+/// A request for tests: target parts, headers and body.
+struct Req {
+    scheme: &'static str,
+    authority: &'static str,
+    path: String,
+    query: Option<String>,
+    headers: HeaderMap,
+    body: Vec<u8>,
+}
+
+impl Req {
+    fn new() -> Req {
+        Req {
+            scheme: "https",
+            authority: "api.github.com",
+            path: "/user".to_owned(),
+            query: None,
+            headers: HeaderMap::new(),
+            body: Vec::new(),
+        }
+    }
+
+    fn query(mut self, query: &str) -> Req {
+        self.query = Some(query.to_owned());
+        self
+    }
+
+    fn path(mut self, path: &str) -> Req {
+        self.path = path.to_owned();
+        self
+    }
+
+    fn header(mut self, name: &'static str, value: &str) -> Req {
+        self.headers.append(
+            HeaderName::from_static(name),
+            HeaderValue::from_str(value).unwrap(),
+        );
+        self
+    }
+
+    fn json(self, body: &str) -> Req {
+        self.header("content-type", "application/json").body(body)
+    }
+
+    fn body(mut self, body: &str) -> Req {
+        self.body = body.as_bytes().to_vec();
+        self
+    }
+
+    fn scan(&self) -> Result<Placeholders, PlaceholderError> {
+        scan(&RequestParts {
+            scheme: self.scheme,
+            authority: self.authority,
+            path: &self.path,
+            query: self.query.as_deref(),
+            headers: &self.headers,
+            body: &self.body,
+        })
+    }
+
+    #[track_caller]
+    fn places(&self) -> Vec<(String, Place)> {
+        self.scan()
+            .unwrap()
+            .found()
+            .iter()
+            .map(|f| (f.alias.clone(), f.place))
+            .collect()
+    }
+}
+
+fn site(alias: &str, site: Site) -> (String, Place) {
+    (alias.to_owned(), Place::Site(site))
+}
+
+fn forbidden(alias: &str, place: Forbidden) -> (String, Place) {
+    (alias.to_owned(), Place::Forbidden(place))
+}
+
+#[test]
+fn a_request_without_placeholders_has_none() {
+    let req = Req::new()
+        .query("a=1&b=%7B")
+        .header("authorization", "Bearer abc")
+        .json(r#"{"a":"{not a placeholder}","b":"100%","c":"\u00e9"}"#);
+    assert!(req.scan().unwrap().is_empty());
+}
+
+#[test]
+fn every_spelling_in_the_query_is_recognised() {
+    for query in [
+        "t={{mint:github}}",
+        "t=%7B%7Bmint%3Agithub%7D%7D",
+        "t=%7b%7bmint%3agithub%7d%7d",
+        "t={{mint%3Agithub}}",
+        "t=%7b%7bmint:github%7d%7d",
+        "t=%7B{mint:git%68ub}%7D",
+        "t=%7B%7B%6D%69%6E%74%3A%67%69%74%68%75%62%7D%7D",
+    ] {
+        let req = Req::new().query(query);
+        let found = req.scan().unwrap();
+        assert_eq!(found.found().len(), 1, "{query}");
+        let one = &found.found()[0];
+        assert_eq!(one.alias, "github");
+        assert_eq!(one.place, Place::Site(Site::Query));
+        assert_eq!(one.span, 2..query.len(), "{query}");
+    }
+}
+
+#[test]
+fn headers_are_sites_only_when_spelled_raw() {
+    let req = Req::new()
+        .header("authorization", "Bearer {{mint:github}}")
+        .header("x-encoded", "%7B%7Bmint%3Agithub%7D%7D");
+    assert_eq!(
+        req.places(),
+        [
+            site("github", Site::Header),
+            forbidden("github", Forbidden::EncodedInHeader)
+        ]
+    );
+}
+
+#[test]
+fn a_placeholder_in_a_header_name_is_forbidden() {
+    let req = Req::new().header("x-%7b%7bmint%3agithub%7d%7d", "1");
+    assert_eq!(req.places(), [forbidden("github", Forbidden::HeaderName)]);
+}
+
+#[test]
+fn placeholders_in_the_target_are_forbidden() {
+    let req = Req::new().path("/repos/%7B%7Bmint%3Agithub%7D%7D/x");
+    assert_eq!(req.places(), [forbidden("github", Forbidden::Target)]);
+    let mut req = Req::new().path("/{{mint:a}}");
+    req.authority = "{{mint:b}}.example.com";
+    req.scheme = "%7B%7Bmint:c}}";
+    let found = req.scan().unwrap();
+    let parts: Vec<_> = found.found().iter().map(|f| f.part.clone()).collect();
+    assert_eq!(parts, [Part::Scheme, Part::Authority, Part::Path]);
+    assert_eq!(found.forbidden().count(), 3);
+    assert!(found.alias_uses().is_empty());
+    assert_eq!(found.aliases(), ["a", "b", "c"]);
+}
+
+#[test]
+fn json_string_values_are_body_sites() {
+    let body = r#"{"token":"{{mint:github}}","nested":[{"x":"a {{mint:slack}} b"}]}"#;
+    let req = Req::new().json(body);
+    let found = req.scan().unwrap();
+    assert_eq!(
+        req.places(),
+        [site("github", Site::Body), site("slack", Site::Body)]
+    );
+    let span = found.found()[0].span.clone();
+    assert_eq!(&body[span], "{{mint:github}}");
+}
+
+#[test]
+fn json_keys_escapes_and_non_json_bodies_are_forbidden() {
+    let key = Req::new().json(r#"{"{{mint:github}}":1}"#);
+    assert_eq!(key.places(), [forbidden("github", Forbidden::JsonKey)]);
+    let escaped = Req::new().json(r#"["\u007b\u007Bmint:github}}","%7B%7Bmint:slack}}"]"#);
+    assert_eq!(
+        escaped.places(),
+        [
+            forbidden("github", Forbidden::EncodedInJson),
+            forbidden("slack", Forbidden::EncodedInJson)
+        ]
+    );
+    let form = Req::new()
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("t=%7B%7Bmint%3Agithub%7D%7D");
+    assert_eq!(form.places(), [forbidden("github", Forbidden::NotJsonBody)]);
+    let untyped = Req::new().body(r#"{"t":"{{mint:github}}"}"#);
+    assert_eq!(
+        untyped.places(),
+        [forbidden("github", Forbidden::NotJsonBody)]
+    );
+    let invalid = Req::new().json(r#"{"t":"{{mint:github}}",}"#);
+    assert_eq!(
+        invalid.places(),
+        [forbidden("github", Forbidden::NotJsonBody)]
+    );
+}
+
+#[test]
+fn alias_uses_aggregate_sites_per_alias() {
+    let req = Req::new()
+        .query("q={{mint:b}}")
+        .header("authorization", "{{mint:b}}")
+        .header("x-other", "{{mint:a}}")
+        .json(r#"{"v":"{{mint:b}}"}"#);
+    let uses = req.scan().unwrap().alias_uses();
+    assert_eq!(
+        uses,
+        [
+            AliasUse {
+                alias: "a".to_owned(),
+                sites: SiteSet::HEADER
+            },
+            AliasUse {
+                alias: "b".to_owned(),
+                sites: SiteSet::of(Site::ALL)
+            },
+        ]
+    );
+}
+
+#[test]
+fn malformed_placeholders_are_refused_with_their_place() {
+    let cases: &[(Req, Part, usize, MalformedReason)] = &[
+        (
+            Req::new().query("a={{mint:github"),
+            Part::Query,
+            2,
+            MalformedReason::Unclosed,
+        ),
+        (
+            Req::new().query("a={{mint:GitHub}}"),
+            Part::Query,
+            2,
+            MalformedReason::InvalidName,
+        ),
+        (
+            Req::new().query("a={{mint:}}"),
+            Part::Query,
+            2,
+            MalformedReason::InvalidName,
+        ),
+        (
+            Req::new().query("a={{mint:_x}}"),
+            Part::Query,
+            2,
+            MalformedReason::InvalidName,
+        ),
+        (
+            Req::new().query(&format!("a={{{{mint:{}}}}}", "x".repeat(65))),
+            Part::Query,
+            2,
+            MalformedReason::InvalidName,
+        ),
+        (
+            Req::new().header("authorization", "Bearer {{mint:git hub}}"),
+            Part::Header(http::header::AUTHORIZATION),
+            7,
+            MalformedReason::InvalidName,
+        ),
+        (
+            Req::new().path("/%7B%7Bmint%3A"),
+            Part::Path,
+            1,
+            MalformedReason::Unclosed,
+        ),
+        (
+            Req::new().json(r#"{"a":"{{mint:x}"}"#),
+            Part::Body,
+            6,
+            MalformedReason::Unclosed,
+        ),
+    ];
+    for (req, part, offset, reason) in cases {
+        assert_eq!(
+            req.scan(),
+            Err(PlaceholderError::Malformed {
+                part: part.clone(),
+                offset: *offset,
+                reason: *reason
+            })
+        );
+    }
+    // 64 characters is the longest name.
+    let longest = format!("a={{{{mint:{}}}}}", "x".repeat(64));
+    assert_eq!(Req::new().query(&longest).places().len(), 1);
+}
+
+#[test]
+fn more_than_sixteen_placeholders_are_refused() {
+    let query = |n: usize| {
+        (0..n)
+            .map(|i| format!("p{i}={{{{mint:a{i}}}}}"))
+            .collect::<Vec<_>>()
+            .join("&")
+    };
+    assert_eq!(
+        Req::new().query(&query(16)).scan().unwrap().found().len(),
+        16
+    );
+    let err = Req::new().query(&query(17)).scan().unwrap_err();
+    assert_eq!(err, PlaceholderError::TooMany { limit: 16 });
+    assert_eq!(err.code(), "invalid_request");
+    assert_eq!(err.to_string(), "more than 16 placeholders in one request");
+    // Counted across parts.
+    let req = Req::new()
+        .query(&query(10))
+        .header("a", &"{{mint:x}}".repeat(7));
+    assert!(matches!(req.scan(), Err(PlaceholderError::TooMany { .. })));
+}
+
+#[test]
+fn errors_name_the_place_never_the_text() {
+    let req = Req::new().header("authorization", "Bearer s3cret-canary {{mint:Oops");
+    let err = req.scan().unwrap_err();
+    let shown = format!("{err} {err:?}");
+    assert!(!shown.contains("s3cret-canary"), "{shown}");
+    assert!(!shown.contains("Oops"), "{shown}");
+    assert_eq!(
+        err.to_string(),
+        "malformed placeholder in the header `authorization` at byte 21: \
+         `{{mint:` must be followed by an alias name and `}}`"
+    );
+    assert_eq!(err.code(), "malformed_placeholder");
+    let parts = RequestParts {
+        scheme: "https",
+        authority: "h",
+        path: "/",
+        query: Some("token=s3cret-canary"),
+        headers: &req.headers,
+        body: b"s3cret-canary",
+    };
+    let debug = format!("{parts:?}");
+    assert!(!debug.contains("s3cret-canary"), "{debug}");
+}
+
+#[test]
+fn content_types_that_mean_json() {
+    for (value, json) in [
+        ("application/json", true),
+        ("Application/JSON; charset=utf-8", true),
+        ("application/vnd.api+json", true),
+        ("application/+json", false),
+        ("text/json", false),
+        ("application/jsonx", false),
+        ("text/plain", false),
+    ] {
+        let mut headers = HeaderMap::new();
+        headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static(value));
+        assert_eq!(body_is_json(&headers), json, "{value}");
+    }
+    assert!(!body_is_json(&HeaderMap::new()));
+    let mut twice = HeaderMap::new();
+    twice.append(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    twice.append(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    assert!(!body_is_json(&twice));
+}
+
+#[test]
+fn the_tokenizer_is_strict() {
+    for valid in [
+        "1",
+        " \"x\" ",
+        "-0.5e+10",
+        "[]",
+        "{}",
+        "[1,[2,{\"a\":null}],true,false]",
+        "{\"a\":{\"b\":[\"\\ud83d\\ude00\",\"\\n\"]}}",
+    ] {
+        assert!(candidate_strings(valid.as_bytes()).is_some(), "{valid}");
+    }
+    for invalid in [
+        "",
+        "[1,]",
+        "{\"a\":1,}",
+        "{a:1}",
+        "01",
+        "1.",
+        ".5",
+        "+1",
+        "[1] [2]",
+        "\"\\x\"",
+        "\"\\ud83d\"",
+        "\"\\ude00\"",
+        "\"a\nb\"",
+        "'a'",
+        "nul",
+        "[",
+        "{\"a\" 1}",
+        "// c\n1",
+    ] {
+        assert!(
+            candidate_strings(invalid.as_bytes()).is_none(),
+            "{invalid:?}"
+        );
+    }
+    assert!(candidate_strings(b"\"\xff\"").is_none());
+    let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+    assert!(candidate_strings(deep(127).as_bytes()).is_some());
+    assert!(candidate_strings(deep(128).as_bytes()).is_none());
+    assert!(candidate_strings(deep(100_000).as_bytes()).is_none());
+}
+
+/// Percent-encodes each byte of `text` when the matching flag says so, in the given hex case.
+fn encode_some(text: &str, flags: &[(bool, bool)]) -> String {
+    text.bytes()
+        .zip(flags.iter().cycle())
+        .map(|(b, &(encode, upper))| match (encode, upper) {
+            (false, _) => char::from(b).to_string(),
+            (true, true) => format!("%{b:02X}"),
+            (true, false) => format!("%{b:02x}"),
+        })
+        .collect()
+}
+
+proptest! {
+    /// Any mix of escapes spells the same placeholder in the query.
+    #[test]
+    fn any_percent_spelling_is_the_placeholder(
+        alias in "[a-z0-9][a-z0-9_-]{0,63}",
+        flags in prop::collection::vec((any::<bool>(), any::<bool>()), 1..20),
+        before in "[a-z=&]{0,8}",
+        after in "[a-z=&]{0,8}",
+    ) {
+        let placeholder = encode_some(&format!("{{{{mint:{alias}}}}}"), &flags);
+        let query = format!("{before}{placeholder}{after}");
+        let found = Req::new().query(&query).scan().unwrap();
+        prop_assert_eq!(found.found().len(), 1);
+        prop_assert_eq!(&found.found()[0].alias, &alias);
+        prop_assert_eq!(found.found()[0].span.clone(), before.len()..before.len() + placeholder.len());
+    }
+
+    /// Whatever the bytes, scanning ends with a result, never a panic.
+    #[test]
+    fn arbitrary_input_never_panics(
+        query in "[{}%7bBmint:a-z0-9]{0,60}",
+        body in prop::collection::vec(prop_oneof![Just(b'{'), Just(b'}'), Just(b'"'), Just(b'\\'), Just(b'u'), Just(b'%'), any::<u8>()], 0..200),
+    ) {
+        let mut req = Req::new().query(&query);
+        req.headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        req.body = body;
+        let _ = req.scan();
+    }
+
+    /// What the tokenizer accepts, serde_json accepts too, and the other way round for the
+    /// documents serde_json writes.
+    #[test]
+    fn the_tokenizer_agrees_with_serde_json(
+        text in prop::collection::vec(prop_oneof![
+            Just("{".to_owned()), Just("}".to_owned()), Just("[".to_owned()), Just("]".to_owned()),
+            Just(",".to_owned()), Just(":".to_owned()), Just("\"a\"".to_owned()), Just("1".to_owned()),
+            Just("-0.5".to_owned()), Just("true".to_owned()), Just(" ".to_owned()), Just("\"\\u00e9\"".to_owned()),
+        ], 1..16),
+        value in any::<Vec<(String, i32)>>(),
+    ) {
+        let text = text.concat();
+        let ours = candidate_strings(text.as_bytes()).is_some();
+        let serde = serde_json::from_str::<serde_json::Value>(&text).is_ok();
+        prop_assert_eq!(ours, serde, "{}", text);
+        let written = serde_json::to_string(&value).unwrap();
+        prop_assert!(candidate_strings(written.as_bytes()).is_some());
+    }
+}

@@ -1,0 +1,585 @@
+//! Redacts brokered secrets from upstream answers, streaming: every form of every secret that was
+//! substituted into the request becomes [`REDACTED`] in the answer's headers and body.
+//!
+//! Built once per request (by `inject.rs`, the only module that reads secret values) from the
+//! secrets it substituted; the proxy runs the answer's headers through
+//! [`Scrubber::scrub_headers`] and every body chunk through [`Scrubber::push`], then
+//! [`Scrubber::finish`]. It never decides access and never logs: neither the secrets nor the
+//! patterns derived from them appear in any `Debug` output or error.
+//!
+//! # Forms
+//!
+//! For each secret (its UTF-8 bytes): raw; hex (lower and upper case); percent-encoded as
+//! RFC 3986 (every byte outside unreserved, upper- and lowercase hex), as Python's `quote` (keeps
+//! `/`), as `encodeURIComponent`, and as form encoders write it (space as `+`: Go's `QueryEscape`,
+//! Python's `quote_plus`, `URLSearchParams`); JSON-escaped as serde_json and `JSON.stringify`
+//! write it, with `\/` (PHP), with `\u003c`-style HTML escapes (Go) and with `\uXXXX` for
+//! everything outside ASCII (Python); base64, standard and URL-safe alphabets, padded or not, at
+//! all three alignments, and standard base64 with `/` written `\/`. Not covered: other
+//! combinations of encodings (hex of base64, percent-encoded base64, JSON-escaped percent forms
+//! with lowercase hex, .NET's escaping of `+`), compressed answers (the proxy asks for
+//! `identity` and must decode or refuse anything else), and a secret split by the upstream
+//! itself or transformed otherwise.
+//!
+//! # Guarantees
+//!
+//! All patterns are matched leftmost-longest and non-overlapping, exactly as one pass over the
+//! whole answer would, whatever the chunking:
+//!
+//! - Every byte of the output that does not belong to a marker comes from a stretch of the answer
+//!   in which no pattern occurs. So no pattern occurs in the output except, possibly, one that
+//!   overlaps a marker (a secret such as `]abc` can reappear as the marker's last byte followed by
+//!   `abc` that really followed the secret in the answer; no secret byte leaks that way). Text
+//!   without any pattern passes through byte for byte.
+//! - Base64: a pattern is the stable inner string of the encoding (see `scrub/patterns.rs`). At
+//!   each end of an encoded secret, unless the secret starts or ends on a quantum boundary, one
+//!   character mixes secret bits with the neighbours' bits; when that character is there (a
+//!   base64 character, or `/` written `\/`), it is redacted with the match, unless another match
+//!   starts at that very character (which then redacts it). So no base64 character carrying a
+//!   secret bit survives (the property tests check exactly this edge at every offset); at worst
+//!   one character of innocent data beside a match goes with it, and the `=` padding stays.
+//! - Chunks: [`Scrubber::push`] holds back only what it cannot decide yet: the shortest tail that
+//!   is still a prefix of some pattern (at most the longest pattern minus one byte), the start of
+//!   a base64 match whose last neighbour has not arrived, and up to two base64 characters that a
+//!   match starting in the held tail could take with it. Everything else is emitted at once, so a
+//!   server-sent event that ends in a newline is never delayed (no pattern starts with a newline
+//!   unless a secret does). [`Scrubber::finish`] flushes the rest.
+//!
+//! Limits: base64 patterns need 4 stable characters, so a secret shorter than 4 bytes is not
+//! matched as base64 at every alignment; a secret that is a substring of the marker keeps
+//! appearing in it; an upstream that knows the secret can always leak it in some
+//! form not covered here (scrubbing catches reflection, it does not contain a hostile upstream:
+//! binding aliases to hosts does). Buffers that held secret-derived bytes are wiped when dropped;
+//! the automaton's internal tables are not.
+//!
+//! # Speed
+//!
+//! A sampling prefilter (see `scrub/engine.rs`) reads one 8-byte window every 4–16 bytes and runs
+//! the automaton only near candidate windows. To decide what to hold back, each chunk's last
+//! positions (fewer than the longest pattern) are checked against the patterns' first two bytes,
+//! and only those that pass walk the automaton. Output that needs no redaction is handed on as
+//! slices of the input [`Bytes`], without copying.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue};
+use zeroize::Zeroizing;
+
+mod engine;
+mod patterns;
+
+use engine::Engine;
+use patterns::{Pattern, is_base64_byte};
+
+/// What every form of a secret is replaced with.
+pub const REDACTED: &str = "[mint:redacted]";
+
+/// Streaming redaction for one answer. Cheap to build for a few secrets; build one per request.
+pub struct Scrubber {
+    engine: Option<Arc<Engine>>,
+    /// Answer bytes received but not yet emitted (they may hold the start of a secret).
+    carry: Zeroizing<Vec<u8>>,
+    /// Scratch space: the carry followed by the start of the next chunk.
+    seam: Zeroizing<Vec<u8>>,
+}
+
+/// What one [`Scrubber::push`] or [`Scrubber::finish`] emits: pieces to send in order, most of them
+/// slices of the pushed chunk.
+#[derive(Default)]
+pub struct Scrubbed {
+    pieces: Vec<Bytes>,
+}
+
+/// The scrubber could not be built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the secrets' patterns are too large to compile")]
+pub struct ScrubError;
+
+/// A plain Aho-Corasick scan over the same patterns as a [`Scrubber`], for the benchmark's
+/// comparison.
+#[doc(hidden)]
+pub struct Baseline {
+    automaton: aho_corasick::AhoCorasick,
+}
+
+// === impl Scrubber ===
+
+impl Scrubber {
+    /// A scrubber for no secret: passes everything through.
+    pub fn empty() -> Scrubber {
+        Scrubber {
+            engine: None,
+            carry: Zeroizing::new(Vec::new()),
+            seam: Zeroizing::new(Vec::new()),
+        }
+    }
+
+    /// A scrubber for `secrets`, given as their bytes. Only `inject.rs` calls it (it alone reads
+    /// secret values); empty secrets are ignored.
+    pub(crate) fn from_secrets<'a>(
+        secrets: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Result<Scrubber, ScrubError> {
+        let (patterns, count) = all_patterns(secrets);
+        let engine = Engine::new(&patterns, count).map_err(|_| ScrubError)?;
+        Ok(Scrubber {
+            engine: engine.map(Arc::new),
+            ..Scrubber::empty()
+        })
+    }
+
+    /// A scrubber for another answer with the same secrets: shares the compiled patterns, so a
+    /// caller may keep one per set of aliases and skip the build (tens of microseconds per secret).
+    pub fn fresh(&self) -> Scrubber {
+        Scrubber {
+            engine: self.engine.clone(),
+            ..Scrubber::empty()
+        }
+    }
+
+    /// Whether it redacts nothing (no secret).
+    pub fn is_empty(&self) -> bool {
+        self.engine.is_none()
+    }
+
+    /// How many bytes are held back, waiting for the next chunk.
+    pub fn pending(&self) -> usize {
+        self.carry.len()
+    }
+
+    /// Takes the next chunk of the answer's body and returns what can be sent now.
+    pub fn push(&mut self, chunk: Bytes) -> Scrubbed {
+        let Some(engine) = self.engine.clone() else {
+            return Scrubbed::one(chunk);
+        };
+        let carry = std::mem::take(&mut self.carry);
+        let c = carry.len();
+        let mut out = Scrubbed::default();
+        // INVARIANT: `run` emits ranges within the carry followed by the chunk, in order, and
+        // returns a cut no larger than their length; so every slice below is in bounds.
+        let cut = run(
+            &engine,
+            &carry,
+            &mut self.seam,
+            &chunk,
+            false,
+            |piece| match piece {
+                Piece::Raw(start, end) => {
+                    if start < c {
+                        out.pieces
+                            .push(Bytes::copy_from_slice(&carry[start..end.min(c)]));
+                    }
+                    if end > c {
+                        out.pieces.push(chunk.slice(start.max(c) - c..end - c));
+                    }
+                }
+                Piece::Marker => out.pieces.push(Bytes::from_static(REDACTED.as_bytes())),
+            },
+        );
+        self.carry = carry;
+        keep_tail(&mut self.carry, &chunk, cut);
+        out
+    }
+
+    /// [`Self::push`] for a borrowed chunk: the same, copied into one buffer.
+    pub fn push_slice(&mut self, chunk: &[u8]) -> Vec<u8> {
+        let Some(engine) = self.engine.clone() else {
+            return chunk.to_vec();
+        };
+        let carry = std::mem::take(&mut self.carry);
+        let c = carry.len();
+        let mut out = Vec::with_capacity(c + chunk.len());
+        let cut = run(&engine, &carry, &mut self.seam, chunk, false, |piece| {
+            emit_into(&mut out, &carry, chunk, piece);
+        });
+        self.carry = carry;
+        keep_tail(&mut self.carry, chunk, cut);
+        out
+    }
+
+    /// Ends the answer: returns everything still held back, redacted. The scrubber can then
+    /// start a new answer.
+    pub fn finish(&mut self) -> Scrubbed {
+        Scrubbed::one(Bytes::from(self.finish_vec()))
+    }
+
+    /// [`Self::finish`] into one buffer.
+    pub fn finish_vec(&mut self) -> Vec<u8> {
+        let carry = std::mem::take(&mut self.carry);
+        let Some(engine) = self.engine.clone() else {
+            return carry.to_vec();
+        };
+        let mut out = Vec::with_capacity(carry.len());
+        run(&engine, &carry, &mut self.seam, &[], true, |piece| {
+            emit_into(&mut out, &carry, &[], piece);
+        });
+        out
+    }
+
+    /// Redacts one complete value (a header, a reason phrase): borrowed back when nothing
+    /// matched. Independent of the streaming state.
+    pub fn scrub<'a>(&self, value: &'a [u8]) -> Cow<'a, [u8]> {
+        let Some(engine) = &self.engine else {
+            return Cow::Borrowed(value);
+        };
+        let mut pieces = Vec::new();
+        let mut seam = Vec::new();
+        run(engine, &[], &mut seam, value, true, |piece| {
+            pieces.push(piece)
+        });
+        if !pieces.contains(&Piece::Marker) {
+            return Cow::Borrowed(value);
+        }
+        let mut out = Vec::with_capacity(value.len());
+        for piece in pieces {
+            emit_into(&mut out, &[], value, piece);
+        }
+        Cow::Owned(out)
+    }
+
+    /// Redacts every header value (`Location` and `Set-Cookie` included) and drops every header
+    /// whose name holds a secret.
+    pub fn scrub_headers(&self, headers: &mut HeaderMap) {
+        if self.engine.is_none() {
+            return;
+        }
+        let mut doomed = Vec::new();
+        for (name, value) in headers.iter_mut() {
+            if matches!(self.scrub(name.as_str().as_bytes()), Cow::Owned(_)) {
+                doomed.push(name.clone());
+                continue;
+            }
+            if let Cow::Owned(redacted) = self.scrub(value.as_bytes()) {
+                // The bytes kept were valid header bytes and the marker is plain ASCII.
+                *value = HeaderValue::from_bytes(&redacted)
+                    .unwrap_or_else(|_| HeaderValue::from_static(REDACTED));
+            }
+        }
+        for name in doomed {
+            headers.remove(&name);
+        }
+    }
+}
+
+impl fmt::Debug for Scrubber {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Scrubber")
+            .field("engine", &self.engine)
+            .field("pending", &self.carry.len())
+            .finish_non_exhaustive()
+    }
+}
+
+// === impl Scrubbed ===
+
+impl Scrubbed {
+    fn one(bytes: Bytes) -> Scrubbed {
+        let pieces = if bytes.is_empty() {
+            Vec::new()
+        } else {
+            vec![bytes]
+        };
+        Scrubbed { pieces }
+    }
+
+    /// The number of bytes.
+    pub fn len(&self) -> usize {
+        self.pieces.iter().map(Bytes::len).sum()
+    }
+
+    /// Whether there is nothing to send.
+    pub fn is_empty(&self) -> bool {
+        self.pieces.iter().all(Bytes::is_empty)
+    }
+
+    /// The pieces, in order.
+    pub fn pieces(&self) -> &[Bytes] {
+        &self.pieces
+    }
+
+    /// All pieces as one buffer; copies only when there are several.
+    pub fn into_bytes(self) -> Bytes {
+        match <[Bytes; 1]>::try_from(self.pieces) {
+            Ok([one]) => one,
+            Err(pieces) => Bytes::from(pieces.concat()),
+        }
+    }
+}
+
+impl IntoIterator for Scrubbed {
+    type Item = Bytes;
+    type IntoIter = std::vec::IntoIter<Bytes>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.pieces.into_iter()
+    }
+}
+
+impl fmt::Debug for Scrubbed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Scrubbed")
+            .field("pieces", &self.pieces.len())
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+// === impl Baseline ===
+
+impl Baseline {
+    /// The plain automaton over the patterns of `secrets`. Only `inject.rs` calls it.
+    pub(crate) fn from_secrets<'a>(
+        secrets: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Result<Baseline, ScrubError> {
+        let (patterns, _) = all_patterns(secrets);
+        let automaton = aho_corasick::AhoCorasick::builder()
+            .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+            .kind(Some(aho_corasick::AhoCorasickKind::DFA))
+            .build(patterns.iter().map(|p| &p.bytes[..]))
+            .map_err(|_| ScrubError)?;
+        Ok(Baseline { automaton })
+    }
+
+    /// Counts the matches of one `find_iter` pass over `hay`.
+    pub fn count(&self, hay: &[u8]) -> usize {
+        self.automaton.find_iter(hay).count()
+    }
+}
+
+impl fmt::Debug for Baseline {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Baseline").finish_non_exhaustive()
+    }
+}
+
+/// One piece of output, in the coordinates of the carry followed by the chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Piece {
+    Raw(usize, usize),
+    Marker,
+}
+
+/// The carry followed by the chunk, read as one buffer `B` of `n` bytes.
+struct View<'a> {
+    engine: &'a Engine,
+    carry: &'a [u8],
+    chunk: &'a [u8],
+    /// The carry followed by at least the first `max_len` bytes of the chunk (all of it if
+    /// shorter), so every match that starts in the carry fits.
+    seam: &'a [u8],
+    n: usize,
+}
+
+impl View<'_> {
+    fn byte(&self, at: usize) -> u8 {
+        let c = self.carry.len();
+        if at < c {
+            self.carry.get(at).copied().unwrap_or(0)
+        } else {
+            self.chunk.get(at - c).copied().unwrap_or(0)
+        }
+    }
+
+    /// The leftmost-longest match starting at or after `pos`.
+    fn find(&self, pos: usize) -> Option<engine::Found> {
+        let c = self.carry.len();
+        if pos < c {
+            if let Some(found) = self.engine.find(self.seam, pos, c) {
+                return Some(found);
+            }
+            return self.shifted(0);
+        }
+        self.shifted(pos - c)
+    }
+
+    fn shifted(&self, from: usize) -> Option<engine::Found> {
+        let c = self.carry.len();
+        self.engine
+            .find(self.chunk, from, self.chunk.len())
+            .map(|found| engine::Found {
+                start: found.start + c,
+                end: found.end + c,
+                kind: found.kind,
+            })
+    }
+
+    /// The first position whose match (if any) still depends on bytes not received: the bytes
+    /// from there to the end are a prefix of some pattern. `n` when there is none.
+    fn first_alive(&self) -> usize {
+        let from = self
+            .n
+            .saturating_sub(self.engine.max_len().saturating_sub(1));
+        let c = self.carry.len();
+        let tail: Cow<'_, [u8]> = if from >= c {
+            Cow::Borrowed(self.chunk.get(from - c..).unwrap_or_default())
+        } else {
+            // A chunk shorter than the longest pattern: the tail starts in the carry.
+            Cow::Owned((from..self.n).map(|at| self.byte(at)).collect())
+        };
+        from + self.engine.first_alive(&tail)
+    }
+
+    /// How many bytes before `at` (and not before `floor`) a base64 match starting at `at` takes
+    /// with it: the neighbouring character, which may be written `\/`.
+    fn back_extension(&self, at: usize, floor: usize) -> usize {
+        if at <= floor || !is_base64_byte(self.byte(at - 1)) {
+            return 0;
+        }
+        if self.byte(at - 1) == b'/' && at - 1 > floor && self.byte(at - 2) == b'\\' {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// How many bytes from `at` a base64 match ending at `at` takes with it, if the next bytes
+    /// are in; `None` when they are not yet.
+    fn forward_extension(&self, at: usize, is_end: bool) -> Option<usize> {
+        if at >= self.n {
+            return is_end.then_some(0);
+        }
+        match self.byte(at) {
+            byte if is_base64_byte(byte) => Some(1),
+            b'\\' if at + 1 >= self.n => is_end.then_some(0),
+            b'\\' if self.byte(at + 1) == b'/' => Some(2),
+            _ => Some(0),
+        }
+    }
+}
+
+/// Scrubs `carry` followed by `chunk`, calling `emit` with the output in order, and returns how
+/// many bytes of that buffer are done: the rest becomes the next carry. With `is_end`, all are.
+fn run(
+    engine: &Engine,
+    carry: &[u8],
+    seam: &mut Vec<u8>,
+    chunk: &[u8],
+    is_end: bool,
+    mut emit: impl FnMut(Piece),
+) -> usize {
+    seam.clear();
+    // INVARIANT: the slice end is clamped to the chunk's length.
+    if !carry.is_empty() {
+        seam.extend_from_slice(carry);
+        seam.extend_from_slice(&chunk[..chunk.len().min(engine.max_len() + 2)]);
+    }
+    let view = View {
+        engine,
+        carry,
+        chunk,
+        seam,
+        n: carry.len() + chunk.len(),
+    };
+    let n = view.n;
+    // Starts before `alive` are decided: every pattern that could match there is in sight.
+    let alive = if is_end { n } else { view.first_alive() };
+    let mut raw_start = 0;
+    let mut limit = alive;
+    let mut next = view.find(0);
+    while let Some(found) = next {
+        if found.start >= alive {
+            break;
+        }
+        let start = if found.kind.back {
+            found.start - view.back_extension(found.start, raw_start)
+        } else {
+            found.start
+        };
+        let mut end = found.end;
+        let mut following = None;
+        if found.kind.fwd {
+            match view.forward_extension(end, is_end) {
+                None => {
+                    limit = found.start;
+                    break;
+                }
+                Some(0) => {}
+                // Whether another match starts in the extension is not decided yet.
+                Some(extension) if !is_end && end + extension > alive => {
+                    limit = found.start;
+                    break;
+                }
+                Some(extension) => {
+                    // A match starting in the extension takes those bytes itself.
+                    following = view.find(end);
+                    if following.is_none_or(|f| f.start >= end + extension) {
+                        end += extension;
+                    }
+                }
+            }
+        }
+        if start > raw_start {
+            emit(Piece::Raw(raw_start, start));
+        }
+        emit(Piece::Marker);
+        raw_start = end;
+        next = match following {
+            Some(f) if f.start >= end => Some(f),
+            _ => view.find(end),
+        };
+    }
+    if is_end {
+        if raw_start < n {
+            emit(Piece::Raw(raw_start, n));
+        }
+        return n;
+    }
+    let stop = limit.max(raw_start);
+    // A match starting at `stop` may take up to two base64 bytes before it: keep them.
+    let cut = stop - view.back_extension(stop, raw_start);
+    if cut > raw_start {
+        emit(Piece::Raw(raw_start, cut));
+    }
+    cut
+}
+
+/// Appends `piece` (in carry-then-chunk coordinates) to `out`.
+///
+/// INVARIANT: `run` only emits ranges within `carry.len() + chunk.len()`.
+fn emit_into(out: &mut Vec<u8>, carry: &[u8], chunk: &[u8], piece: Piece) {
+    match piece {
+        Piece::Raw(start, end) => {
+            let c = carry.len();
+            if start < c {
+                out.extend_from_slice(&carry[start..end.min(c)]);
+            }
+            if end > c {
+                out.extend_from_slice(&chunk[start.max(c) - c..end - c]);
+            }
+        }
+        Piece::Marker => out.extend_from_slice(REDACTED.as_bytes()),
+    }
+}
+
+/// Makes `carry` hold the bytes from `cut` of `carry` followed by `chunk`.
+///
+/// INVARIANT: `cut` is at most `carry.len() + chunk.len()` (what `run` returns).
+fn keep_tail(carry: &mut Vec<u8>, chunk: &[u8], cut: usize) {
+    let c = carry.len();
+    if cut >= c {
+        carry.clear();
+        carry.extend_from_slice(&chunk[cut - c..]);
+    } else {
+        carry.drain(..cut);
+        carry.extend_from_slice(chunk);
+    }
+}
+
+/// Every pattern of every secret, deduplicated, and the number of non-empty secrets.
+fn all_patterns<'a>(secrets: impl IntoIterator<Item = &'a [u8]>) -> (Vec<Pattern>, usize) {
+    let mut patterns = Vec::new();
+    let mut count = 0;
+    for secret in secrets {
+        if !secret.is_empty() {
+            count += 1;
+            patterns::push_patterns(secret, &mut patterns);
+        }
+    }
+    patterns::dedup(&mut patterns);
+    (patterns, count)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,472 @@
+//! Tests of `scrub`: every form of a secret is redacted whatever the chunking, clean text passes
+//! through byte for byte, and no secret shows in `Debug`.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
+use proptest::prelude::*;
+
+use super::*;
+
+const CANARY: &str = "mint-canary-7f3a9c1e5b2d4068";
+
+#[track_caller]
+fn scrubber(secrets: &[&[u8]]) -> Scrubber {
+    Scrubber::from_secrets(secrets.iter().copied()).unwrap()
+}
+
+/// All patterns of `secrets`, as the scrubber builds them.
+fn patterns_of(secrets: &[&[u8]]) -> Vec<Vec<u8>> {
+    all_patterns(secrets.iter().copied())
+        .0
+        .iter()
+        .map(|p| p.bytes.to_vec())
+        .collect()
+}
+
+/// Streams `input` through a fresh scrubber in chunks of the given sizes (cycled).
+fn stream(secrets: &[&[u8]], input: &[u8], sizes: &[usize]) -> Vec<u8> {
+    let mut s = scrubber(secrets);
+    let max_len = s.engine.as_ref().map_or(0, |e| e.max_len());
+    let mut out = Vec::new();
+    let mut pos = 0;
+    let mut i = 0;
+    while pos < input.len() {
+        let size = sizes[i % sizes.len()].max(1).min(input.len() - pos);
+        if i % 2 == 0 {
+            out.extend(s.push_slice(&input[pos..pos + size]));
+        } else {
+            let chunk = Bytes::copy_from_slice(&input[pos..pos + size]);
+            out.extend_from_slice(&s.push(chunk).into_bytes());
+        }
+        pos += size;
+        i += 1;
+        // What is held back is bounded: a deferred base64 match plus its neighbours at most.
+        assert!(s.pending() <= 2 * max_len + 3, "{} held back", s.pending());
+    }
+    out.extend(s.finish_vec());
+    assert_eq!(s.pending(), 0);
+    out
+}
+
+/// Asserts that no pattern occurs in `output` except across a marker.
+#[track_caller]
+fn assert_clean(patterns: &[Vec<u8>], output: &[u8]) {
+    let marker = REDACTED.as_bytes();
+    let mut segments = Vec::new();
+    let mut rest = output;
+    while let Some(at) = memchr::memmem::find(rest, marker) {
+        segments.push(&rest[..at]);
+        rest = &rest[at + marker.len()..];
+    }
+    segments.push(rest);
+    for segment in segments {
+        for pattern in patterns {
+            assert!(
+                memchr::memmem::find(segment, pattern).is_none(),
+                "a pattern survived scrubbing"
+            );
+        }
+    }
+}
+
+fn contains_any(patterns: &[Vec<u8>], data: &[u8]) -> bool {
+    patterns
+        .iter()
+        .any(|p| memchr::memmem::find(data, p).is_some())
+}
+
+/// Every encoded form of `secret` the scrubber promises to catch, standing alone.
+fn forms(secret: &[u8]) -> Vec<Vec<u8>> {
+    let text = std::str::from_utf8(secret).unwrap();
+    let mut forms = vec![
+        secret.to_vec(),
+        hex::encode(secret).into_bytes(),
+        hex::encode_upper(secret).into_bytes(),
+        STANDARD.encode(secret).into_bytes(),
+        STANDARD_NO_PAD.encode(secret).into_bytes(),
+        URL_SAFE.encode(secret).into_bytes(),
+        URL_SAFE_NO_PAD.encode(secret).into_bytes(),
+        STANDARD.encode(secret).replace('/', "\\/").into_bytes(),
+    ];
+    let json = serde_json::to_string(text).unwrap();
+    forms.push(json.as_bytes()[1..json.len() - 1].to_vec());
+    let (mut upper, mut lower) = (Vec::new(), Vec::new());
+    for &b in secret {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            upper.push(b);
+            lower.push(b);
+        } else {
+            upper.extend_from_slice(format!("%{b:02X}").as_bytes());
+            lower.extend_from_slice(format!("%{b:02x}").as_bytes());
+        }
+    }
+    forms.push(upper);
+    forms.push(lower);
+    forms
+}
+
+#[test]
+fn every_form_is_redacted_in_one_piece_and_byte_by_byte() {
+    let secret = b"tok_\"quote\\slash/ plus+ eq= \xc3\xa9nd".as_slice();
+    let patterns = patterns_of(&[secret]);
+    for form in forms(secret) {
+        let mut input = b"{\"echo\":\"".to_vec();
+        input.extend_from_slice(&form);
+        input.extend_from_slice(b"\"}\n");
+        for sizes in [&[usize::MAX][..], &[1], &[2, 3, 5], &[7, 1, 64]] {
+            let out = stream(&[secret], &input, sizes);
+            assert_clean(&patterns, &out);
+            assert!(memchr::memmem::find(&out, b"[mint:redacted]").is_some());
+            assert!(out.starts_with(b"{\"echo\":\""));
+        }
+    }
+}
+
+#[test]
+fn base64_inside_a_larger_blob_loses_every_secret_character() {
+    let secret = b"sk-live-0123456789abcdefABCDEF";
+    for prefix_len in 0..6 {
+        for suffix_len in 0..4 {
+            for url_safe in [false, true] {
+                let mut blob = vec![0xA5u8; prefix_len];
+                blob.extend_from_slice(secret);
+                blob.extend(std::iter::repeat_n(0x3Cu8, suffix_len));
+                let engine = if url_safe { &URL_SAFE } else { &STANDARD };
+                let encoded = engine.encode(&blob).into_bytes();
+                let out = scrubber(&[secret]).scrub(&encoded).into_owned();
+                assert_secret_characters_gone(&encoded, &out, prefix_len, secret.len());
+            }
+        }
+    }
+}
+
+/// The characters of `encoded` carrying a bit of the secret at `offset..offset + len` of the
+/// decoded blob are all gone from `out`: what is left is a prefix and a suffix of `encoded` around
+/// one marker.
+#[track_caller]
+fn assert_secret_characters_gone(encoded: &[u8], out: &[u8], offset: usize, len: usize) {
+    let marker = REDACTED.as_bytes();
+    let at = memchr::memmem::find(out, marker).expect("a marker");
+    let rest = &out[at + marker.len()..];
+    assert!(memchr::memmem::find(rest, marker).is_none(), "one marker");
+    assert_eq!(&out[..at], &encoded[..at]);
+    assert!(encoded.ends_with(rest));
+    let first_secret_char = 8 * offset / 6;
+    let last_secret_char = (8 * (offset + len)).div_ceil(6);
+    // Exactly the characters carrying a secret bit are gone: no more, no less.
+    assert_eq!(at, first_secret_char, "leading edge");
+    assert_eq!(
+        encoded.len() - rest.len(),
+        last_secret_char,
+        "trailing edge"
+    );
+}
+
+#[test]
+fn a_json_escaped_slash_beside_base64_goes_with_the_match() {
+    // 2 + 20 bytes leave 2 bits of the secret's last byte (`c`, ending in binary 11) in a
+    // character whose other 4 bits come from 0xff: `/`, written `\/` by PHP's JSON encoder.
+    let secret = b"0123456789abcdefghic";
+    let mut blob = vec![0, 0];
+    blob.extend_from_slice(secret);
+    blob.extend_from_slice(&[0xff, 0xff, 0xff]);
+    let encoded = STANDARD.encode(&blob);
+    let shared = (8 * (2 + secret.len())).div_ceil(6) - 1;
+    assert_eq!(encoded.as_bytes()[shared], b'/');
+    let escaped = encoded.replace('/', "\\/");
+    let escaped_at = encoded[..shared].replace('/', "\\/").len();
+    assert_eq!(&escaped[escaped_at..escaped_at + 2], "\\/");
+    let out = scrubber(&[secret]).scrub(escaped.as_bytes()).into_owned();
+    // Everything after the escaped `/` stays; the `\/` itself goes with the match.
+    let (before, after) = out.split_at(memchr::memmem::find(&out, b"]").unwrap() + 1);
+    assert!(before.ends_with(REDACTED.as_bytes()));
+    assert_eq!(after, &escaped.as_bytes()[escaped_at + 2..]);
+}
+
+#[test]
+fn adjacent_secrets_in_one_blob_leave_nothing_between_them() {
+    let (a, b) = (
+        b"first-secret-aaaaaaaa".as_slice(),
+        b"second-secret-bbbbbbbb".as_slice(),
+    );
+    for lead in 0..3 {
+        let mut blob = vec![0x11u8; lead];
+        blob.extend_from_slice(a);
+        blob.extend_from_slice(b);
+        blob.extend_from_slice(b"\x99tail");
+        let encoded = STANDARD.encode(&blob).into_bytes();
+        let out = scrubber(&[a, b]).scrub(&encoded).into_owned();
+        let first = 8 * lead / 6;
+        let last = (8 * (lead + a.len() + b.len())).div_ceil(6);
+        let mut expected = encoded[..first].to_vec();
+        expected.extend_from_slice(REDACTED.as_bytes());
+        expected.extend_from_slice(REDACTED.as_bytes());
+        expected.extend_from_slice(&encoded[last..]);
+        assert_eq!(out, expected, "lead {lead}");
+    }
+}
+
+#[test]
+fn a_fresh_scrubber_shares_the_patterns_not_the_state() {
+    let mut s = scrubber(&[CANARY.as_bytes()]);
+    s.push_slice(b"held mint-canary");
+    let mut fresh = s.fresh();
+    assert_eq!(fresh.pending(), 0);
+    assert_eq!(
+        fresh.push_slice(b"mint-canary-7f3a9c1e5b2d4068\n"),
+        b"[mint:redacted]\n"
+    );
+}
+
+#[test]
+fn clean_text_passes_through_unchanged_and_uncopied() {
+    let mut s = scrubber(&[b"ghp_0123456789abcdefghijklmnopqrstuvwxyz"]);
+    let text = Bytes::from(b"{\"login\":\"octocat\",\"id\":1}\n".repeat(1000));
+    let out = s.push(text.clone());
+    assert_eq!(out.pieces().len(), 1, "one slice of the input");
+    assert_eq!(out.pieces()[0].as_ptr(), text.as_ptr(), "not copied");
+    let mut all = out.into_bytes().to_vec();
+    all.extend(s.finish_vec());
+    assert_eq!(all, text);
+}
+
+#[test]
+fn an_event_ending_in_a_newline_is_not_held_back() {
+    let mut s = scrubber(&[CANARY.as_bytes()]);
+    let event = b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n";
+    let out = s.push_slice(event);
+    assert_eq!(out, event);
+    assert_eq!(s.pending(), 0);
+}
+
+#[test]
+fn a_secret_prefix_at_the_end_of_a_chunk_is_held_back_until_decided() {
+    let secret = CANARY.as_bytes();
+    let mut s = scrubber(&[secret]);
+    let mut out = s.push_slice(b"data: mint-canary-7f3a");
+    assert_eq!(out, b"data: ");
+    assert_eq!(s.pending(), 16);
+    out.extend(s.push_slice(b"9c1e5b2d4068 done\n"));
+    assert_eq!(out, b"data: [mint:redacted] done\n");
+    // A prefix that turns out not to be the secret is released.
+    out.clear();
+    out.extend(s.push_slice(b"mint-canary-7f"));
+    out.extend(s.push_slice(b"00\n"));
+    assert_eq!(out, b"mint-canary-7f00\n");
+    assert!(s.finish_vec().is_empty());
+}
+
+#[test]
+fn leftmost_longest_prefers_the_longer_secret() {
+    let short = b"abcdefghijkl".as_slice();
+    let long = b"abcdefghijklmnop".as_slice();
+    let s = scrubber(&[short, long]);
+    assert_eq!(
+        s.scrub(b"x abcdefghijklmnop y").as_ref(),
+        b"x [mint:redacted] y"
+    );
+    assert_eq!(
+        s.scrub(b"x abcdefghijklmn y").as_ref(),
+        b"x [mint:redacted]mn y"
+    );
+}
+
+#[test]
+fn headers_are_scrubbed_and_a_secret_header_name_is_dropped() {
+    let secret = b"tok3n-abcdefghijklmnopqrstuvwxyz";
+    let s = scrubber(&[secret]);
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        http::header::LOCATION,
+        HeaderValue::from_static("https://evil.example/?t=tok3n-abcdefghijklmnopqrstuvwxyz"),
+    );
+    headers.append(
+        http::header::SET_COOKIE,
+        HeaderValue::from_static("session=dG9rM24tYWJjZGVmZ2hpamtsbW5vcHFyc3R1dnd4eXo=; Secure"),
+    );
+    headers.append(
+        http::header::SET_COOKIE,
+        HeaderValue::from_static("plain=1"),
+    );
+    headers.insert(
+        http::HeaderName::from_static("tok3n-abcdefghijklmnopqrstuvwxyz"),
+        HeaderValue::from_static("1"),
+    );
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain"),
+    );
+    s.scrub_headers(&mut headers);
+    assert_eq!(
+        headers[http::header::LOCATION],
+        "https://evil.example/?t=[mint:redacted]"
+    );
+    let cookies: Vec<_> = headers.get_all(http::header::SET_COOKIE).iter().collect();
+    assert_eq!(cookies, ["session=[mint:redacted]=; Secure", "plain=1"]);
+    assert!(!headers.contains_key("tok3n-abcdefghijklmnopqrstuvwxyz"));
+    assert_eq!(headers[http::header::CONTENT_TYPE], "text/plain");
+}
+
+#[test]
+fn the_empty_scrubber_passes_everything() {
+    let mut s = Scrubber::empty();
+    assert!(s.is_empty());
+    let chunk = Bytes::from_static(b"anything at all");
+    assert_eq!(s.push(chunk.clone()).into_bytes(), chunk);
+    assert!(s.finish().is_empty());
+    // Empty secrets add no pattern.
+    assert!(scrubber(&[b""]).is_empty());
+}
+
+#[test]
+fn debug_output_shows_no_secret_and_no_pattern() {
+    let secret = CANARY.as_bytes();
+    let mut s = scrubber(&[secret]);
+    s.push_slice(b"prefix mint-canary-7f3a9c");
+    let debug = format!("{s:?} {:?}", s.push(Bytes::from_static(b"1e5b2d4068")));
+    let patterns = patterns_of(&[secret]);
+    assert!(!contains_any(&patterns, debug.as_bytes()), "{debug}");
+    assert!(!debug.contains("mint-canary"), "{debug}");
+    let baseline = Baseline::from_secrets([secret]).unwrap();
+    assert_eq!(format!("{baseline:?}"), "Baseline { .. }");
+    assert_eq!(baseline.count(b"xx mint-canary-7f3a9c1e5b2d4068 xx"), 1);
+}
+
+#[test]
+fn short_secrets_are_still_redacted_raw() {
+    // Too short for the sampling filter and for base64 patterns.
+    let s = scrubber(&[b"ab1"]);
+    assert_eq!(s.scrub(b"xab1yab").as_ref(), b"x[mint:redacted]yab");
+}
+
+#[test]
+fn many_secrets_with_the_filter_and_without() {
+    let long: Vec<Vec<u8>> = (0..16)
+        .map(|i| format!("secret-{i:02}-{}", "x".repeat(20 + i)).into_bytes())
+        .collect();
+    let refs: Vec<&[u8]> = long.iter().map(Vec::as_slice).collect();
+    let mut input = b"begin ".repeat(500);
+    for secret in &refs {
+        input.extend_from_slice(secret);
+        input.extend_from_slice(&b" filler ".repeat(37));
+        input.extend_from_slice(STANDARD.encode(secret).as_bytes());
+    }
+    let out = stream(&refs, &input, &[4096, 13, 1000]);
+    assert_clean(&patterns_of(&refs), &out);
+    assert_eq!(
+        memchr::memmem::find_iter(&out, REDACTED.as_bytes()).count(),
+        32
+    );
+}
+
+/// A byte source that makes near-misses likely: the secret's own bytes and base64 characters.
+fn noise() -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(
+        prop_oneof![
+            Just(b'a'),
+            Just(b'Z'),
+            Just(b'0'),
+            Just(b'/'),
+            Just(b'\\'),
+            Just(b'%'),
+            Just(b'='),
+            Just(b'\n'),
+            any::<u8>(),
+        ],
+        0..200,
+    )
+}
+
+fn secret_strategy() -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(
+        prop_oneof![
+            4 => prop::char::range('a', 'z'),
+            2 => prop::char::range('0', '9'),
+            1 => prop::sample::select(vec!['/', '+', '"', '\\', ' ', '%', '-', '_', '=', '\n', 'é', '<']),
+        ],
+        4..40,
+    )
+    .prop_map(|chars| chars.into_iter().collect::<String>().into_bytes())
+}
+
+/// One embedded form: a raw form of `forms`, or base64 of the secret inside a random blob.
+fn embed(secret: &[u8], choice: usize, blob_prefix: &[u8], blob_suffix: &[u8]) -> Vec<u8> {
+    let forms = forms(secret);
+    if choice < forms.len() {
+        return forms[choice].clone();
+    }
+    let mut blob = blob_prefix.to_vec();
+    blob.extend_from_slice(secret);
+    blob.extend_from_slice(blob_suffix);
+    match choice % 4 {
+        0 => STANDARD.encode(&blob),
+        1 => URL_SAFE_NO_PAD.encode(&blob),
+        2 => STANDARD.encode(&blob).replace('/', "\\/"),
+        _ => URL_SAFE.encode(&blob),
+    }
+    .into_bytes()
+}
+
+proptest! {
+    // Byte-by-byte chunking in a debug build is slow; 64 cases of each keep CI quick.
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Secrets embedded in every encoding at random offsets, split into random chunks: the
+    /// output holds no pattern, and equals the one-shot result.
+    #[test]
+    fn embedded_secrets_never_survive_any_chunking(
+        secrets in prop::collection::vec(secret_strategy(), 1..4),
+        pieces in prop::collection::vec((noise(), 0usize..30, noise(), noise()), 1..6),
+        sizes in prop::collection::vec(1usize..300, 1..8),
+    ) {
+        let refs: Vec<&[u8]> = secrets.iter().map(Vec::as_slice).collect();
+        let mut input = Vec::new();
+        for (i, (filler, choice, pre, post)) in pieces.iter().enumerate() {
+            input.extend_from_slice(filler);
+            let pre = &pre[..pre.len().min(5)];
+            let post = &post[..post.len().min(5)];
+            input.extend(embed(refs[i % refs.len()], *choice, pre, post));
+        }
+        let streamed = stream(&refs, &input, &sizes);
+        assert_clean(&patterns_of(&refs), &streamed);
+        let one_shot = scrubber(&refs).scrub(&input).into_owned();
+        prop_assert_eq!(streamed, one_shot);
+    }
+
+    /// Data without any pattern comes out byte for byte, however it is chunked.
+    #[test]
+    fn clean_data_is_untouched(
+        secrets in prop::collection::vec(secret_strategy(), 1..4),
+        data in prop::collection::vec(noise(), 1..10),
+        sizes in prop::collection::vec(1usize..300, 1..8),
+    ) {
+        let refs: Vec<&[u8]> = secrets.iter().map(Vec::as_slice).collect();
+        let data = data.concat();
+        prop_assume!(!contains_any(&patterns_of(&refs), &data));
+        prop_assert_eq!(stream(&refs, &data, &sizes), data);
+    }
+
+    /// A secret inside a base64 blob at any offset: every character that carries one of its
+    /// bits is redacted, whatever the neighbours and the chunking.
+    #[test]
+    fn base64_neighbours_never_leak_secret_bits(
+        secret in "[a-zA-Z0-9_+/=-]{6,40}",
+        prefix in prop::collection::vec(any::<u8>(), 0..12),
+        suffix in prop::collection::vec(any::<u8>(), 0..12),
+        url_safe in any::<bool>(),
+        sizes in prop::collection::vec(1usize..64, 1..4),
+    ) {
+        let secret = secret.as_bytes();
+        let mut blob = prefix.clone();
+        blob.extend_from_slice(secret);
+        blob.extend_from_slice(&suffix);
+        let engine = if url_safe { &URL_SAFE } else { &STANDARD };
+        let encoded = engine.encode(&blob).into_bytes();
+        // Skip the rare case where the neighbours spell another pattern.
+        let patterns = patterns_of(&[secret]);
+        let hits: usize = patterns.iter().map(|p| memchr::memmem::find_iter(&encoded, p).count()).sum();
+        prop_assume!(hits == 1);
+        let out = stream(&[secret], &encoded, &sizes);
+        assert_secret_characters_gone(&encoded, &out, prefix.len(), secret.len());
+    }
+}
