@@ -188,7 +188,14 @@ impl CredentialStore for KeyringStore {
     /// names never start with `.`). Catches a keyutils session keyring the process does not
     /// possess, where writes succeed and reads find nothing.
     fn probe(&self) -> Result<(), StoreError> {
-        let entry = self.entry(PROBE_ACCOUNT)?;
+        // A name of its own per probe: two probes at once (two `mint` commands, parallel tests)
+        // must not delete each other's item and read "missing".
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let sequence = PROBE_SEQUENCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let account = format!("{PROBE_ACCOUNT}-{}-{nanos}-{sequence}", std::process::id());
+        let entry = self.entry(&account)?;
         entry
             .set_password(PROBE_VALUE)
             .map_err(|e| self.unusable(store_error(e)))?;
@@ -299,6 +306,7 @@ const MAX_REASON_CHARS: usize = 300;
 /// The account of the probe item: outside the alias grammar, so never an alias's.
 const PROBE_ACCOUNT: &str = ".mint-probe";
 const PROBE_VALUE: &str = "probe";
+static PROBE_SEQUENCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 #[cfg(test)]
 mod tests {
