@@ -676,7 +676,9 @@ fn read_secret(input: SecretInput<'_>, name: &str) -> Result<CredentialValue, Al
             }
         }
         SecretInput::Stream(reader) => {
-            let mut bytes = Zeroizing::new(Vec::with_capacity(256));
+            let mut bytes = Zeroizing::new(Vec::with_capacity(MAX_VALUE_BYTES + 4));
+            // Room for the whole bounded read up front: a vector that grew would free unwiped
+            // copies of the secret.
             reader
                 .take(MAX_VALUE_BYTES as u64 + 3)
                 .read_to_end(&mut bytes)

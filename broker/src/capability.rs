@@ -232,6 +232,9 @@ pub enum CapabilityFileError {
         /// The file.
         origin: String,
     },
+    /// A lifetime that puts the expiry past what the clock can represent.
+    #[error("the capability lifetime is too long; use at most 366d")]
+    TtlTooLong,
     /// No capability has this id.
     #[error("unknown capability `{id}`; `mint cap list` shows the ids")]
     UnknownId {
@@ -328,6 +331,9 @@ impl CapabilityFile {
         request: IssueRequest,
         now: SystemTime,
     ) -> Result<(IssuedToken, &Capability), CapabilityFileError> {
+        let expires = whole_seconds(now)
+            .checked_add(request.ttl)
+            .ok_or(CapabilityFileError::TtlTooLong)?;
         let id = self.fresh_id()?;
         let mut secret = Zeroizing::new([0u8; SECRET_BYTES]);
         getrandom::fill(secret.as_mut_slice()).map_err(CapabilityFileError::Random)?;
@@ -347,7 +353,7 @@ impl CapabilityFile {
             agent: request.agent,
             token_sha256: Sha256::digest(token.as_bytes()).into(),
             created,
-            expires: created + request.ttl,
+            expires,
             aliases,
             revoked: false,
         });
@@ -480,7 +486,12 @@ pub struct CapabilityStore {
 }
 
 struct Watch {
+    /// The version of the file the index was loaded from.
     stamp: Option<FileStamp>,
+    /// The version that last failed to load, so the warning is logged once per version while
+    /// the load is still retried at every check (a passing EMFILE or EIO must not make a
+    /// revocation go unnoticed).
+    failed: Option<FileStamp>,
     checked: Instant,
 }
 
@@ -517,6 +528,7 @@ impl CapabilityStore {
             check_interval: DEFAULT_CHECK_INTERVAL,
             index: RwLock::new(Arc::new(file.index())),
             watch: Mutex::new(Watch {
+                failed: None,
                 stamp,
                 checked: Instant::now(),
             }),
@@ -568,7 +580,10 @@ impl CapabilityStore {
         if watch.checked.elapsed() < self.check_interval {
             return;
         }
-        if let Err(error) = self.refresh_locked(&mut watch) {
+        let failed_before = watch.failed;
+        if let Err(error) = self.refresh_locked(&mut watch)
+            && (watch.failed != failed_before || failed_before.is_none())
+        {
             tracing::warn!(
                 capabilities.file = %self.path.display(),
                 error = %error,
@@ -603,10 +618,16 @@ impl CapabilityStore {
         if watch.stamp == Some(current) {
             return Ok(Refresh::Unchanged);
         }
-        // Remember this version even if it fails to load, so a broken file is reported once,
-        // not at every check.
+        // The version is remembered only once it loaded: a failure is retried at the next check.
+        let file = match CapabilityFile::load(&self.path) {
+            Ok(file) => file,
+            Err(error) => {
+                watch.failed = Some(current);
+                return Err(error);
+            }
+        };
         watch.stamp = Some(current);
-        let file = CapabilityFile::load(&self.path)?;
+        watch.failed = None;
         let count = file.capabilities.len();
         self.replace(file.index());
         tracing::info!(

@@ -324,3 +324,31 @@ fn debug_output_holds_no_digest_or_token() {
     }
     assert_eq!(format!("{fresh:?}"), "IssuedToken(<redacted>)");
 }
+
+#[test]
+fn a_version_that_failed_to_load_is_tried_again() {
+    // The revoked file cannot be loaded at first (its directory is open to others), then can:
+    // the file itself did not change in between, and the revocation must still take effect.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("capabilities.yaml");
+    let (mut file, token) = issued(3600);
+    file.save(&path).unwrap();
+    let store = CapabilityStore::open(&path)
+        .unwrap()
+        .with_check_interval(Duration::ZERO);
+    assert!(store.verify(&token, at(T0 + 1)).is_ok());
+
+    let id = file.capabilities()[0].id.as_str().to_owned();
+    file.revoke(&id).unwrap();
+    file.save(&path).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert!(store.refresh().is_err());
+    assert!(
+        store.verify(&token, at(T0 + 1)).is_ok(),
+        "the last good set stays"
+    );
+
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(store.refresh().unwrap(), Refresh::Reloaded);
+    assert_eq!(store.verify(&token, at(T0 + 1)), Err(CapabilityRejected));
+}

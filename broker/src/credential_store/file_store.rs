@@ -144,7 +144,9 @@ impl CredentialStore for FileStore {
     fn read(&self, key: &str) -> Result<CredentialValue, StoreError> {
         let path = Path::new(key);
         let file = FileStore::open(path)?;
-        let mut bytes = Zeroizing::new(Vec::with_capacity(256));
+        let mut bytes = Zeroizing::new(Vec::with_capacity(MAX_VALUE_BYTES + 4));
+        // Room for the whole bounded read up front: a vector that grew would free unwiped
+        // copies of the secret.
         // Read past the limit by a newline (`\r\n`) and one byte, so an oversized file is still
         // too large after the newline is dropped, without reading it all.
         file.take(MAX_VALUE_BYTES as u64 + 3)
