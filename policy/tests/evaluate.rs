@@ -80,24 +80,32 @@ impl<'a> Req<'a> {
     }
 }
 
+impl Req<'_> {
+    /// Builds the evaluator's view of this request (with the real normalizer) and hands it to `f`.
+    #[track_caller]
+    fn with_request<T>(&self, f: impl FnOnce(&Request<'_>) -> T) -> T {
+        let target = target(self.url);
+        let aliases: Vec<AliasUse> = self
+            .aliases
+            .iter()
+            .map(|(a, sites)| AliasUse {
+                alias: (*a).to_owned(),
+                sites: SiteSet::of(sites.iter().copied()),
+            })
+            .collect();
+        f(&Request {
+            agent: self.agent,
+            method: self.method,
+            target: &target,
+            aliases: &aliases,
+            tool: self.tool,
+        })
+    }
+}
+
 #[track_caller]
 fn evaluate(policy: &CompiledPolicy, r: &Req<'_>) -> Evaluation {
-    let target = target(r.url);
-    let aliases: Vec<AliasUse> = r
-        .aliases
-        .iter()
-        .map(|(a, sites)| AliasUse {
-            alias: (*a).to_owned(),
-            sites: SiteSet::of(sites.iter().copied()),
-        })
-        .collect();
-    policy.evaluate(&Request {
-        agent: r.agent,
-        method: r.method,
-        target: &target,
-        aliases: &aliases,
-        tool: r.tool,
-    })
+    r.with_request(|request| policy.evaluate(request))
 }
 
 /// `allow:[ids]`, `deny:[ids]:Reason`.
@@ -493,23 +501,8 @@ fn allow_private_comes_from_the_matching_allow_rule() {
 }
 
 fn decide(p: &CompiledPolicy, limiter: &mut Limiter, r: &Req<'_>, at: u64) -> String {
-    let target = target(r.url);
-    let aliases: Vec<AliasUse> = r
-        .aliases
-        .iter()
-        .map(|(a, sites)| AliasUse {
-            alias: (*a).to_owned(),
-            sites: SiteSet::of(sites.iter().copied()),
-        })
-        .collect();
-    let request = Request {
-        agent: r.agent,
-        method: r.method,
-        target: &target,
-        aliases: &aliases,
-        tool: r.tool,
-    };
-    match p.decide(&request, limiter, Duration::from_secs(at)) {
+    let decision = r.with_request(|request| p.decide(request, limiter, Duration::from_secs(at)));
+    match decision {
         Decision::Allow(_) => "allow".to_owned(),
         Decision::Deny(d) => format!("deny:{:?}", d.reason),
         Decision::Limited(l) => format!("limited:{:?}:{}", l.rules, l.retry_after.as_secs()),
