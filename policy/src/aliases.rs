@@ -11,7 +11,7 @@ use std::fmt;
 use serde::{Serialize, Serializer};
 
 use crate::diagnostic::{Code, Diagnostic, Pos, Severity, sort};
-use crate::fields::{MapReader, Sink, join, string};
+use crate::fields::{EntryKey, MapReader, Sink, entry_key, join, string};
 use crate::host::HostPattern;
 use crate::policy::{host_pattern_problem, is_alias_name};
 use crate::site::{Site, SiteSet};
@@ -214,6 +214,22 @@ fn read_file(root: &Node, sink: &mut Sink<'_>) -> Option<AliasFile> {
     Some(AliasFile { aliases })
 }
 
+const ALIAS_NAME: EntryKey = EntryKey {
+    field: "name",
+    is_valid: is_alias_name,
+    missing: "missing `name`; give the alias a name such as `github`",
+    invalid: (
+        Code::InvalidAliasName,
+        "an alias name is 1-64 characters of a-z, 0-9, `_` and `-`, starting with a letter or \
+         digit, such as `github`",
+    ),
+    duplicate: (
+        Code::DuplicateAlias,
+        "alias already declared",
+        "remove or rename one",
+    ),
+};
+
 fn read_alias(
     node: &Node,
     index: usize,
@@ -223,48 +239,7 @@ fn read_alias(
     let base = format!("aliases[{index}]");
     let mut map = MapReader::new(node, &base, outer)?;
 
-    let name = match map.take("name") {
-        None => {
-            outer.error(
-                Code::MissingField,
-                node,
-                &base,
-                "missing `name`; give the alias a name such as `github`",
-            );
-            None
-        }
-        Some(n) => match n.value() {
-            Some(Value::Str(text)) if is_alias_name(text) => {
-                if let Some(first) = seen.get(text) {
-                    outer.diagnostics.push(
-                        Diagnostic::new(
-                            Code::DuplicateAlias,
-                            n.pos,
-                            "name",
-                            format!(
-                                "alias already declared at line {}; remove or rename one",
-                                first.line
-                            ),
-                        )
-                        .in_rule(Some(text)),
-                    );
-                } else {
-                    seen.insert(text.to_owned(), n.pos);
-                }
-                Some(text.to_owned())
-            }
-            _ => {
-                outer.error(
-                    Code::InvalidAliasName,
-                    n,
-                    &join(&base, "name"),
-                    "an alias name is 1-64 characters of a-z, 0-9, `_` and `-`, starting with a \
-                     letter or digit, such as `github`",
-                );
-                None
-            }
-        },
-    };
+    let name = entry_key(&mut map, &ALIAS_NAME, seen, outer);
 
     let prefix = if name.is_some() {
         String::new()

@@ -5,7 +5,9 @@
 //! say what each field means. Messages name the field and the expected kind of value; they never
 //! quote a scalar from the file.
 
-use crate::diagnostic::{Code, Diagnostic};
+use std::collections::HashMap;
+
+use crate::diagnostic::{Code, Diagnostic, Pos};
 use crate::yaml::{Node, NodeKind, Value, is_field_name};
 
 /// Where findings go, and the rule (or alias) they are attributed to.
@@ -123,6 +125,54 @@ impl<'n> MapReader<'n> {
                 self.path.clone()
             };
             sink.error(Code::UnknownField, key, &path, message);
+        }
+    }
+}
+
+/// How the field that names an entry (a rule's `id`, an alias's `name`) is checked.
+#[derive(Debug)]
+pub(crate) struct EntryKey {
+    /// The field: `id` or `name`.
+    pub(crate) field: &'static str,
+    /// The grammar of a valid value.
+    pub(crate) is_valid: fn(&str) -> bool,
+    /// The message when the field is missing.
+    pub(crate) missing: &'static str,
+    /// The code and message when the value is outside the grammar.
+    pub(crate) invalid: (Code, &'static str),
+    /// The code for a value used by an earlier entry, what to say and how to fix it.
+    pub(crate) duplicate: (Code, &'static str, &'static str),
+}
+
+/// Reads the field that names an entry: required, within its grammar, and unique in the file
+/// (`seen` remembers where each value first appeared). Returns the value when it is valid, even
+/// if repeated, so later findings can be attributed to it.
+pub(crate) fn entry_key(
+    map: &mut MapReader<'_>,
+    key: &EntryKey,
+    seen: &mut HashMap<String, Pos>,
+    sink: &mut Sink<'_>,
+) -> Option<String> {
+    let Some(node) = map.take(key.field) else {
+        sink.error(Code::MissingField, map.node(), &map.path, key.missing);
+        return None;
+    };
+    match node.value() {
+        Some(Value::Str(text)) if (key.is_valid)(text) => {
+            if let Some(first) = seen.get(text) {
+                let (code, what, fix) = key.duplicate;
+                let message = format!("{what} at line {}; {fix}", first.line);
+                sink.diagnostics
+                    .push(Diagnostic::new(code, node.pos, key.field, message).in_rule(Some(text)));
+            } else {
+                seen.insert(text.to_owned(), node.pos);
+            }
+            Some(text.to_owned())
+        }
+        _ => {
+            let (code, message) = key.invalid;
+            sink.error(code, node, &map.path_of(key.field), message);
+            None
         }
     }
 }

@@ -13,7 +13,9 @@ use serde::Serialize;
 
 use crate::diagnostic::{Code, Diagnostic, Pos, sort};
 use crate::duration::parse_duration;
-use crate::fields::{MapReader, Sink, boolean, integer, item_path, join, list, string};
+use crate::fields::{
+    EntryKey, MapReader, Sink, boolean, entry_key, integer, item_path, join, list, string,
+};
 use crate::glob::{NameGlob, PathGlob, PathGlobError};
 use crate::host::{HostPattern, HostPatternError};
 use crate::normalize::Scheme;
@@ -417,6 +419,22 @@ fn read_policy(
     })
 }
 
+const RULE_ID: EntryKey = EntryKey {
+    field: "id",
+    is_valid: is_rule_id,
+    missing: "missing `id`; give the rule a unique id such as `github-read`",
+    invalid: (
+        Code::InvalidRuleId,
+        "a rule id is 1-64 characters of a-z, 0-9, `.`, `_` and `-`, starting with a letter or \
+         digit, such as `github-read`",
+    ),
+    duplicate: (
+        Code::DuplicateRuleId,
+        "rule id already used",
+        "rename one of the rules",
+    ),
+};
+
 fn read_rule(
     node: &Node,
     index: usize,
@@ -427,48 +445,7 @@ fn read_rule(
     let mut map = MapReader::new(node, &base, outer)?;
 
     // The id comes first: every later finding is attributed to it.
-    let id = match map.take("id") {
-        None => {
-            outer.error(
-                Code::MissingField,
-                node,
-                &base,
-                "missing `id`; give the rule a unique id such as `github-read`",
-            );
-            None
-        }
-        Some(id_node) => match id_node.value() {
-            Some(Value::Str(text)) if is_rule_id(text) => {
-                if let Some(first) = seen.get(text) {
-                    outer.diagnostics.push(
-                        Diagnostic::new(
-                            Code::DuplicateRuleId,
-                            id_node.pos,
-                            "id",
-                            format!(
-                                "rule id already used at line {}; rename one of the rules",
-                                first.line
-                            ),
-                        )
-                        .in_rule(Some(text)),
-                    );
-                } else {
-                    seen.insert(text.to_owned(), id_node.pos);
-                }
-                Some(text.to_owned())
-            }
-            _ => {
-                outer.error(
-                    Code::InvalidRuleId,
-                    id_node,
-                    &join(&base, "id"),
-                    "a rule id is 1-64 characters of a-z, 0-9, `.`, `_` and `-`, starting with a \
-                     letter or digit, such as `github-read`",
-                );
-                None
-            }
-        },
-    };
+    let id = entry_key(&mut map, &RULE_ID, seen, outer);
 
     // Paths are relative to the rule when it has an id, absolute otherwise.
     let prefix = if id.is_some() {
