@@ -1207,10 +1207,12 @@ fn a_client_that_closes_stdout_stops_the_server_quietly() {
         .unwrap();
     drop(child.stdout.take());
     let mut stdin = child.stdin.take().unwrap();
-    let _ = stdin.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n");
-    let _ = stdin.flush();
     let started = Instant::now();
     let status = loop {
+        // Keep sending: a child another test forks at this moment briefly holds a copy of the
+        // pipe's read end, so one write may still succeed; the next one after that cannot.
+        let _ = stdin.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n");
+        let _ = stdin.flush();
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
