@@ -323,7 +323,8 @@ fn dropping_the_blocking_server_stops_it_promptly_even_mid_stall() {
     );
     let started = Instant::now();
     drop(upstream);
-    assert!(started.elapsed() < Duration::from_secs(2));
+    // Far below the 60 s stall, with room for a loaded machine.
+    assert!(started.elapsed() < Duration::from_secs(20));
     // The stalled connection was closed and the port no longer accepts.
     stalled
         .set_read_timeout(Some(Duration::from_secs(2)))
@@ -597,7 +598,7 @@ async fn redirect_answers_with_the_status_and_location_asked_for() {
 async fn stall_holds_the_head_until_the_client_gives_up() {
     let upstream = start(EchoConfig::default()).await;
     let mut stalled = client(&upstream, 4096).await;
-    stalled.send("GET", "/stall?ms=5000", &[], b"").await;
+    stalled.send("GET", "/stall?ms=60000", &[], b"").await;
     assert!(tokio::time::timeout(SHORT, stalled.head()).await.is_err());
 
     let started = Instant::now();
@@ -611,7 +612,8 @@ async fn stall_holds_the_head_until_the_client_gives_up() {
     // Shutting down does not wait for the stalled request.
     let started = Instant::now();
     upstream.shutdown().await;
-    assert!(started.elapsed() < Duration::from_secs(1));
+    // Far below the 60 s stall, with room for a loaded machine.
+    assert!(started.elapsed() < Duration::from_secs(20));
 }
 
 #[tokio::test]
@@ -716,8 +718,13 @@ async fn sse_delivers_the_first_event_long_before_the_stream_ends() {
     }
     let total = started.elapsed();
     assert_eq!(events, 4);
-    assert!(first_at < Duration::from_millis(200), "{first_at:?}");
+    // The first event came while the stream still had at least two intervals to go: it was
+    // flushed, not buffered until the end (no absolute bound: the machine may be loaded).
     assert!(total >= Duration::from_millis(700), "{total:?}");
+    assert!(
+        first_at + Duration::from_millis(500) <= total,
+        "{first_at:?} of {total:?}"
+    );
 }
 
 #[tokio::test]
