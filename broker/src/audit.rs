@@ -283,6 +283,14 @@ impl AuditLog {
         Ok(receipt)
     }
 
+    /// Writes `record` and returns once the line is in the file, without waiting for an fsync in
+    /// any mode: the flusher covers it within its interval, and [`AuditLog::sync`] at shutdown.
+    /// For records nothing waits on, such as a request's `outcome` written as its answer ends;
+    /// a `decision` record goes through [`AuditLog::record`] or [`AuditLog::record_async`].
+    pub fn append(&self, record: AuditRecord) -> Result<Receipt, AuditError> {
+        self.write(record)
+    }
+
     /// Records a broker event (such as `policy_reload_failed`) with a fresh event id.
     pub fn event(&self, reason: ReasonCode) -> Result<Receipt, AuditError> {
         let id = event_id(self.shared.next_event_number());

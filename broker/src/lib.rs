@@ -9,6 +9,7 @@
 
 #![warn(missing_docs)]
 
+pub mod address;
 pub mod alias_cmd;
 pub mod audit;
 pub mod audit_cmd;
@@ -19,8 +20,10 @@ pub mod credential_store;
 pub mod declaration_file;
 pub mod echo_upstream;
 pub mod env;
+pub mod explain;
 pub mod init;
 pub mod inject;
+pub mod mcp_call;
 pub mod placeholder;
 pub mod policy_check;
 pub mod scrub;

@@ -1,0 +1,1 @@
+//! Upstream address checks (being written).

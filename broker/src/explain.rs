@@ -1,0 +1,1 @@
+//! `mint policy explain` (being written).

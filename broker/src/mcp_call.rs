@@ -1,0 +1,1 @@
+//! MCP `tools/call` detection (being written).
