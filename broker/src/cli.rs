@@ -5,21 +5,25 @@
 //! their results to the `out` they are given (stdout in production) and never print errors
 //! themselves: they return them.
 //!
-//! Only implemented commands are declared. DESIGN.md lists the rest (`serve`, `policy explain`,
-//! `demo`); each becomes a variant of [`Command`] or [`PolicyCommand`] when it exists.
+//! Only implemented commands are declared. DESIGN.md lists the rest (`policy explain`, `demo`);
+//! each becomes a variant of [`Command`] or [`PolicyCommand`] when it exists.
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
 use crate::alias_cmd::{AliasCommand, AliasCommandError};
+use crate::audit::AuditConfig;
 use crate::audit_cmd::{AuditCommand, AuditCommandError};
 use crate::cap_cmd::{CapCommand, CapCommandError};
 use crate::env::Paths;
 use crate::init::InitError;
 use crate::policy_check::{PolicyCheckError, ReportFormat, Verdict, check_policy_file};
+use crate::proxy::ProxyLimits;
+use crate::serve::{ServeConfig, ServeError, load_state, serve_blocking};
 
 /// Mint keeps an AI agent's credentials out of the agent's reach and lets them out only toward
 /// the destinations its policy allows.
@@ -34,6 +38,11 @@ pub struct Cli {
 /// The top-level commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the credential broker: the authenticated proxy on loopback, until Ctrl-C or SIGTERM.
+    ///
+    /// Loads the policy, the aliases and every alias secret, the capabilities and the audit log;
+    /// exits 2 if any of them is wrong. Prints `listening on http://ADDR` once serving.
+    Serve(ServeArgs),
     /// Work with the policy file.
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -52,6 +61,43 @@ pub enum Command {
     /// Explain how an agent uses Mint: the proxy route, the capability header, the placeholder
     /// syntax and the read-only MCP tools (the same text as the `mint_usage` MCP tool).
     Usage(UsageArgs),
+}
+
+/// Arguments of `mint serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The address to listen on (keep it on loopback).
+    #[arg(long, env = "MINT_LISTEN", default_value = crate::env::DEFAULT_LISTEN)]
+    pub listen: String,
+
+    /// A PEM file of CA certificates trusted for upstreams besides the built-in webpki roots
+    /// (a private CA).
+    #[arg(long, env = "MINT_UPSTREAM_CA")]
+    pub upstream_ca: Option<PathBuf>,
+
+    /// Resolving, connecting and the TLS handshake to an upstream, together.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    pub connect_timeout: Duration,
+
+    /// From sending a request to the answer's head; also the longest silence inside an answer.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+    pub request_timeout: Duration,
+
+    /// Reading a request's head from the agent.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    pub header_read_timeout: Duration,
+
+    /// The largest request body, in bytes.
+    #[arg(long, default_value_t = 10 << 20)]
+    pub max_request_body: u64,
+
+    /// The largest answer body (after decoding), in bytes.
+    #[arg(long, default_value_t = 64 << 20)]
+    pub max_response_body: u64,
+
+    /// How long requests in flight may take to finish at shutdown.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    pub shutdown_grace: Duration,
 }
 
 /// Arguments of `mint usage`.
@@ -140,6 +186,9 @@ pub enum CommandError {
     /// `mint audit ...` failed.
     #[error(transparent)]
     Audit(#[from] AuditCommandError),
+    /// `mint serve` could not start or stopped on an error.
+    #[error(transparent)]
+    Serve(#[from] ServeError),
     /// Writing the result to stdout failed (a closed pipe, a full disk).
     #[error("cannot write the output: {0}")]
     Output(#[source] std::io::Error),
@@ -155,7 +204,9 @@ impl CommandError {
             CommandError::Init(_) | CommandError::Alias(_) | CommandError::Cap(_) => {
                 ExitStatus::UsageOrConfig
             }
-            CommandError::Audit(_) | CommandError::Output(_) => ExitStatus::UsageOrConfig,
+            CommandError::Audit(_) | CommandError::Output(_) | CommandError::Serve(_) => {
+                ExitStatus::UsageOrConfig
+            }
         }
     }
 }
@@ -163,6 +214,24 @@ impl CommandError {
 /// Runs the parsed command with the resolved `paths`, writing its result to `out`.
 pub fn run(cli: Cli, paths: &Paths, out: &mut dyn Write) -> Result<ExitStatus, CommandError> {
     match cli.command {
+        Command::Serve(args) => {
+            let audit = AuditConfig::from_lookup(|name| std::env::var(name).ok())
+                .map_err(ServeError::from)?;
+            let config = ServeConfig {
+                upstream_ca: args.upstream_ca,
+                limits: ProxyLimits {
+                    connect_timeout: args.connect_timeout,
+                    request_timeout: args.request_timeout,
+                    max_request_body: args.max_request_body,
+                    max_response_body: args.max_response_body,
+                    header_read_timeout: args.header_read_timeout,
+                    shutdown_grace: args.shutdown_grace,
+                },
+                audit,
+            };
+            serve_blocking(&args.listen, || load_state(paths, &config), out)?;
+            Ok(ExitStatus::Success)
+        }
         Command::Policy(PolicyCommand::Check(args)) => {
             let file = paths.policy_or(args.file.as_deref());
             let format = if args.json {

@@ -299,6 +299,11 @@ impl Scrubbed {
         &self.pieces
     }
 
+    /// The pieces, in order, by value.
+    pub fn into_pieces(self) -> Vec<Bytes> {
+        self.pieces
+    }
+
     /// All pieces as one buffer; copies only when there are several.
     pub fn into_bytes(self) -> Bytes {
         match <[Bytes; 1]>::try_from(self.pieces) {

@@ -2,3 +2,4 @@
 
 mod audit_crash;
 mod examples;
+mod proxy;

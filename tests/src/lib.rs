@@ -8,6 +8,8 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod broker;
+
 /// The root of the workspace.
 pub fn repo_root() -> PathBuf {
     // INVARIANT: this crate lives one level below the workspace root.

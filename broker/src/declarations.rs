@@ -1,0 +1,200 @@
+//! What a running broker holds from its files: the compiled policy, the alias declarations, the
+//! alias secrets and the scrubber built from them.
+//!
+//! Loaded whole at start, and (hot reload) into a new value that replaces the old one only when
+//! everything loaded: a request works with one consistent [`Declarations`] from its decision to
+//! its last answer byte, whatever happens to the files meanwhile. Loading refuses policy and alias
+//! files that group or others may write (invariant 7) and any file with an error; the messages
+//! cite `path:line:col` and a code, never a value.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use mint_policy::aliases::{Alias, AliasFile, load_aliases};
+use mint_policy::evaluate::{AliasUse, CompiledPolicy};
+use mint_policy::policy::load_policy;
+use mint_policy::{Diagnostic, MAX_FILE_BYTES, Severity};
+
+use crate::credential_store::{CredentialSet, CredentialSetError, CredentialSources};
+use crate::declaration_file::{ReadError, read_declaration_file};
+use crate::inject::Secrets;
+use crate::scrub::Scrubber;
+use crate::secure_file::{SecureFileError, check_config_file};
+
+/// The loaded declarations. Never changes once built; a reload builds a new one.
+pub struct Declarations {
+    policy: CompiledPolicy,
+    aliases: AliasFile,
+    credentials: CredentialSet,
+    scrubber: Scrubber,
+}
+
+/// Why the declarations could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeclarationsError {
+    /// A file group or others may write, or owned by another user.
+    #[error(transparent)]
+    Insecure(#[from] SecureFileError),
+    /// A file that cannot be read.
+    #[error("cannot read {what} `{}`: {problem}", path.display())]
+    Unreadable {
+        /// `policy file` or `alias file`.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        problem: ReadError,
+    },
+    /// A file with errors.
+    #[error("{what} `{}` has {count} error(s); the first: {first}; run `mint policy check` for the policy", path.display())]
+    Invalid {
+        /// `policy file` or `alias file`.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// How many errors.
+        count: usize,
+        /// The first, rendered `path:line:col: error[CODE]: ...`.
+        first: String,
+    },
+    /// Alias secrets that cannot be loaded.
+    #[error(transparent)]
+    Credentials(#[from] CredentialSetError),
+    /// The scrubber could not be built from the secrets.
+    #[error("cannot build the response scrubber from the alias secrets")]
+    Scrubber,
+}
+
+// === impl Declarations ===
+
+impl Declarations {
+    /// Loads the policy and alias files and every alias secret.
+    pub fn load(
+        policy_path: &Path,
+        aliases_path: &Path,
+        sources: &CredentialSources,
+    ) -> Result<Declarations, DeclarationsError> {
+        let policy = load_policy_file(policy_path)?;
+        let aliases = load_alias_file(aliases_path)?;
+        let credentials = sources.load_all(&aliases)?;
+        Declarations::new(policy, aliases, credentials)
+    }
+
+    /// Declarations from values already loaded (tests, `mint demo`).
+    pub fn new(
+        policy: CompiledPolicy,
+        aliases: AliasFile,
+        credentials: CredentialSet,
+    ) -> Result<Declarations, DeclarationsError> {
+        // Every answer is scrubbed of every loaded secret, not only of those its request used:
+        // an upstream that saw one alias's secret earlier must not be able to hand it back to a
+        // request that carried none.
+        let mut all = Secrets::new();
+        for alias in &aliases.aliases {
+            if let Some(value) = credentials.get(&alias.name) {
+                all.insert(alias.name.clone(), value.as_secret().clone(), alias.sites);
+            }
+        }
+        let scrubber = all.scrubber().map_err(|_| DeclarationsError::Scrubber)?;
+        Ok(Declarations {
+            policy,
+            aliases,
+            credentials,
+            scrubber,
+        })
+    }
+
+    /// The compiled policy.
+    pub fn policy(&self) -> &CompiledPolicy {
+        &self.policy
+    }
+
+    /// The alias declarations.
+    pub fn aliases(&self) -> &AliasFile {
+        &self.aliases
+    }
+
+    /// The declaration of the alias `name`.
+    pub fn alias(&self, name: &str) -> Option<&Alias> {
+        self.aliases.find(name)
+    }
+
+    /// The secrets of `uses`, each released for the sites its alias allows. `None` when one has
+    /// no loaded value (cannot happen after a successful load; refused all the same).
+    pub fn secrets_for(&self, uses: &[AliasUse]) -> Option<Secrets> {
+        let mut secrets = Secrets::new();
+        for alias_use in uses {
+            let alias = self.alias(&alias_use.alias)?;
+            let value = self.credentials.get(&alias.name)?;
+            secrets.insert(alias.name.clone(), value.as_secret().clone(), alias.sites);
+        }
+        Some(secrets)
+    }
+
+    /// A scrubber for one answer: redacts every loaded secret.
+    pub fn scrubber(&self) -> Scrubber {
+        self.scrubber.fresh()
+    }
+}
+
+impl fmt::Debug for Declarations {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Declarations")
+            .field("rules", &self.policy.policy().rules.len())
+            .field("aliases", &self.aliases.aliases.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Reads and compiles the policy file after its permission check.
+pub fn load_policy_file(path: &Path) -> Result<CompiledPolicy, DeclarationsError> {
+    let bytes = read_checked(path, "policy file")?;
+    let origin = path.display().to_string();
+    let load = load_policy(&bytes, &origin);
+    let errors: Vec<&Diagnostic> = load
+        .diagnostics
+        .iter()
+        .filter(|d| d.severity() == Severity::Error)
+        .collect();
+    match (&load.policy, errors.first()) {
+        (Some(policy), None) => Ok(CompiledPolicy::new(policy.clone())),
+        (_, first) => Err(invalid("policy file", path, &origin, errors.len(), first)),
+    }
+}
+
+/// Reads and validates the alias file after its permission check.
+pub fn load_alias_file(path: &Path) -> Result<AliasFile, DeclarationsError> {
+    let bytes = read_checked(path, "alias file")?;
+    let origin = path.display().to_string();
+    let load = load_aliases(&bytes, &origin);
+    let errors: Vec<&Diagnostic> = load.errors().collect();
+    match (&load.aliases, errors.first()) {
+        (Some(file), None) => Ok(file.clone()),
+        (_, first) => Err(invalid("alias file", path, &origin, errors.len(), first)),
+    }
+}
+
+fn read_checked(path: &Path, what: &'static str) -> Result<Vec<u8>, DeclarationsError> {
+    check_config_file(path)?;
+    read_declaration_file(path, MAX_FILE_BYTES).map_err(|problem| DeclarationsError::Unreadable {
+        what,
+        path: path.to_path_buf(),
+        problem,
+    })
+}
+
+fn invalid(
+    what: &'static str,
+    path: &Path,
+    origin: &str,
+    count: usize,
+    first: Option<&&Diagnostic>,
+) -> DeclarationsError {
+    DeclarationsError::Invalid {
+        what,
+        path: path.to_path_buf(),
+        count: count.max(1),
+        first: first.map_or_else(|| "the file does not load".to_owned(), |d| d.render(origin)),
+    }
+}

@@ -1,0 +1,359 @@
+//! The upstream's answer on its way back to the agent: headers cleaned and scrubbed, the body
+//! decoded when it came compressed, scrubbed chunk by chunk, bounded in size and in idle time, and
+//! the request's `outcome` record written when it ends, however it ends.
+//!
+//! Streaming: each upstream chunk is scrubbed and handed on at once (the scrubber holds back only
+//! what may be the start of a secret), so a server-sent event reaches the agent before the
+//! upstream finishes. When the scrubber or the decoder can change the body's length,
+//! `Content-Length` is dropped and the answer goes out chunked: a stale length would hang the
+//! client.
+//!
+//! After the head is sent, a failure (the upstream resets, goes silent for longer than the idle
+//! timeout, or sends more than the limit) cannot change the status any more: the body ends with an
+//! error, which aborts the answer (the agent sees a truncated message, never a complete-looking
+//! one), and the outcome is `unknown`.
+
+use std::collections::VecDeque;
+use std::io::{self, Write as _};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use flate2::write::{GzDecoder, ZlibDecoder};
+use http::StatusCode;
+use http::header::{self, HeaderValue};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use mint_policy::audit::{HttpStatus, Outcome, ReasonCode};
+use tokio::time::Sleep;
+
+use super::error::{ProxyError, REQUEST_ID_HEADER};
+use super::headers::strip_response;
+use crate::audit::facts::{OutcomeFacts, RequestFacts, outcome_record};
+use crate::audit::{AuditLog, now};
+use crate::scrub::Scrubber;
+
+/// Writes a request's `outcome` record, once.
+#[derive(Debug)]
+pub(crate) struct OutcomeWriter {
+    pub(crate) audit: AuditLog,
+    pub(crate) facts: RequestFacts,
+    pub(crate) received: Instant,
+    pub(crate) bytes_up: u64,
+}
+
+/// How the answer's body is encoded, as far as Mint must undo it.
+enum Decoder {
+    Gzip(Box<GzDecoder<Vec<u8>>>),
+    Zlib(Box<ZlibDecoder<Vec<u8>>>),
+}
+
+/// The scrubbed answer body.
+pub(crate) struct AnswerBody {
+    incoming: Incoming,
+    scrubber: Scrubber,
+    decoder: Option<Decoder>,
+    queue: VecDeque<Bytes>,
+    limit: u64,
+    received: u64,
+    sent: u64,
+    idle: Duration,
+    sleep: Pin<Box<Sleep>>,
+    upstream_done: bool,
+    status: StatusCode,
+    outcome: Option<OutcomeWriter>,
+}
+
+// === impl OutcomeWriter ===
+
+impl OutcomeWriter {
+    /// Writes the record. A failure is logged: the answer is already on its way.
+    pub(crate) fn write(
+        self,
+        outcome: Outcome,
+        status: Option<StatusCode>,
+        bytes_down: Option<u64>,
+        reason: Option<&'static str>,
+    ) {
+        let facts = OutcomeFacts {
+            outcome,
+            status: status.and_then(|s| HttpStatus::new(s.as_u16()).ok()),
+            bytes_up: Some(self.bytes_up),
+            bytes_down,
+            duration_ms: Some(
+                u64::try_from(self.received.elapsed().as_millis()).unwrap_or(u64::MAX),
+            ),
+            reason: reason.and_then(|r| ReasonCode::new(r).ok()),
+        };
+        let record = outcome_record(now(), &self.facts, &facts);
+        if let Err(error) = self.audit.append(record) {
+            tracing::error!(request.id = %self.facts.id, error = %error, "Outcome record not written");
+        }
+    }
+}
+
+/// Turns the upstream's head into the agent's, and wraps the body. Refuses (before any byte goes
+/// to the agent; the caller audits the refusal) an answer that switches protocols, one compressed in a way Mint cannot decode,
+/// and one whose declared length is over the limit.
+pub(crate) fn answer(
+    response: http::Response<Incoming>,
+    scrubber: Scrubber,
+    request_id: &str,
+    limit: u64,
+    idle: Duration,
+    outcome: OutcomeWriter,
+) -> Result<http::Response<AnswerBody>, ProxyError> {
+    let (mut parts, incoming) = response.into_parts();
+    if parts.status == StatusCode::SWITCHING_PROTOCOLS {
+        return Err(ProxyError::UpstreamUnknown(
+            "the upstream tried to switch protocols".to_owned(),
+        ));
+    }
+    let decoder = decoder_for(&parts.headers)?;
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if decoder.is_none() && declared.is_some_and(|length| length > limit) {
+        return Err(ProxyError::UpstreamUnknown(format!(
+            "the answer is larger than {limit} bytes"
+        )));
+    }
+    strip_response(&mut parts.headers);
+    scrubber.scrub_headers(&mut parts.headers);
+    if decoder.is_some() {
+        parts.headers.remove(header::CONTENT_ENCODING);
+        parts.headers.remove(header::CONTENT_LENGTH);
+    }
+    if !scrubber.is_empty() {
+        parts.headers.remove(header::CONTENT_LENGTH);
+    }
+    if let Ok(value) = HeaderValue::from_str(request_id) {
+        parts.headers.insert(REQUEST_ID_HEADER, value);
+    }
+    let status = parts.status;
+    let body = AnswerBody {
+        incoming,
+        scrubber,
+        decoder,
+        queue: VecDeque::new(),
+        limit,
+        received: 0,
+        sent: 0,
+        idle,
+        sleep: Box::pin(tokio::time::sleep(idle)),
+        upstream_done: false,
+        status,
+        outcome: Some(outcome),
+    };
+    Ok(http::Response::from_parts(parts, body))
+}
+
+fn decoder_for(headers: &http::HeaderMap) -> Result<Option<Decoder>, ProxyError> {
+    let mut codings = Vec::new();
+    for value in headers.get_all(header::CONTENT_ENCODING) {
+        let text = value.to_str().map_err(|_| unscrubbable())?;
+        for coding in text.split(',') {
+            let coding = coding.trim().to_ascii_lowercase();
+            if !coding.is_empty() && coding != "identity" {
+                codings.push(coding);
+            }
+        }
+    }
+    match codings.as_slice() {
+        [] => Ok(None),
+        [one] if one == "gzip" || one == "x-gzip" => {
+            Ok(Some(Decoder::Gzip(Box::new(GzDecoder::new(Vec::new())))))
+        }
+        [one] if one == "deflate" => {
+            Ok(Some(Decoder::Zlib(Box::new(ZlibDecoder::new(Vec::new())))))
+        }
+        _ => Err(unscrubbable()),
+    }
+}
+
+fn unscrubbable() -> ProxyError {
+    ProxyError::UpstreamUnknown(
+        "the answer came compressed in an encoding Mint cannot decode to scrub it".to_owned(),
+    )
+}
+
+// === impl Decoder ===
+
+impl Decoder {
+    /// Decodes `chunk`, refusing output beyond `budget` bytes. The input goes in 4 KiB steps, so
+    /// a compression bomb is caught after at most about 4 MiB of output (deflate expands at most
+    /// about 1,032 times).
+    fn push(&mut self, chunk: &[u8], budget: u64) -> Result<Vec<u8>, &'static str> {
+        let mut out = Vec::new();
+        for step in chunk.chunks(4096) {
+            let written = match self {
+                Decoder::Gzip(d) => d.write_all(step).map(|()| std::mem::take(d.get_mut())),
+                Decoder::Zlib(d) => d.write_all(step).map(|()| std::mem::take(d.get_mut())),
+            };
+            out.extend_from_slice(&written.map_err(|_| "undecodable_answer")?);
+            if out.len() as u64 > budget {
+                return Err("response_too_large");
+            }
+        }
+        Ok(out)
+    }
+
+    fn finish(&mut self) -> io::Result<Vec<u8>> {
+        match self {
+            Decoder::Gzip(d) => {
+                d.try_finish()?;
+                Ok(std::mem::take(d.get_mut()))
+            }
+            Decoder::Zlib(d) => {
+                d.try_finish()?;
+                Ok(std::mem::take(d.get_mut()))
+            }
+        }
+    }
+}
+
+// === impl AnswerBody ===
+
+impl AnswerBody {
+    /// Takes a decoded piece of the answer: counts it against the limit and scrubs it.
+    fn take(&mut self, bytes: Bytes) -> Result<(), &'static str> {
+        self.received += bytes.len() as u64;
+        if self.received > self.limit {
+            return Err("response_too_large");
+        }
+        for piece in self.scrubber.push(bytes).into_pieces() {
+            self.queue.push_back(piece);
+        }
+        Ok(())
+    }
+
+    fn on_data(&mut self, data: Bytes) -> Result<(), &'static str> {
+        let budget = self.limit.saturating_sub(self.received);
+        match &mut self.decoder {
+            None => self.take(data),
+            Some(decoder) => {
+                let decoded = decoder.push(&data, budget)?;
+                self.take(Bytes::from(decoded))
+            }
+        }
+    }
+
+    fn on_end(&mut self) -> Result<(), &'static str> {
+        if let Some(decoder) = &mut self.decoder {
+            let rest = decoder.finish().map_err(|_| "undecodable_answer")?;
+            self.take(Bytes::from(rest))?;
+        }
+        for piece in self.scrubber.finish().into_pieces() {
+            self.queue.push_back(piece);
+        }
+        self.upstream_done = true;
+        Ok(())
+    }
+
+    /// Ends the answer with an error: the agent sees it cut off; the outcome is `unknown`.
+    fn fail(&mut self, reason: &'static str) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        self.queue.clear();
+        if let Some(outcome) = self.outcome.take() {
+            tracing::info!(request.id = %outcome.facts.id, reason, "Answer cut off");
+            outcome.write(
+                Outcome::Unknown,
+                Some(self.status),
+                Some(self.sent),
+                Some(reason),
+            );
+        }
+        Poll::Ready(Some(Err(io::Error::other(reason))))
+    }
+}
+
+impl Body for AnswerBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(piece) = this.queue.pop_front() {
+                this.sent += piece.len() as u64;
+                return Poll::Ready(Some(Ok(Frame::data(piece))));
+            }
+            if this.upstream_done {
+                if let Some(outcome) = this.outcome.take() {
+                    outcome.write(Outcome::Completed, Some(this.status), Some(this.sent), None);
+                }
+                return Poll::Ready(None);
+            }
+            if this.outcome.is_none() {
+                // Failed before; nothing more comes.
+                return Poll::Ready(None);
+            }
+            match Pin::new(&mut this.incoming).poll_frame(cx) {
+                Poll::Pending => {
+                    if this.sleep.as_mut().poll(cx).is_ready() {
+                        return this.fail("upstream_idle_timeout");
+                    }
+                    return Poll::Pending;
+                }
+                Poll::Ready(Some(Ok(frame))) => {
+                    let deadline = tokio::time::Instant::now() + this.idle;
+                    this.sleep.as_mut().reset(deadline);
+                    // Trailers are dropped: they could carry anything, and few clients read them.
+                    if let Ok(data) = frame.into_data()
+                        && let Err(reason) = this.on_data(data)
+                    {
+                        return this.fail(reason);
+                    }
+                }
+                Poll::Ready(Some(Err(_))) => return this.fail("upstream_reset"),
+                Poll::Ready(None) => {
+                    if let Err(reason) = this.on_end() {
+                        return this.fail(reason);
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.upstream_done && self.queue.is_empty() && self.outcome.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
+    }
+}
+
+impl Drop for AnswerBody {
+    fn drop(&mut self) {
+        let Some(outcome) = self.outcome.take() else {
+            return;
+        };
+        // Dropped before its end: a HEAD answer or one without a body (nothing to stream), or
+        // an agent that went away mid-answer. Either way the upstream answered.
+        let reason = if self.incoming.is_end_stream() && self.queue.is_empty() {
+            None
+        } else {
+            Some("client_closed")
+        };
+        outcome.write(
+            Outcome::Completed,
+            Some(self.status),
+            Some(self.sent),
+            reason,
+        );
+    }
+}
+
+impl std::fmt::Debug for AnswerBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AnswerBody")
+            .field("received", &self.received)
+            .field("sent", &self.sent)
+            .finish_non_exhaustive()
+    }
+}

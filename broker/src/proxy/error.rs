@@ -1,0 +1,365 @@
+//! Why the proxy refused or could not complete a request, and how each reason is answered.
+//!
+//! One exhaustive `match` per question (status, code, outcome, fault, audit reason): adding a
+//! variant fails to compile until every answer is decided. Messages go to the agent, so they say
+//! what was wrong and how to fix it, never a header value, a query value, a body or a secret.
+
+use std::time::Duration;
+
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode};
+use mint_policy::audit::Outcome;
+use mint_policy::evaluate::DenyReason;
+use mint_policy::normalize::NormalizeError;
+
+use crate::address::AddressError;
+use crate::placeholder::{Part, PlaceholderError};
+
+/// Who is at fault for a refusal: what operators look at first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The agent's request.
+    Client,
+    /// The upstream or the network toward it.
+    Upstream,
+    /// Mint itself (its audit log, its configuration).
+    Internal,
+}
+
+/// Why a request was refused or failed. Every variant is answered with a JSON error body.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// A malformed or ambiguous request.
+    #[error("{0}")]
+    Invalid(Invalid),
+    /// A placeholder that is not `{{mint:NAME}}` with a valid name, or too many placeholders.
+    #[error(transparent)]
+    Placeholder(PlaceholderError),
+    /// A placeholder naming an alias that is not declared.
+    #[error("unknown alias `{alias}`: `mint alias list` shows the declared ones")]
+    UnknownAlias {
+        /// The alias named.
+        alias: String,
+    },
+    /// No capability, or one that is unknown, tampered with, expired or revoked.
+    #[error(
+        "missing or invalid capability: send `Mint-Capability: <token>` with a token from `mint cap issue`"
+    )]
+    CapabilityInvalid,
+    /// The alias is not bound to the target host.
+    #[error("alias `{alias}` is not bound to this host")]
+    AliasNotBound {
+        /// The alias.
+        alias: String,
+    },
+    /// A placeholder in a place no secret may go, or in a site its alias does not allow.
+    #[error("alias `{alias}` may not be placed in {place}")]
+    SiteNotAllowed {
+        /// The alias.
+        alias: String,
+        /// Where it was (a description, never the text).
+        place: String,
+    },
+    /// The capability does not grant the alias.
+    #[error("this capability does not grant alias `{alias}`")]
+    CapabilityScope {
+        /// The alias.
+        alias: String,
+    },
+    /// The policy denies the request.
+    #[error("{}", denied_message(*reason))]
+    PolicyDenied {
+        /// The deny rules that matched (empty when no allow rule matched).
+        rules: Vec<String>,
+        /// The kind of denial.
+        reason: DenyReason,
+    },
+    /// A call limit is exhausted.
+    #[error("call limit reached; retry after {} s", retry_after_secs(*retry_after))]
+    Limited {
+        /// The exhausted limits' rules.
+        rules: Vec<String>,
+        /// When the oldest counted call leaves the window.
+        retry_after: Duration,
+    },
+    /// The target resolved to an address Mint refuses.
+    #[error("{0}")]
+    AddressRefused(AddressError),
+    /// `CONNECT`: Mint does not tunnel.
+    #[error(
+        "CONNECT is not supported: send plain requests through http://MINT/v1/proxy/https/HOST/PATH, or as a forward proxy with the absolute URL (http_proxy=http://MINT), never https_proxy tunnels"
+    )]
+    ConnectUnsupported,
+    /// The request body is over the limit.
+    #[error("request body is larger than {limit} bytes")]
+    BodyTooLarge {
+        /// The limit.
+        limit: u64,
+    },
+    /// The decision record could not be written: nothing is forwarded unrecorded.
+    #[error("the audit log is unavailable; the request was not forwarded")]
+    AuditUnavailable,
+    /// Nothing was sent: DNS, connect or TLS failed.
+    #[error("{0}; nothing was sent")]
+    UpstreamFailed(String),
+    /// The request was sent, then the exchange broke: the upstream may have acted on it.
+    #[error("{0}; the request was sent and may have taken effect: do not retry blindly")]
+    UpstreamUnknown(String),
+    /// The request was sent and no answer came in time.
+    #[error("no answer within {} s; the request was sent and may have taken effect: do not retry blindly", .0.as_secs())]
+    UpstreamTimeout(Duration),
+    /// No such route.
+    #[error(
+        "no such route: use /v1/proxy/{{scheme}}/{{authority}}/{{path}}, /v1/aliases or /healthz"
+    )]
+    NotFound,
+    /// A route that exists, with a method it does not serve.
+    #[error("method not allowed on this route")]
+    MethodNotAllowed,
+    /// Mint could not do its part (a secret a header cannot carry, a scrubber it cannot build).
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// The ways a request can be malformed, each with its audit reason.
+#[derive(Debug, thiserror::Error)]
+pub enum Invalid {
+    /// The target URL.
+    #[error("invalid target: {0}")]
+    Target(NormalizeError),
+    /// The proxied URL is not `/v1/proxy/{scheme}/{authority}/{path}`.
+    #[error("the proxied URL must be /v1/proxy/{{scheme}}/{{authority}}/{{path}}")]
+    Route,
+    /// Content-Length with Transfer-Encoding, several Content-Length or several Host headers.
+    #[error("ambiguous framing: {0}")]
+    Framing(&'static str),
+    /// A method that is not an uppercase token, or a method-override header that differs.
+    #[error("{0}")]
+    Method(&'static str),
+    /// A header Mint will not forward (an upgrade).
+    #[error("{0}")]
+    Header(&'static str),
+    /// The body could not be read.
+    #[error("the request body could not be read")]
+    Body,
+    /// A fact the audit record cannot hold (a path longer than 4096 characters).
+    #[error("the request cannot be audited: {0}")]
+    Unauditable(String),
+    /// A forward-proxy request whose Host header is not the target's authority.
+    #[error("the Host header must equal the target's authority")]
+    HostMismatch,
+    /// An MCP JSON-RPC body that cannot be checked.
+    #[error("{0}")]
+    Mcp(String),
+}
+
+// === impl ProxyError ===
+
+impl ProxyError {
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ProxyError::Invalid(_)
+            | ProxyError::Placeholder(_)
+            | ProxyError::UnknownAlias { .. } => StatusCode::BAD_REQUEST,
+            ProxyError::CapabilityInvalid => StatusCode::UNAUTHORIZED,
+            ProxyError::AliasNotBound { .. }
+            | ProxyError::SiteNotAllowed { .. }
+            | ProxyError::CapabilityScope { .. }
+            | ProxyError::PolicyDenied { .. }
+            | ProxyError::AddressRefused(_) => StatusCode::FORBIDDEN,
+            ProxyError::NotFound => StatusCode::NOT_FOUND,
+            ProxyError::ConnectUnsupported | ProxyError::MethodNotAllowed => {
+                StatusCode::METHOD_NOT_ALLOWED
+            }
+            ProxyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::Limited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ProxyError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ProxyError::UpstreamFailed(_) | ProxyError::UpstreamUnknown(_) => {
+                StatusCode::BAD_GATEWAY
+            }
+            ProxyError::AuditUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+
+    /// The stable error code in the JSON body.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ProxyError::Invalid(_) => "invalid_request",
+            ProxyError::Placeholder(error) => error.code(),
+            ProxyError::UnknownAlias { .. } => "unknown_alias",
+            ProxyError::CapabilityInvalid => "capability_invalid",
+            ProxyError::AliasNotBound { .. } => "alias_not_bound",
+            ProxyError::SiteNotAllowed { .. } => "site_not_allowed",
+            ProxyError::CapabilityScope { .. } => "capability_scope",
+            ProxyError::PolicyDenied { .. } => "policy_denied",
+            ProxyError::Limited { .. } => "limited",
+            ProxyError::AddressRefused(_) => "address_refused",
+            ProxyError::ConnectUnsupported => "connect_unsupported",
+            ProxyError::BodyTooLarge { .. } => "body_too_large",
+            ProxyError::AuditUnavailable => "audit_unavailable",
+            ProxyError::UpstreamFailed(_) => "upstream_failed",
+            ProxyError::UpstreamUnknown(_) => "upstream_unknown",
+            ProxyError::UpstreamTimeout(_) => "upstream_timeout",
+            ProxyError::NotFound => "not_found",
+            ProxyError::MethodNotAllowed => "method_not_allowed",
+            ProxyError::Internal(_) => "internal_error",
+        }
+    }
+
+    /// The request's outcome (audit `outcome`, and the `Mint-Outcome` header).
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            ProxyError::Invalid(_)
+            | ProxyError::Placeholder(_)
+            | ProxyError::UnknownAlias { .. }
+            | ProxyError::ConnectUnsupported
+            | ProxyError::BodyTooLarge { .. }
+            | ProxyError::NotFound
+            | ProxyError::MethodNotAllowed => Outcome::Invalid,
+            ProxyError::CapabilityInvalid
+            | ProxyError::AliasNotBound { .. }
+            | ProxyError::SiteNotAllowed { .. }
+            | ProxyError::CapabilityScope { .. }
+            | ProxyError::PolicyDenied { .. }
+            | ProxyError::AddressRefused(_) => Outcome::Denied,
+            ProxyError::Limited { .. } => Outcome::Limited,
+            ProxyError::AuditUnavailable
+            | ProxyError::UpstreamFailed(_)
+            | ProxyError::Internal(_) => Outcome::Failed,
+            ProxyError::UpstreamUnknown(_) | ProxyError::UpstreamTimeout(_) => Outcome::Unknown,
+        }
+    }
+
+    /// Who is at fault.
+    pub fn fault(&self) -> Fault {
+        match self {
+            ProxyError::Invalid(_)
+            | ProxyError::Placeholder(_)
+            | ProxyError::UnknownAlias { .. }
+            | ProxyError::CapabilityInvalid
+            | ProxyError::AliasNotBound { .. }
+            | ProxyError::SiteNotAllowed { .. }
+            | ProxyError::CapabilityScope { .. }
+            | ProxyError::PolicyDenied { .. }
+            | ProxyError::Limited { .. }
+            | ProxyError::AddressRefused(_)
+            | ProxyError::ConnectUnsupported
+            | ProxyError::BodyTooLarge { .. }
+            | ProxyError::NotFound
+            | ProxyError::MethodNotAllowed => Fault::Client,
+            ProxyError::UpstreamFailed(_)
+            | ProxyError::UpstreamUnknown(_)
+            | ProxyError::UpstreamTimeout(_) => Fault::Upstream,
+            ProxyError::AuditUnavailable | ProxyError::Internal(_) => Fault::Internal,
+        }
+    }
+
+    /// The audit record's `reason`: the code, or a finer one for malformed requests.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ProxyError::Invalid(invalid) => match invalid {
+                Invalid::Target(_) | Invalid::Route => "invalid_target",
+                Invalid::Framing(_) => "ambiguous_framing",
+                Invalid::Method(_) => "invalid_method",
+                Invalid::Header(_) => "invalid_header",
+                Invalid::Body => "body_unreadable",
+                Invalid::Unauditable(_) => "unauditable_request",
+                Invalid::HostMismatch => "host_mismatch",
+                Invalid::Mcp(_) => "invalid_mcp_message",
+            },
+            ProxyError::PolicyDenied { reason, .. } => match reason {
+                DenyReason::DenyRule => "deny_rule",
+                DenyReason::NoAllowRule => "no_allow_rule",
+                DenyReason::DefaultAllowUsesAlias => "default_allow_uses_alias",
+                DenyReason::DefaultAllowLoopback => "default_allow_loopback",
+            },
+            other => other.code(),
+        }
+    }
+
+    /// The rule ids to report with the error.
+    pub fn rules(&self) -> &[String] {
+        match self {
+            ProxyError::PolicyDenied { rules, .. } | ProxyError::Limited { rules, .. } => rules,
+            _ => &[],
+        }
+    }
+
+    /// The JSON error answer, with `Mint-Request-Id`, `Mint-Outcome` and, for 429, `Retry-After`.
+    pub fn to_response(&self, request_id: &str) -> Response {
+        let mut body = serde_json::json!({
+            "error": {
+                "code": self.code(),
+                "message": self.to_string(),
+                "rules": self.rules(),
+                "request_id": request_id,
+            }
+        });
+        if let (ProxyError::Limited { retry_after, .. }, Some(error)) =
+            (self, body.get_mut("error"))
+        {
+            error["retry_after"] = retry_after_secs(*retry_after).into();
+        }
+        let mut response = (self.status(), axum::Json(body)).into_response();
+        let headers = response.headers_mut();
+        if let Ok(value) = HeaderValue::from_str(request_id) {
+            headers.insert(REQUEST_ID_HEADER, value);
+        }
+        headers.insert(
+            OUTCOME_HEADER,
+            HeaderValue::from_static(self.outcome().as_str()),
+        );
+        if let ProxyError::Limited { retry_after, .. } = self {
+            headers.insert(
+                http::header::RETRY_AFTER,
+                HeaderValue::from(retry_after_secs(*retry_after)),
+            );
+        }
+        response
+    }
+}
+
+impl From<Invalid> for ProxyError {
+    fn from(invalid: Invalid) -> Self {
+        ProxyError::Invalid(invalid)
+    }
+}
+
+/// Describes a place of a request for a message.
+pub(crate) fn describe_part(part: &Part) -> String {
+    match part {
+        Part::Scheme | Part::Authority | Part::Path => {
+            "the target's scheme, host, port or path".to_owned()
+        }
+        Part::Query => "the query".to_owned(),
+        Part::Header(name) => format!("header `{name}`"),
+        Part::Body => "the body".to_owned(),
+    }
+}
+
+fn denied_message(reason: DenyReason) -> &'static str {
+    match reason {
+        DenyReason::DenyRule => "denied by policy: a deny rule matches this request",
+        DenyReason::NoAllowRule => "denied by policy: no allow rule matches this request",
+        DenyReason::DefaultAllowUsesAlias => {
+            "denied by policy: a request that uses an alias needs an allow rule naming it"
+        }
+        DenyReason::DefaultAllowLoopback => {
+            "denied by policy: a loopback target needs an allow rule naming it"
+        }
+    }
+}
+
+/// Whole seconds to wait, rounded up, at least 1.
+fn retry_after_secs(retry_after: Duration) -> u64 {
+    let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+    secs.max(1)
+}
+
+/// The request id header on every response.
+pub const REQUEST_ID_HEADER: &str = "mint-request-id";
+
+/// The outcome header on Mint's own errors.
+pub const OUTCOME_HEADER: &str = "mint-outcome";

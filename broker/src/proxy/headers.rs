@@ -1,0 +1,211 @@
+//! Header hygiene in both directions: framing checks on the agent's request, and what is never
+//! copied across the proxy.
+//!
+//! Request: ambiguous framing (Content-Length with Transfer-Encoding, several Content-Length or
+//! Host headers) is refused; upgrades are refused; a method-override header must repeat the method
+//! (otherwise `POST` + `X-HTTP-Method-Override: DELETE` would slip past a rule on `DELETE`). Then
+//! the capability, every `Mint-*` and `Proxy-*` header, every hop-by-hop header (and every header
+//! `Connection` names), `Host`, `Content-Length`, `Expect` and `Accept-Encoding` are removed: Mint
+//! sets the upstream's `Host`, length and `Accept-Encoding: identity` itself.
+//!
+//! Response: hop-by-hop, `Proxy-*` and `Mint-*` headers from the upstream are removed (an upstream
+//! cannot forge Mint's own headers).
+
+use http::Method;
+use http::header::{self, HeaderMap, HeaderName};
+
+use super::error::Invalid;
+
+/// The headers that may carry a method override.
+const METHOD_OVERRIDES: [&str; 3] = [
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
+/// Hop-by-hop headers (RFC 9110 section 7.6.1), plus `Proxy-Connection` and `Keep-Alive`.
+const HOP_BY_HOP: [HeaderName; 6] = [
+    header::CONNECTION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::PROXY_AUTHENTICATE,
+];
+
+/// Refuses a method that is not an uppercase token: the policy matches methods byte for byte,
+/// and an upstream may read `delete` as `DELETE`.
+pub(crate) fn check_method(method: &Method) -> Result<(), Invalid> {
+    if method.as_str().bytes().any(|b| b.is_ascii_lowercase()) {
+        return Err(Invalid::Method("the method must be uppercase, e.g. `GET`"));
+    }
+    Ok(())
+}
+
+/// Refuses ambiguous framing, upgrades and method overrides that differ from the method.
+pub(crate) fn check_request(method: &Method, headers: &HeaderMap) -> Result<(), Invalid> {
+    let lengths = headers.get_all(header::CONTENT_LENGTH).iter().count();
+    if lengths > 1 {
+        return Err(Invalid::Framing("several Content-Length headers"));
+    }
+    if lengths == 1 && headers.contains_key(header::TRANSFER_ENCODING) {
+        return Err(Invalid::Framing(
+            "Content-Length together with Transfer-Encoding",
+        ));
+    }
+    if let Some(length) = headers.get(header::CONTENT_LENGTH)
+        && (length.is_empty() || !length.as_bytes().iter().all(u8::is_ascii_digit))
+    {
+        return Err(Invalid::Framing(
+            "Content-Length must be one decimal number",
+        ));
+    }
+    if headers.get_all(header::HOST).iter().count() > 1 {
+        return Err(Invalid::Framing("several Host headers"));
+    }
+    if headers.contains_key(header::UPGRADE) {
+        return Err(Invalid::Header(
+            "protocol upgrades (WebSocket, h2c) are not supported through Mint",
+        ));
+    }
+    for name in METHOD_OVERRIDES {
+        for value in headers.get_all(name) {
+            if value.as_bytes() != method.as_str().as_bytes() {
+                return Err(Invalid::Method(
+                    "a method-override header must repeat the request's own method",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The declared request body length, when there is one (after [`check_request`]).
+pub(crate) fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// Removes what must never be forwarded upstream.
+pub(crate) fn strip_request(headers: &mut HeaderMap) {
+    strip_common(headers);
+    for name in [
+        header::HOST,
+        header::CONTENT_LENGTH,
+        header::EXPECT,
+        header::ACCEPT_ENCODING,
+    ] {
+        headers.remove(name);
+    }
+}
+
+/// Removes what must never be passed back to the agent.
+pub(crate) fn strip_response(headers: &mut HeaderMap) {
+    strip_common(headers);
+}
+
+fn strip_common(headers: &mut HeaderMap) {
+    let mut doomed: Vec<HeaderName> = Vec::new();
+    for value in headers.get_all(header::CONNECTION) {
+        let Ok(text) = value.to_str() else { continue };
+        for token in text.split(',') {
+            if let Ok(name) = HeaderName::from_bytes(token.trim().as_bytes()) {
+                doomed.push(name);
+            }
+        }
+    }
+    for (name, _) in headers.iter() {
+        let text = name.as_str();
+        if text.starts_with("proxy-") || text.starts_with("mint-") || text == "keep-alive" {
+            doomed.push(name.clone());
+        }
+    }
+    doomed.extend(HOP_BY_HOP);
+    for name in doomed {
+        headers.remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+    use http::HeaderValue;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        map
+    }
+
+    #[test]
+    fn refuses_ambiguous_framing() {
+        let get = Method::GET;
+        for pairs in [
+            &[("content-length", "3"), ("content-length", "3")][..],
+            &[("content-length", "3"), ("transfer-encoding", "chunked")][..],
+            &[("content-length", "3, 3")][..],
+            &[("content-length", "+3")][..],
+            &[("host", "a.example"), ("host", "b.example")][..],
+            &[("upgrade", "websocket")][..],
+            &[("x-http-method-override", "DELETE")][..],
+            &[("x-method-override", "GET"), ("x-method-override", "PUT")][..],
+        ] {
+            assert!(check_request(&get, &headers(pairs)).is_err(), "{pairs:?}");
+        }
+        assert!(check_request(&get, &headers(&[("x-http-method", "GET")])).is_ok());
+        assert!(check_request(&get, &headers(&[("content-length", "12")])).is_ok());
+    }
+
+    #[test]
+    fn refuses_lowercase_methods() {
+        assert!(check_method(&Method::from_bytes(b"delete").unwrap()).is_err());
+        assert!(check_method(&Method::from_bytes(b"PATCH").unwrap()).is_ok());
+    }
+
+    #[test]
+    fn strips_capability_proxy_hop_by_hop_and_connection_named_headers() {
+        let mut map = headers(&[
+            ("mint-capability", "mint_cap_x_y"),
+            ("proxy-authorization", "Bearer t"),
+            ("proxy-connection", "keep-alive"),
+            ("connection", "keep-alive, x-secret-hop"),
+            ("x-secret-hop", "1"),
+            ("keep-alive", "timeout=5"),
+            ("te", "trailers"),
+            ("transfer-encoding", "chunked"),
+            ("host", "127.0.0.1:8700"),
+            ("content-length", "4"),
+            ("accept-encoding", "gzip"),
+            ("expect", "100-continue"),
+            ("authorization", "Bearer {{mint:gh}}"),
+            ("x-kept", "yes"),
+        ]);
+        strip_request(&mut map);
+        let names: Vec<&str> = map.keys().map(HeaderName::as_str).collect();
+        assert_eq!(names, ["authorization", "x-kept"]);
+    }
+
+    #[test]
+    fn strips_forged_mint_headers_from_answers() {
+        let mut map = headers(&[
+            ("mint-request-id", "forged"),
+            ("mint-outcome", "completed"),
+            ("proxy-authenticate", "Basic"),
+            ("content-type", "text/plain"),
+        ]);
+        strip_response(&mut map);
+        let names: Vec<&str> = map.keys().map(HeaderName::as_str).collect();
+        assert_eq!(names, ["content-type"]);
+    }
+}

@@ -1,0 +1,394 @@
+//! `mint serve`: loads everything the proxy needs, then serves the routes of [`crate::proxy`] on
+//! a listener the caller bound, until the caller's shutdown future completes.
+//!
+//! Start-up fails (exit 2) on anything wrong: a policy or alias file with an error or unsafe
+//! permissions, an alias secret that cannot be read (a missing keyring item), an audit log that
+//! cannot be opened, an unreadable upstream CA file. Nothing is served half-configured.
+//!
+//! The accept loop is Mint's own (hyper-util's connection builder, HTTP/1.1 and HTTP/2): it sets
+//! `TCP_NODELAY`, bounds the time to read a request head (slowloris), and on shutdown stops
+//! accepting, lets requests in flight finish within a grace period, then fsyncs the audit log.
+//! A client that starts a request head and does not finish it in time gets a JSON 408 and an
+//! audit record; an idle keep-alive connection is closed silently.
+
+use std::future::Future;
+use std::io::{self, Write as _};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use mint_policy::audit::{AuditDecision, HttpStatus, Outcome, ReasonCode, RequestId};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::audit::facts::{
+    DecisionFacts, OutcomeFacts, RequestFacts, decision_record, outcome_record,
+};
+use crate::audit::{AuditConfig, AuditConfigError, AuditError, AuditLog, now};
+use crate::capability::{CapabilityFileError, CapabilityStore};
+use crate::credential_store::{CredentialSources, KeyringConfig, KeyringConfigError};
+use crate::declarations::{Declarations, DeclarationsError};
+use crate::env::Paths;
+use crate::proxy::{AppState, ProxyLimits, router};
+use crate::tls::{TlsConfigError, upstream_client_config};
+use crate::upstream::UpstreamClient;
+
+/// How often call-limit history is pruned.
+const PRUNE_INTERVAL: Duration = Duration::from_secs(60);
+
+/// What `mint serve` is configured with besides the files of [`Paths`].
+#[derive(Clone, Debug, Default)]
+pub struct ServeConfig {
+    /// An operator CA file (PEM) trusted for upstreams besides the webpki roots.
+    pub upstream_ca: Option<PathBuf>,
+    /// Limits and timeouts.
+    pub limits: ProxyLimits,
+    /// How the audit log writes.
+    pub audit: AuditConfig,
+}
+
+/// Why the broker could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The policy, aliases or secrets.
+    #[error(transparent)]
+    Declarations(#[from] DeclarationsError),
+    /// The keyring settings.
+    #[error(transparent)]
+    Keyring(#[from] KeyringConfigError),
+    /// The capabilities file.
+    #[error(transparent)]
+    Capabilities(#[from] CapabilityFileError),
+    /// The audit settings.
+    #[error(transparent)]
+    AuditConfig(#[from] AuditConfigError),
+    /// The audit log.
+    #[error(transparent)]
+    Audit(#[from] AuditError),
+    /// The upstream TLS configuration.
+    #[error(transparent)]
+    Tls(#[from] TlsConfigError),
+    /// The listen address.
+    #[error("cannot listen on `{addr}`")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// The reason.
+        #[source]
+        source: io::Error,
+    },
+    /// The async runtime.
+    #[error("cannot start the runtime")]
+    Runtime(#[source] io::Error),
+}
+
+/// Loads the declarations, secrets, capabilities and audit log, and builds the proxy's state.
+pub fn load_state(paths: &Paths, config: &ServeConfig) -> Result<AppState, ServeError> {
+    let keyring = KeyringConfig::from_env()?;
+    let sources = CredentialSources::system(&keyring);
+    let declarations = Declarations::load(&paths.policy, &paths.aliases, &sources)?;
+    let capabilities = CapabilityStore::open(&paths.capabilities)?;
+    let audit = AuditLog::open(&paths.audit_log, config.audit)?;
+    let tls = upstream_client_config(config.upstream_ca.as_deref())?;
+    let upstream = UpstreamClient::new(tls, config.limits.connect_timeout);
+    Ok(AppState::new(
+        config.limits,
+        declarations,
+        capabilities,
+        audit,
+        upstream,
+    ))
+}
+
+/// Serves `state` on `listener` until `shutdown` completes, then drains and fsyncs the audit log.
+pub async fn run(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()> {
+    let limits = *state.limits();
+    let service = TowerToHyperService::new(router(state.clone()));
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    let graceful = GracefulShutdown::new();
+    let pruner = {
+        let state = state.clone();
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(PRUNE_INTERVAL);
+            loop {
+                ticks.tick().await;
+                state.prune_limits();
+            }
+        })
+    };
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(accepted) => accepted,
+                    Err(error) => {
+                        // Out of file descriptors and the like: wait a little, keep serving.
+                        tracing::warn!(error = %error, "Accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let Ok((io, answer_socket, watch)) = watched(stream) else {
+                    continue;
+                };
+                let connection = builder.serve_connection(io, service.clone()).into_owned();
+                let connection = graceful.watch(connection);
+                let state = state.clone();
+                tokio::spawn(async move {
+                    if let Err(error) = connection.await {
+                        on_connection_error(&state, &*error, peer, &answer_socket, &watch);
+                    }
+                });
+            }
+        }
+    }
+    drop(listener);
+    pruner.abort();
+    tracing::info!("Shutting down: waiting for requests in flight");
+    if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            grace_s = limits.shutdown_grace.as_secs(),
+            "Requests still in flight at the end of the grace period"
+        );
+    }
+    state.audit().sync().map_err(io::Error::other)?;
+    tracing::info!("Audit log synced; stopped");
+    Ok(())
+}
+
+/// Answers a request head that never completed (slowloris) with a JSON 408 and audits it; other
+/// connection errors are logged at debug.
+fn on_connection_error(
+    state: &AppState,
+    error: &(dyn std::error::Error + 'static),
+    peer: SocketAddr,
+    answer_socket: &std::net::TcpStream,
+    watch: &ReadWatch,
+) {
+    let timed_out = error
+        .downcast_ref::<hyper::Error>()
+        .is_some_and(hyper::Error::is_timeout);
+    if !(timed_out && watch.partial_head()) {
+        tracing::debug!(client = %peer, error = %error, "Connection ended with an error");
+        return;
+    }
+    let id = RequestId::new(format!("slow-{}", now().as_str().replace([':', '.'], "-")))
+        .unwrap_or_else(|_| RequestId::new("slow").unwrap_or_else(|_| unreachable_id()));
+    tracing::info!(client = %peer, request.id = %id, "Request head not completed in time");
+    let facts = RequestFacts {
+        id: id.clone(),
+        agent: None,
+        capability: None,
+        method: None,
+        target: None,
+        aliases: Vec::new(),
+        mcp_tool: None,
+    };
+    let reason = ReasonCode::new("header_read_timeout").ok();
+    let decision = decision_record(
+        now(),
+        &facts,
+        &DecisionFacts {
+            decision: AuditDecision::Deny,
+            rules: None,
+            reason: reason.clone(),
+        },
+    );
+    let outcome = outcome_record(
+        now(),
+        &facts,
+        &OutcomeFacts {
+            outcome: Outcome::Invalid,
+            status: HttpStatus::new(408).ok(),
+            bytes_up: Some(0),
+            bytes_down: Some(0),
+            duration_ms: None,
+            reason,
+        },
+    );
+    for record in [decision, outcome] {
+        if let Err(error) = state.audit().append(record) {
+            tracing::error!(error = %error, "Audit record not written");
+        }
+    }
+    let body = serde_json::json!({
+        "error": {
+            "code": "invalid_request",
+            "message": "the request head was not received in time",
+            "rules": [],
+            "request_id": id.as_str(),
+        }
+    })
+    .to_string();
+    let answer = format!(
+        "HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: {}\r\nmint-request-id: {}\r\nmint-outcome: invalid\r\nconnection: close\r\n\r\n{body}",
+        body.len(),
+        id.as_str()
+    );
+    // The socket is non-blocking; a client that does not read gets nothing more.
+    let mut socket = answer_socket;
+    let _ = socket.write_all(answer.as_bytes());
+    let _ = socket.shutdown(std::net::Shutdown::Both);
+}
+
+#[expect(
+    clippy::expect_used,
+    reason = "INVARIANT: a constant that matches the request id grammar"
+)]
+fn unreachable_id() -> RequestId {
+    RequestId::new("unnumbered").expect("valid request id")
+}
+
+/// Whether bytes arrived since the last answer was written: a head in progress.
+#[derive(Clone, Debug, Default)]
+struct ReadWatch(Arc<AtomicBool>);
+
+impl ReadWatch {
+    fn partial_head(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A connection that remembers whether it read since it last wrote.
+#[derive(Debug)]
+struct WatchedIo {
+    inner: TcpStream,
+    watch: ReadWatch,
+}
+
+/// Sets `TCP_NODELAY`, keeps a second handle for the 408 answer, wraps the stream.
+fn watched(stream: TcpStream) -> io::Result<(TokioIo<WatchedIo>, std::net::TcpStream, ReadWatch)> {
+    let _ = stream.set_nodelay(true);
+    let std_stream = stream.into_std()?;
+    let answer_socket = std_stream.try_clone()?;
+    let stream = TcpStream::from_std(std_stream)?;
+    let watch = ReadWatch::default();
+    Ok((
+        TokioIo::new(WatchedIo {
+            inner: stream,
+            watch: watch.clone(),
+        }),
+        answer_socket,
+        watch,
+    ))
+}
+
+impl AsyncRead for WatchedIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let result = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if matches!(result, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.watch.0.store(true, Ordering::Relaxed);
+        }
+        result
+    }
+}
+
+impl AsyncWrite for WatchedIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        this.watch.0.store(false, Ordering::Relaxed);
+        Pin::new(&mut this.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        this.watch.0.store(false, Ordering::Relaxed);
+        Pin::new(&mut this.inner).poll_write_vectored(cx, bufs)
+    }
+}
+
+/// Binds, serves until Ctrl-C or SIGTERM, and returns once the audit log is synced. Writes
+/// `listening on http://ADDR` to `out` once the socket is bound (tests read the port from it).
+pub fn serve_blocking(
+    listen: &str,
+    state_loader: impl FnOnce() -> Result<AppState, ServeError>,
+    out: &mut dyn io::Write,
+) -> Result<(), ServeError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(ServeError::Runtime)?;
+    runtime.block_on(async {
+        let state = state_loader()?;
+        let listener = TcpListener::bind(listen)
+            .await
+            .map_err(|source| ServeError::Bind {
+                addr: listen.to_owned(),
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| ServeError::Bind {
+            addr: listen.to_owned(),
+            source,
+        })?;
+        tracing::info!(listen = %addr, "Mint is serving");
+        let _ = writeln!(out, "listening on http://{addr}");
+        let _ = out.flush();
+        run(listener, state, shutdown_signal())
+            .await
+            .map_err(ServeError::Runtime)
+    })
+}
+
+/// Completes on Ctrl-C (SIGINT) or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = ctrl_c => {},
+                _ = term.recv() => {},
+            }
+        }
+        Err(_) => {
+            let _ = ctrl_c.await;
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! The TLS client configuration the proxy uses toward upstreams.
+//!
+//! Built once at start from explicit inputs: Mozilla's roots compiled in (`webpki-roots`, so no
+//! system store an agent could add a root to) plus, optionally, an operator CA file in PEM
+//! (`--upstream-ca`, for private CAs and for tests). ALPN offers `h2` then `http/1.1`. Certificates
+//! are verified for the target's host name (or IP address) by rustls's webpki verifier; nothing
+//! here can turn verification off.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+use rustls::{ClientConfig, RootCertStore};
+
+/// Why the upstream TLS configuration could not be built. Names the file and the problem.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TlsConfigError {
+    /// The CA file could not be read or holds something that is not a PEM certificate.
+    #[error("cannot read upstream CA file `{}`: {problem}", path.display())]
+    CaFile {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        problem: String,
+    },
+    /// The CA file holds no certificate.
+    #[error("upstream CA file `{}` holds no PEM certificate", path.display())]
+    EmptyCaFile {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A certificate of the CA file is not a usable trust anchor.
+    #[error("certificate {index} of upstream CA file `{}` is not a usable CA certificate", path.display())]
+    BadCertificate {
+        /// The file.
+        path: PathBuf,
+        /// Its position in the file, from 1.
+        index: usize,
+    },
+    /// rustls refused the configuration.
+    #[error("cannot build the upstream TLS configuration")]
+    Rustls(#[source] rustls::Error),
+}
+
+/// The ALPN protocols offered upstream, most preferred first.
+pub const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
+
+/// The upstream client configuration: webpki roots, plus the certificates of `extra_ca` when
+/// given.
+pub fn upstream_client_config(
+    extra_ca: Option<&Path>,
+) -> Result<Arc<ClientConfig>, TlsConfigError> {
+    let mut roots = RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    if let Some(path) = extra_ca {
+        for (index, cert) in read_ca_file(path)?.into_iter().enumerate() {
+            roots
+                .add(cert)
+                .map_err(|_| TlsConfigError::BadCertificate {
+                    path: path.to_path_buf(),
+                    index: index + 1,
+                })?;
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(TlsConfigError::Rustls)?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
+    Ok(Arc::new(config))
+}
+
+/// Every certificate of a PEM file; other PEM sections (a key by mistake) are an error.
+fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsConfigError> {
+    let problem = |problem: String| TlsConfigError::CaFile {
+        path: path.to_path_buf(),
+        problem,
+    };
+    let bytes = std::fs::read(path).map_err(|e| problem(e.kind().to_string()))?;
+    let certs = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| problem("not a PEM certificate file".to_owned()))?;
+    if certs.is_empty() {
+        return Err(TlsConfigError::EmptyCaFile {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(certs)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+    use crate::echo_upstream::TestCa;
+
+    #[test]
+    fn reads_an_operator_ca_and_offers_h2_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ca.pem");
+        let ca = TestCa::generate().unwrap();
+        ca.write_pem(&path).unwrap();
+        let config = upstream_client_config(Some(&path)).unwrap();
+        assert_eq!(
+            config.alpn_protocols,
+            vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+        );
+    }
+
+    #[test]
+    fn refuses_missing_empty_and_garbage_ca_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.pem");
+        assert!(matches!(
+            upstream_client_config(Some(&missing)),
+            Err(TlsConfigError::CaFile { .. })
+        ));
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "no certificate here\n").unwrap();
+        assert!(matches!(
+            upstream_client_config(Some(&empty)),
+            Err(TlsConfigError::EmptyCaFile { .. })
+        ));
+        let garbage = dir.path().join("garbage.pem");
+        std::fs::write(
+            &garbage,
+            "-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        assert!(upstream_client_config(Some(&garbage)).is_err());
+    }
+}

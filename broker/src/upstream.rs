@@ -1,0 +1,370 @@
+//! Connections to upstreams: Mint resolves the host itself, checks every address, connects to a
+//! checked one, and speaks TLS with SNI and certificate verification for the host name.
+//!
+//! Runs after the decision record is written and the secrets are substituted; it never decides
+//! access beyond the address check of [`crate::address`]. The proxy sends through an
+//! [`UpstreamClient`]: two pooled hyper clients (keep-alive, HTTP/1.1 or HTTP/2 by ALPN), one for
+//! requests whose deciding rule allows private addresses and one for the rest, so a connection
+//! opened under `allow_private` can never be reused by a request that does not have it. The pool
+//! key is the URI's scheme and authority: the canonical host, so a pooled connection always goes
+//! to an address that was checked for that host under the same rules.
+//!
+//! No retries: hyper's retry of requests cancelled on a pooled connection is turned off, and
+//! connection attempts try the checked addresses in order, once each. Every socket gets
+//! `TCP_NODELAY`. Plain `http` is only ever used toward loopback targets (the target was refused
+//! earlier otherwise, and the address check refuses a loopback name resolving elsewhere).
+
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Uri;
+use http_body_util::Full;
+use hyper::rt::{Read, ReadBufCursor, Write};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use mint_policy::host::Host;
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+use crate::address::{AddressError, AddressRules, check_all};
+
+/// How long an idle pooled connection is kept.
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The most idle connections kept per upstream.
+pub const POOL_MAX_IDLE_PER_HOST: usize = 256;
+
+/// The request body type sent upstream: the whole (size-limited) body.
+pub type UpstreamBody = Full<Bytes>;
+
+/// The pooled clients the proxy sends through.
+#[derive(Clone, Debug)]
+pub struct UpstreamClient {
+    public_only: Client<Connector, UpstreamBody>,
+    private_ok: Client<Connector, UpstreamBody>,
+}
+
+/// Why no connection was made. Nothing was sent when a connector fails.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The URI has no host, or a host that is not canonical.
+    #[error("the upstream URI has no valid host")]
+    InvalidUri,
+    /// DNS resolution failed.
+    #[error("cannot resolve the upstream host ({kind})")]
+    Resolve {
+        /// The resolver's error kind.
+        kind: io::ErrorKind,
+    },
+    /// An address the host resolved to is refused.
+    #[error(transparent)]
+    Refused(#[from] AddressError),
+    /// No checked address accepted a TCP connection.
+    #[error("cannot connect to the upstream ({kind})")]
+    Connect {
+        /// The last connection error's kind.
+        kind: io::ErrorKind,
+    },
+    /// The TLS handshake failed (certificate, protocol, or the peer went away).
+    #[error("TLS handshake with the upstream failed: {reason}")]
+    Tls {
+        /// rustls's description; names certificate problems, never request data.
+        reason: String,
+    },
+    /// Resolution, connection and handshake together took longer than the connect timeout.
+    #[error("connecting to the upstream timed out")]
+    Timeout,
+}
+
+/// The connector of one [`Client`]: resolve, check, connect, handshake.
+#[derive(Clone)]
+pub struct Connector {
+    tls: TlsConnector,
+    allow_private: bool,
+    connect_timeout: Duration,
+}
+
+/// A connection to an upstream, plain (loopback only) or TLS.
+#[derive(Debug)]
+pub enum UpstreamIo {
+    /// Plain TCP.
+    Plain(TokioIo<TcpStream>),
+    /// TLS over TCP.
+    Tls(Box<TokioIo<TlsStream<TcpStream>>>),
+}
+
+// === impl UpstreamClient ===
+
+impl UpstreamClient {
+    /// Clients that verify certificates with `tls` and give up connecting after
+    /// `connect_timeout`.
+    pub fn new(tls: Arc<ClientConfig>, connect_timeout: Duration) -> UpstreamClient {
+        let build = |allow_private| {
+            let connector = Connector {
+                tls: TlsConnector::from(Arc::clone(&tls)),
+                allow_private,
+                connect_timeout,
+            };
+            Client::builder(TokioExecutor::new())
+                .retry_canceled_requests(false)
+                .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+                .pool_max_idle_per_host(POOL_MAX_IDLE_PER_HOST)
+                .pool_timer(TokioTimer::new())
+                .timer(TokioTimer::new())
+                .build(connector)
+        };
+        UpstreamClient {
+            public_only: build(false),
+            private_ok: build(true),
+        }
+    }
+
+    /// Sends `request` (absolute URI, canonical authority) and returns the response head with
+    /// its streaming body.
+    pub async fn send(
+        &self,
+        request: http::Request<UpstreamBody>,
+        allow_private: bool,
+    ) -> Result<http::Response<hyper::body::Incoming>, hyper_util::client::legacy::Error> {
+        let client = if allow_private {
+            &self.private_ok
+        } else {
+            &self.public_only
+        };
+        client.request(request).await
+    }
+}
+
+/// Finds the [`ConnectError`] behind a client error, when the connector failed.
+pub fn connect_error(error: &hyper_util::client::legacy::Error) -> Option<&ConnectError> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(error);
+    while let Some(current) = source {
+        if let Some(found) = current.downcast_ref::<ConnectError>() {
+            return Some(found);
+        }
+        source = current.source();
+    }
+    None
+}
+
+// === impl Connector ===
+
+impl Connector {
+    async fn connect(self, uri: Uri) -> Result<UpstreamIo, ConnectError> {
+        let timeout = self.connect_timeout;
+        tokio::time::timeout(timeout, self.connect_now(uri))
+            .await
+            .map_err(|_| ConnectError::Timeout)?
+    }
+
+    async fn connect_now(self, uri: Uri) -> Result<UpstreamIo, ConnectError> {
+        let text = uri.host().ok_or(ConnectError::InvalidUri)?;
+        let bare = text
+            .strip_prefix('[')
+            .and_then(|t| t.strip_suffix(']'))
+            .unwrap_or(text);
+        let host = Host::parse_request(bare).map_err(|_| ConnectError::InvalidUri)?;
+        // The proxy built this URI from the canonical target; anything else is not ours.
+        if host.as_text() != bare {
+            return Err(ConnectError::InvalidUri);
+        }
+        let tls = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") if host.is_loopback() => false,
+            _ => return Err(ConnectError::InvalidUri),
+        };
+        let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
+        let addresses = resolve(&host, port).await?;
+        let ips: Vec<IpAddr> = addresses.iter().map(SocketAddr::ip).collect();
+        check_all(
+            &ips,
+            AddressRules {
+                loopback_target: host.is_loopback(),
+                allow_private: self.allow_private,
+            },
+        )?;
+        let tcp = connect_first(&addresses).await?;
+        if !tls {
+            return Ok(UpstreamIo::Plain(TokioIo::new(tcp)));
+        }
+        let name = match host.ip() {
+            Some(ip) => ServerName::IpAddress(ip.into()),
+            None => ServerName::try_from(host.as_text()).map_err(|_| ConnectError::InvalidUri)?,
+        };
+        let stream = self
+            .tls
+            .connect(name, tcp)
+            .await
+            .map_err(|error| ConnectError::Tls {
+                reason: tls_reason(&error),
+            })?;
+        Ok(UpstreamIo::Tls(Box::new(TokioIo::new(stream))))
+    }
+}
+
+impl tower::Service<Uri> for Connector {
+    type Response = UpstreamIo;
+    type Error = ConnectError;
+    type Future = Pin<Box<dyn Future<Output = Result<UpstreamIo, ConnectError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), ConnectError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        Box::pin(self.clone().connect(uri))
+    }
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connector")
+            .field("allow_private", &self.allow_private)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The addresses of `host`: itself for an IP literal, else the system resolver's answer.
+async fn resolve(host: &Host, port: u16) -> Result<Vec<SocketAddr>, ConnectError> {
+    if let Some(ip) = host.ip() {
+        return Ok(vec![SocketAddr::new(ip, port)]);
+    }
+    let name = host.as_text();
+    let found = tokio::net::lookup_host((name.as_str(), port))
+        .await
+        .map_err(|e| ConnectError::Resolve { kind: e.kind() })?;
+    let mut addresses: Vec<SocketAddr> = Vec::new();
+    for address in found {
+        // An IPv4-mapped answer is connected to as the IPv4 address it is (and was checked so).
+        let address = match address.ip() {
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => SocketAddr::new(IpAddr::V4(v4), port),
+                None => address,
+            },
+            IpAddr::V4(_) => address,
+        };
+        if !addresses.contains(&address) {
+            addresses.push(address);
+        }
+    }
+    Ok(addresses)
+}
+
+/// Connects to the first address that accepts, in the resolver's order.
+async fn connect_first(addresses: &[SocketAddr]) -> Result<TcpStream, ConnectError> {
+    let mut last = io::ErrorKind::NotFound;
+    for address in addresses {
+        match TcpStream::connect(address).await {
+            Ok(stream) => {
+                // Small requests and answers must not wait for Nagle's algorithm.
+                let _ = stream.set_nodelay(true);
+                return Ok(stream);
+            }
+            Err(error) => last = error.kind(),
+        }
+    }
+    Err(ConnectError::Connect { kind: last })
+}
+
+/// A short description of a TLS failure: rustls's own error when there is one.
+fn tls_reason(error: &io::Error) -> String {
+    match error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    {
+        Some(rustls) => rustls.to_string(),
+        None => error.kind().to_string(),
+    }
+}
+
+// === impl UpstreamIo ===
+
+impl UpstreamIo {
+    fn negotiated_h2(&self) -> bool {
+        match self {
+            UpstreamIo::Plain(_) => false,
+            UpstreamIo::Tls(io) => io.inner().get_ref().1.alpn_protocol() == Some(b"h2"),
+        }
+    }
+}
+
+impl Connection for UpstreamIo {
+    fn connected(&self) -> Connected {
+        let connected = Connected::new();
+        if self.negotiated_h2() {
+            connected.negotiated_h2()
+        } else {
+            connected
+        }
+    }
+}
+
+impl Read for UpstreamIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamIo::Plain(io) => Pin::new(io).poll_read(cx, buf),
+            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl Write for UpstreamIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpstreamIo::Plain(io) => Pin::new(io).poll_write(cx, buf),
+            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamIo::Plain(io) => Pin::new(io).poll_flush(cx),
+            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamIo::Plain(io) => Pin::new(io).poll_shutdown(cx),
+            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_shutdown(cx),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            UpstreamIo::Plain(io) => io.is_write_vectored(),
+            UpstreamIo::Tls(io) => io.is_write_vectored(),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpstreamIo::Plain(io) => Pin::new(io).poll_write_vectored(cx, bufs),
+            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+}
