@@ -5,8 +5,8 @@
 //! their results to the `out` they are given (stdout in production) and never print errors
 //! themselves: they return them.
 //!
-//! Only implemented commands are declared. DESIGN.md lists the rest (`policy explain`, `demo`);
-//! each becomes a variant of [`Command`] or [`PolicyCommand`] when it exists.
+//! Only implemented commands are declared. DESIGN.md lists the rest (`policy explain`); each
+//! becomes a variant of [`Command`] or [`PolicyCommand`] when it exists.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -19,6 +19,7 @@ use crate::alias_cmd::{AliasCommand, AliasCommandError};
 use crate::audit::AuditConfig;
 use crate::audit_cmd::{AuditCommand, AuditCommandError};
 use crate::cap_cmd::{CapCommand, CapCommandError};
+use crate::demo::{DemoError, DemoOptions};
 use crate::env::Paths;
 use crate::init::InitError;
 use crate::policy_check::{PolicyCheckError, ReportFormat, Verdict, check_policy_file};
@@ -43,6 +44,9 @@ pub enum Command {
     /// Loads the policy, the aliases and every alias secret, the capabilities and the audit log;
     /// exits 2 if any of them is wrong. Prints `listening on http://ADDR` once serving.
     Serve(ServeArgs),
+    /// Show Mint at work in one command: a temporary home, a local HTTPS echo upstream, the real
+    /// broker, and an agent's allowed, denied, redirected and MCP requests with the audit trail.
+    Demo(DemoArgs),
     /// Work with the policy file.
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -72,16 +76,21 @@ pub struct ServeArgs {
 
     /// A PEM file of CA certificates trusted for upstreams besides the built-in webpki roots
     /// (a private CA).
-    #[arg(long, env = "MINT_UPSTREAM_CA")]
+    #[arg(long, env = crate::env::MINT_UPSTREAM_CA)]
     pub upstream_ca: Option<PathBuf>,
 
     /// Resolving, connecting and the TLS handshake to an upstream, together.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
     pub connect_timeout: Duration,
 
-    /// From sending a request to the answer's head; also the longest silence inside an answer.
+    /// From a ready upstream connection to the answer's head (nothing sent yet counts as
+    /// connecting); also the longest wait for the agent's request body.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
     pub request_timeout: Duration,
+
+    /// The longest silence inside an answer's body (a quiet SSE stream is cut after it).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5m")]
+    pub idle_timeout: Duration,
 
     /// Reading a request's head from the agent.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
@@ -98,6 +107,18 @@ pub struct ServeArgs {
     /// How long requests in flight may take to finish at shutdown.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
     pub shutdown_grace: Duration,
+}
+
+/// Arguments of `mint demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Stop after the scripted requests instead of serving until Ctrl-C.
+    #[arg(long)]
+    pub once: bool,
+
+    /// Where the demo broker listens.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: String,
 }
 
 /// Arguments of `mint usage`.
@@ -189,6 +210,9 @@ pub enum CommandError {
     /// `mint serve` could not start or stopped on an error.
     #[error(transparent)]
     Serve(#[from] ServeError),
+    /// `mint demo` could not run, or a check failed.
+    #[error(transparent)]
+    Demo(#[from] DemoError),
     /// Writing the result to stdout failed (a closed pipe, a full disk).
     #[error("cannot write the output: {0}")]
     Output(#[source] std::io::Error),
@@ -207,6 +231,8 @@ impl CommandError {
             CommandError::Audit(_) | CommandError::Output(_) | CommandError::Serve(_) => {
                 ExitStatus::UsageOrConfig
             }
+            CommandError::Demo(DemoError::Check(_)) => ExitStatus::Failure,
+            CommandError::Demo(_) => ExitStatus::UsageOrConfig,
         }
     }
 }
@@ -222,6 +248,7 @@ pub fn run(cli: Cli, paths: &Paths, out: &mut dyn Write) -> Result<ExitStatus, C
                 limits: ProxyLimits {
                     connect_timeout: args.connect_timeout,
                     request_timeout: args.request_timeout,
+                    idle_timeout: args.idle_timeout,
                     max_request_body: args.max_request_body,
                     max_response_body: args.max_response_body,
                     header_read_timeout: args.header_read_timeout,
@@ -230,6 +257,14 @@ pub fn run(cli: Cli, paths: &Paths, out: &mut dyn Write) -> Result<ExitStatus, C
                 audit,
             };
             serve_blocking(&args.listen, || load_state(paths, &config), out)?;
+            Ok(ExitStatus::Success)
+        }
+        Command::Demo(args) => {
+            let options = DemoOptions {
+                listen: args.listen,
+                once: args.once,
+            };
+            crate::demo::demo(&options, out)?;
             Ok(ExitStatus::Success)
         }
         Command::Policy(PolicyCommand::Check(args)) => {

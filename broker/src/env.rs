@@ -46,6 +46,9 @@ pub const MINT_KEYRING_BACKEND: &str = "MINT_KEYRING_BACKEND";
 /// homes of one user keep their secrets apart with different names.
 pub const MINT_KEYRING_SERVICE: &str = "MINT_KEYRING_SERVICE";
 
+/// A PEM file of extra CA certificates the proxy trusts for upstreams (`mint serve --upstream-ca`).
+pub const MINT_UPSTREAM_CA: &str = "MINT_UPSTREAM_CA";
+
 /// The proxy's listen address when neither `--listen` nor [`MINT_LISTEN`] is given: loopback only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8700";
 

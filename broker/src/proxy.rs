@@ -12,7 +12,7 @@
 //! 4. policy (deny overrides) 403, then call limits 429, checked and consumed atomically;
 //! 5. write the `decision` record (fail closed: 503 when it cannot be written);
 //! 6. substitute (`inject`), send through [`UpstreamClient`] (DNS and address checks, TLS), and
-//!    stream the answer back scrubbed ([`answer`]); the `outcome` record is written when it ends.
+//!    stream the answer back scrubbed (`answer`); the `outcome` record is written when it ends.
 //!
 //! The upstream request is built from the canonical target only, never from the raw input: match
 //! what is forwarded and forward what was matched.
@@ -32,7 +32,8 @@ use http::header::{self, HeaderValue};
 use http::{Method, Uri, Version};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use mint_policy::audit::{
-    AgentName, AliasName, AuditDecision, CapabilityId, ReasonCode, RequestId, RuleId, ToolName,
+    AgentName, AliasName, AuditDecision, CapabilityId, Outcome, ReasonCode, RequestId, RuleId,
+    ToolName,
 };
 use mint_policy::evaluate::{self, AliasUse, Evaluation};
 use mint_policy::limits::{Charge, Limiter};
@@ -44,6 +45,7 @@ use crate::audit::{AuditLog, now};
 use crate::capability::{CapabilityGrant, CapabilityStore};
 use crate::declarations::Declarations;
 use crate::inject::{self, InjectError};
+use crate::mcp_call;
 use crate::placeholder::{self, Place, RequestParts};
 use crate::upstream::{ConnectError, UpstreamClient, connect_error};
 
@@ -64,9 +66,12 @@ pub const CAPABILITY_HEADER: &str = "mint-capability";
 pub struct ProxyLimits {
     /// Resolving, connecting and the TLS handshake together.
     pub connect_timeout: Duration,
-    /// From sending the request to the answer's head; also the longest silence within the
-    /// answer's body, and the longest time to read the agent's body.
+    /// From a ready connection to the answer's head (the whole wait is bounded by
+    /// `connect_timeout + request_timeout`, so a slow connect always ends as `failed`), and the
+    /// longest time to read the agent's body.
     pub request_timeout: Duration,
+    /// The longest silence inside an answer's body (an SSE stream idles between events).
+    pub idle_timeout: Duration,
     /// The agent's request body.
     pub max_request_body: u64,
     /// The answer's body, after decoding.
@@ -82,6 +87,7 @@ impl Default for ProxyLimits {
         ProxyLimits {
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(300),
             max_request_body: 10 << 20,
             max_response_body: 64 << 20,
             header_read_timeout: Duration::from_secs(10),
@@ -204,7 +210,8 @@ impl AppState {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn next_request_id(&self) -> RequestId {
+    /// A fresh request id.
+    pub(crate) fn next_request_id(&self) -> RequestId {
         let n = self.inner.ids.next.fetch_add(1, Ordering::Relaxed);
         let text = format!("{}-{n}", self.inner.ids.prefix);
         // INVARIANT: 12 hex digits, `-` and a decimal number match `[A-Za-z0-9_-]{1,64}`.
@@ -249,7 +256,9 @@ async fn front_door(State(state): State<AppState>, mut request: Request, next: N
     let mut response = if request.method() == Method::CONNECT {
         let mut exchange = Exchange::new(&state, id.clone(), request.method());
         exchange.refuse(&state, ProxyError::ConnectUnsupported)
-    } else if request.uri().scheme().is_some() {
+    } else if request.uri().scheme().is_some() && request.version() <= Version::HTTP_11 {
+        // HTTP/1.x absolute-form is a forward-proxy request; HTTP/2 always carries a scheme and
+        // authority (Mint's own), so it is routed by path like origin-form.
         proxy(&state, id.clone(), Mode::Forward, request).await
     } else {
         next.run(request).await
@@ -328,6 +337,17 @@ struct Exchange {
     received: Instant,
     decided: bool,
     bytes_up: Option<u64>,
+    /// The JSON-RPC ids of an MCP `tools/call` request, once recognized: its refusals are
+    /// answered as JSON-RPC errors the MCP client can show.
+    jsonrpc: Option<JsonRpcIds>,
+}
+
+/// The ids of a JSON-RPC request or batch, for error answers.
+struct JsonRpcIds {
+    batch: bool,
+    ids: Vec<serde_json::Value>,
+    /// How many messages the body holds; `None` when it could not be counted.
+    messages: Option<usize>,
 }
 
 // === impl Exchange ===
@@ -347,6 +367,7 @@ impl Exchange {
             received: Instant::now(),
             decided: false,
             bytes_up: None,
+            jsonrpc: None,
         }
     }
 
@@ -399,7 +420,12 @@ impl Exchange {
             Some(0),
             Some(error.reason()),
         );
-        error.to_response(id.as_str())
+        let mut response = error.to_response(id.as_str());
+        if let Some(jsonrpc) = &self.jsonrpc {
+            *response.body_mut() = Body::from(jsonrpc.error_body(&error, id.as_str()));
+            response.headers_mut().remove(header::CONTENT_LENGTH);
+        }
+        response
     }
 
     /// Writes the `allow` decision record; the request goes nowhere if it cannot be written.
@@ -418,6 +444,72 @@ impl Exchange {
         Ok(())
     }
 }
+
+// === impl JsonRpcIds ===
+
+impl JsonRpcIds {
+    /// The ids of the messages of `body` (already checked strictly by `mcp_call`): every
+    /// top-level JSON text, arrays expanded (JSON Lines included). A body that does not parse
+    /// here (gzip, a byte order mark) gives no ids and counts as holding other messages.
+    fn of(body: &[u8]) -> JsonRpcIds {
+        let mut ids = Vec::new();
+        let mut messages = 0;
+        let mut texts = 0;
+        let mut parsed = true;
+        for value in serde_json::Deserializer::from_slice(body).into_iter::<serde_json::Value>() {
+            let Ok(value) = value else {
+                parsed = false;
+                break;
+            };
+            texts += 1;
+            let elements = match value {
+                serde_json::Value::Array(elements) => elements,
+                other => vec![other],
+            };
+            for element in elements {
+                if element.is_object() {
+                    messages += 1;
+                }
+                if let Some(id) = element.get("id") {
+                    ids.push(id.clone());
+                }
+            }
+        }
+        JsonRpcIds {
+            batch: texts != 1 || messages != 1,
+            ids,
+            messages: parsed.then_some(messages),
+        }
+    }
+
+    /// A JSON-RPC error answer per request id (`-32001`, Mint's error object in `data`).
+    fn error_body(&self, error: &ProxyError, request_id: &str) -> String {
+        let one = |id: serde_json::Value| {
+            serde_json::json!({
+                "jsonrpc": "2.0",
+                "id": id,
+                "error": {
+                    "code": JSONRPC_REFUSED,
+                    "message": format!("refused by Mint: {error}"),
+                    "data": {
+                        "code": error.code(),
+                        "rules": error.rules(),
+                        "request_id": request_id,
+                    },
+                },
+            })
+        };
+        let body = if self.batch && !self.ids.is_empty() {
+            serde_json::Value::Array(self.ids.iter().cloned().map(one).collect())
+        } else {
+            one(self.ids.first().cloned().unwrap_or(serde_json::Value::Null))
+        };
+        body.to_string()
+    }
+}
+
+/// The JSON-RPC error code of a call Mint refused (server-defined range).
+pub const JSONRPC_REFUSED: i64 = -32001;
 
 fn rule_ids(rules: &[String]) -> Vec<RuleId> {
     rules
@@ -530,6 +622,7 @@ async fn forward(
         Mode::Route => RawTarget::from_route(&parts.uri)?,
         Mode::Forward => RawTarget::from_absolute(&parts.uri, &parts.headers)?,
     };
+    refuse_placeholder_in_target(&raw)?;
     let target = normalize_target(&raw.scheme, &raw.authority, &raw.path_and_query())
         .map_err(Invalid::Target)?;
     exchange.facts.target =
@@ -543,6 +636,14 @@ async fn forward(
 
     // 3. Placeholders, aliases, bindings, sites, capability narrowing.
     let tools = mcp_tools(&method, &request_headers, &body)?;
+    // A batch is allowed only if every element is: messages besides the tool calls are the
+    // endpoint's own traffic, evaluated without a tool.
+    let mut other_messages = tools.is_empty();
+    if !tools.is_empty() {
+        let ids = JsonRpcIds::of(&body);
+        other_messages = ids.messages.is_none_or(|count| count > tools.len());
+        exchange.jsonrpc = Some(ids);
+    }
     exchange.facts.mcp_tool = tools
         .first()
         .and_then(|tool| ToolName::new(tool.as_str()).ok());
@@ -590,7 +691,50 @@ async fn forward(
         &target,
         &uses,
         &tools,
+        other_messages,
     )?;
+    let charges = (admitted.charges.clone(), admitted.admitted_at);
+    let outgoing = Outgoing {
+        method,
+        target,
+        uses,
+        headers: request_headers,
+        body,
+    };
+    let sent = send(state, exchange, &declarations, admitted, outgoing).await;
+    if let Err(error) = &sent
+        && error.outcome() != Outcome::Unknown
+    {
+        // Never sent: it does not count against any limit.
+        state.limiter().refund(&charges.0, charges.1);
+    }
+    sent
+}
+
+/// What is about to be sent, before substitution.
+struct Outgoing {
+    method: Method,
+    target: Target,
+    uses: Vec<AliasUse>,
+    headers: http::HeaderMap,
+    body: Bytes,
+}
+
+/// The pipeline from the decision record to the answer's head.
+async fn send(
+    state: &AppState,
+    exchange: &mut Exchange,
+    declarations: &Declarations,
+    admitted: Admitted,
+    outgoing: Outgoing,
+) -> Result<Response, ProxyError> {
+    let Outgoing {
+        method,
+        target,
+        uses,
+        headers: mut request_headers,
+        body,
+    } = outgoing;
 
     // 5. The decision record, before anything leaves.
     exchange.record_allow(state, &admitted.rules).await?;
@@ -616,7 +760,7 @@ async fn forward(
 
     let limits = *state.limits();
     let sent = tokio::time::timeout(
-        limits.request_timeout,
+        limits.connect_timeout + limits.request_timeout,
         state
             .inner
             .upstream
@@ -641,7 +785,7 @@ async fn forward(
         declarations.scrubber(),
         id.as_str(),
         limits.max_response_body,
-        limits.request_timeout,
+        limits.idle_timeout,
         outcome,
     ) {
         Ok(response) => Ok(response.map(Body::new)),
@@ -649,14 +793,46 @@ async fn forward(
     }
 }
 
-/// The tool names of an MCP `tools/call` body (empty when the request is not one).
+/// Refuses (403) a placeholder in the scheme or authority as written, before the target is
+/// parsed: a name that fails to parse must still be answered as a placeholder where none may go.
+fn refuse_placeholder_in_target(raw: &RawTarget) -> Result<(), ProxyError> {
+    let empty = http::HeaderMap::new();
+    let found = placeholder::scan(&RequestParts {
+        scheme: &raw.scheme,
+        authority: &raw.authority,
+        path: "/",
+        query: None,
+        headers: &empty,
+        body: &[],
+    })
+    .map_err(ProxyError::Placeholder)?;
+    match found.found().first() {
+        Some(first) => Err(ProxyError::SiteNotAllowed {
+            alias: first.alias.clone(),
+            place: describe_part(&first.part),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The tool names of an MCP `tools/call` body (empty when the request is not one), read strictly
+/// from the body as received; a body whose calls cannot be named is refused.
 fn mcp_tools(
     method: &Method,
     headers: &http::HeaderMap,
     body: &Bytes,
 ) -> Result<Vec<String>, ProxyError> {
-    let _ = (method, headers, body);
-    Ok(Vec::new())
+    match mcp_call::tool_calls(method, headers, body) {
+        Ok(calls) => Ok(calls
+            .names()
+            .iter()
+            .map(|name| name.as_str().to_owned())
+            .collect()),
+        Err(error) if error.code() == "body_too_large" => Err(ProxyError::BodyTooLarge {
+            limit: mcp_call::MAX_MCP_MESSAGE_BYTES as u64,
+        }),
+        Err(error) => Err(Invalid::Mcp(error.to_string()).into()),
+    }
 }
 
 /// Checks every alias the request uses against its declaration and the capability.
@@ -711,10 +887,18 @@ fn sites_text(sites: mint_policy::site::SiteSet) -> String {
 struct Admitted {
     rules: Vec<String>,
     allow_private: bool,
+    /// What was consumed, and when: refunded if the request is never sent.
+    charges: Vec<Charge>,
+    admitted_at: Duration,
 }
 
-/// Evaluates the request once per MCP tool it calls (once when it calls none); every evaluation
-/// must allow, then all their limits are checked and consumed together.
+/// Evaluates the request once per MCP tool it calls, and once without a tool when it calls none
+/// or also holds other messages; every evaluation must allow, then all their limits are checked
+/// and consumed together.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one call site; the facts of one request"
+)]
 fn decide(
     state: &AppState,
     declarations: &Declarations,
@@ -723,6 +907,7 @@ fn decide(
     target: &Target,
     uses: &[AliasUse],
     tools: &[String],
+    other_messages: bool,
 ) -> Result<Admitted, ProxyError> {
     let policy = declarations.policy();
     let mut request = evaluate::Request {
@@ -735,11 +920,10 @@ fn decide(
     let mut rules: Vec<String> = Vec::new();
     let mut charges: Vec<Charge> = Vec::new();
     let mut allow_private = true;
-    let calls: Vec<Option<&str>> = if tools.is_empty() {
-        vec![None]
-    } else {
-        tools.iter().map(|t| Some(t.as_str())).collect()
-    };
+    let mut calls: Vec<Option<&str>> = tools.iter().map(|t| Some(t.as_str())).collect();
+    if other_messages {
+        calls.push(None);
+    }
     for tool in calls {
         request.tool = tool;
         match policy.evaluate(&request) {
@@ -771,6 +955,8 @@ fn decide(
     Ok(Admitted {
         rules,
         allow_private,
+        charges,
+        admitted_at: now,
     })
 }
 

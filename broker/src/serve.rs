@@ -35,9 +35,10 @@ use crate::audit::facts::{
 use crate::audit::{AuditConfig, AuditConfigError, AuditError, AuditLog, now};
 use crate::capability::{CapabilityFileError, CapabilityStore};
 use crate::credential_store::{CredentialSources, KeyringConfig, KeyringConfigError};
-use crate::declarations::{Declarations, DeclarationsError};
+use crate::declarations::DeclarationsError;
 use crate::env::Paths;
 use crate::proxy::{AppState, ProxyLimits, router};
+use crate::reload::Reloader;
 use crate::tls::{TlsConfigError, upstream_client_config};
 use crate::upstream::UpstreamClient;
 
@@ -91,28 +92,30 @@ pub enum ServeError {
     Runtime(#[source] io::Error),
 }
 
-/// Loads the declarations, secrets, capabilities and audit log, and builds the proxy's state.
-pub fn load_state(paths: &Paths, config: &ServeConfig) -> Result<AppState, ServeError> {
+/// Loads the declarations, secrets, capabilities and audit log, and builds the proxy's state and
+/// the reloader that keeps its declarations current.
+pub fn load_state(paths: &Paths, config: &ServeConfig) -> Result<(AppState, Reloader), ServeError> {
     let keyring = KeyringConfig::from_env()?;
-    let sources = CredentialSources::system(&keyring);
-    let declarations = Declarations::load(&paths.policy, &paths.aliases, &sources)?;
+    let reloader = Reloader {
+        policy: paths.policy.clone(),
+        aliases: paths.aliases.clone(),
+        sources: CredentialSources::system(&keyring),
+    };
+    let declarations = reloader.load()?;
     let capabilities = CapabilityStore::open(&paths.capabilities)?;
     let audit = AuditLog::open(&paths.audit_log, config.audit)?;
     let tls = upstream_client_config(config.upstream_ca.as_deref())?;
     let upstream = UpstreamClient::new(tls, config.limits.connect_timeout);
-    Ok(AppState::new(
-        config.limits,
-        declarations,
-        capabilities,
-        audit,
-        upstream,
-    ))
+    let state = AppState::new(config.limits, declarations, capabilities, audit, upstream);
+    Ok((state, reloader))
 }
 
 /// Serves `state` on `listener` until `shutdown` completes, then drains and fsyncs the audit log.
+/// With a `reloader`, the declarations follow their files (and SIGHUP).
 pub async fn run(
     listener: TcpListener,
     state: AppState,
+    reloader: Option<Reloader>,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
     let limits = *state.limits();
@@ -133,6 +136,7 @@ pub async fn run(
             }
         })
     };
+    let watcher = reloader.map(|reloader| tokio::spawn(reloader.watch(state.clone())));
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -163,6 +167,9 @@ pub async fn run(
     }
     drop(listener);
     pruner.abort();
+    if let Some(watcher) = watcher {
+        watcher.abort();
+    }
     tracing::info!("Shutting down: waiting for requests in flight");
     if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown())
         .await
@@ -187,52 +194,20 @@ fn on_connection_error(
     answer_socket: &std::net::TcpStream,
     watch: &ReadWatch,
 ) {
-    let timed_out = error
-        .downcast_ref::<hyper::Error>()
-        .is_some_and(hyper::Error::is_timeout);
+    let hyper_error = error.downcast_ref::<hyper::Error>();
+    if hyper_error.is_some_and(hyper::Error::is_parse) {
+        // hyper has answered with a bare 400 already; the refusal is still audited.
+        let id = audit_connection_refusal(state, "malformed_http", 400);
+        tracing::info!(client = %peer, request.id = %id, error = %error, "Request that is not valid HTTP refused");
+        return;
+    }
+    let timed_out = hyper_error.is_some_and(hyper::Error::is_timeout);
     if !(timed_out && watch.partial_head()) {
         tracing::debug!(client = %peer, error = %error, "Connection ended with an error");
         return;
     }
-    let id = RequestId::new(format!("slow-{}", now().as_str().replace([':', '.'], "-")))
-        .unwrap_or_else(|_| RequestId::new("slow").unwrap_or_else(|_| unreachable_id()));
+    let id = audit_connection_refusal(state, "header_read_timeout", 408);
     tracing::info!(client = %peer, request.id = %id, "Request head not completed in time");
-    let facts = RequestFacts {
-        id: id.clone(),
-        agent: None,
-        capability: None,
-        method: None,
-        target: None,
-        aliases: Vec::new(),
-        mcp_tool: None,
-    };
-    let reason = ReasonCode::new("header_read_timeout").ok();
-    let decision = decision_record(
-        now(),
-        &facts,
-        &DecisionFacts {
-            decision: AuditDecision::Deny,
-            rules: None,
-            reason: reason.clone(),
-        },
-    );
-    let outcome = outcome_record(
-        now(),
-        &facts,
-        &OutcomeFacts {
-            outcome: Outcome::Invalid,
-            status: HttpStatus::new(408).ok(),
-            bytes_up: Some(0),
-            bytes_down: Some(0),
-            duration_ms: None,
-            reason,
-        },
-    );
-    for record in [decision, outcome] {
-        if let Err(error) = state.audit().append(record) {
-            tracing::error!(error = %error, "Audit record not written");
-        }
-    }
     let body = serde_json::json!({
         "error": {
             "code": "invalid_request",
@@ -253,12 +228,47 @@ fn on_connection_error(
     let _ = socket.shutdown(std::net::Shutdown::Both);
 }
 
-#[expect(
-    clippy::expect_used,
-    reason = "INVARIANT: a constant that matches the request id grammar"
-)]
-fn unreachable_id() -> RequestId {
-    RequestId::new("unnumbered").expect("valid request id")
+/// Audits a request refused before it could be read (decision `deny`, outcome `invalid`) and
+/// returns its id.
+fn audit_connection_refusal(state: &AppState, reason: &str, status: u16) -> RequestId {
+    let id = state.next_request_id();
+    let facts = RequestFacts {
+        id: id.clone(),
+        agent: None,
+        capability: None,
+        method: None,
+        target: None,
+        aliases: Vec::new(),
+        mcp_tool: None,
+    };
+    let reason = ReasonCode::new(reason).ok();
+    let decision = decision_record(
+        now(),
+        &facts,
+        &DecisionFacts {
+            decision: AuditDecision::Deny,
+            rules: None,
+            reason: reason.clone(),
+        },
+    );
+    let outcome = outcome_record(
+        now(),
+        &facts,
+        &OutcomeFacts {
+            outcome: Outcome::Invalid,
+            status: HttpStatus::new(status).ok(),
+            bytes_up: Some(0),
+            bytes_down: Some(0),
+            duration_ms: None,
+            reason,
+        },
+    );
+    for record in [decision, outcome] {
+        if let Err(error) = state.audit().append(record) {
+            tracing::error!(error = %error, "Audit record not written");
+        }
+    }
+    id
 }
 
 /// Whether bytes arrived since the last answer was written: a head in progress.
@@ -349,15 +359,17 @@ impl AsyncWrite for WatchedIo {
 /// `listening on http://ADDR` to `out` once the socket is bound (tests read the port from it).
 pub fn serve_blocking(
     listen: &str,
-    state_loader: impl FnOnce() -> Result<AppState, ServeError>,
+    state_loader: impl FnOnce() -> Result<(AppState, Reloader), ServeError>,
     out: &mut dyn io::Write,
 ) -> Result<(), ServeError> {
+    // Loaded before the runtime starts: the keyring's Secret Service client runs a runtime of
+    // its own, which cannot start inside another.
+    let (state, reloader) = state_loader()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(ServeError::Runtime)?;
     runtime.block_on(async {
-        let state = state_loader()?;
         let listener = TcpListener::bind(listen)
             .await
             .map_err(|source| ServeError::Bind {
@@ -371,7 +383,7 @@ pub fn serve_blocking(
         tracing::info!(listen = %addr, "Mint is serving");
         let _ = writeln!(out, "listening on http://{addr}");
         let _ = out.flush();
-        run(listener, state, shutdown_signal())
+        run(listener, state, Some(reloader), shutdown_signal())
             .await
             .map_err(ServeError::Runtime)
     })

@@ -9,8 +9,11 @@
 //! key is the URI's scheme and authority: the canonical host, so a pooled connection always goes
 //! to an address that was checked for that host under the same rules.
 //!
-//! No retries: hyper's retry of requests cancelled on a pooled connection is turned off, and
-//! connection attempts try the checked addresses in order, once each. Every socket gets
+//! No retries of anything sent: connection attempts try the checked addresses in order, once
+//! each, and a request is never sent twice. hyper's `retry_canceled_requests` stays on: it only
+//! re-dispatches a request that was queued on a pooled connection the upstream closed before a
+//! single byte of the request was written (otherwise every keep-alive race would surface as a
+//! spurious `unknown`). Every socket gets
 //! `TCP_NODELAY`. Plain `http` is only ever used toward loopback targets (the target was refused
 //! earlier otherwise, and the address check refuses a loopback name resolving elsewhere).
 
@@ -117,7 +120,7 @@ impl UpstreamClient {
                 connect_timeout,
             };
             Client::builder(TokioExecutor::new())
-                .retry_canceled_requests(false)
+                .retry_canceled_requests(true)
                 .pool_idle_timeout(POOL_IDLE_TIMEOUT)
                 .pool_max_idle_per_host(POOL_MAX_IDLE_PER_HOST)
                 .pool_timer(TokioTimer::new())

@@ -107,6 +107,25 @@ impl Limiter {
         Ok(())
     }
 
+    /// Gives back what [`Limiter::admit`] consumed for `charges` at `admitted_at`: for a request
+    /// that was admitted but then never sent (its audit record could not be written, its target
+    /// resolved to a refused address, the connection failed). Only allowed, forwarded requests
+    /// count against a limit.
+    pub fn refund(&mut self, charges: &[Charge], admitted_at: Duration) {
+        let mut seen: Vec<&str> = Vec::with_capacity(charges.len());
+        for charge in charges {
+            if seen.contains(&charge.key.as_str()) {
+                continue;
+            }
+            seen.push(&charge.key);
+            if let Some(window) = self.windows.get_mut(&charge.key)
+                && let Some(at) = window.times.iter().rposition(|t| *t == admitted_at)
+            {
+                window.times.remove(at);
+            }
+        }
+    }
+
     /// What each counter has left at `now`, without consuming anything.
     pub fn budgets(&self, charges: &[Charge], now: Duration) -> Vec<Budget> {
         charges
@@ -187,6 +206,26 @@ mod tests {
 
     const fn s(n: u64) -> Duration {
         Duration::from_secs(n)
+    }
+
+    #[test]
+    fn refund_gives_back_exactly_the_refunded_admission() {
+        let mut l = Limiter::new();
+        let c = [charge("r", "r#0", 2, 60), charge("r", "r#0", 2, 60)];
+        assert!(l.admit(&c, s(0)).is_ok());
+        assert!(l.admit(&c, s(5)).is_ok());
+        assert!(l.admit(&c, s(6)).is_err());
+        // The admission at 5 s was never sent: it no longer counts, the one at 0 s still does.
+        l.refund(&c, s(5));
+        assert_eq!(l.budgets(&c[..1], s(6))[0].remaining, 1);
+        assert!(l.admit(&c, s(6)).is_ok());
+        assert!(l.admit(&c, s(7)).is_err());
+        // Refunding what was never admitted changes nothing.
+        l.refund(&c, s(99));
+        l.refund(&[charge("x", "x#0", 1, 60)], s(0));
+        assert!(l.admit(&c, s(7)).is_err());
+        // At 60 s the admission at 0 s leaves; the one at 6 s stays.
+        assert_eq!(l.budgets(&c[..1], s(60))[0].remaining, 1);
     }
 
     #[test]

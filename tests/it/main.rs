@@ -1,5 +1,6 @@
 //! Mint's end-to-end tests: one test binary, one module per area.
 
 mod audit_crash;
+mod demo;
 mod examples;
 mod proxy;
