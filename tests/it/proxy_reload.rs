@@ -1,0 +1,188 @@
+//! Hot reload of the policy and aliases under a running `mint serve`: a valid change takes effect
+//! without a restart, a broken file keeps the last good policy (logged, audited, explained by
+//! `mint policy check`), SIGHUP reloads, and a request in flight finishes under the policy that
+//! admitted it. A canary secret throughout.
+
+#![allow(clippy::unwrap_used, clippy::panic, reason = "tests")]
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mint_tests::broker::{Broker, MintHome, curl};
+use mint_tests::echo_peer;
+use mint_tests::echo_upstream::EchoConfig;
+
+const CANARY: &str = "canary-reload-7Hq2Lm9Xv4Pz8Rt3";
+
+const ALIASES: &str =
+    "aliases:\n  - name: echo\n    hosts: [127.0.0.1]\n    source: file:$SECRETS/echo\n";
+
+fn policy(port: u16, methods: &str) -> String {
+    format!(
+        "version: 1\ndefault: deny\nrules:\n  - id: echo-read\n    effect: allow\n    match:\n      alias: [echo]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [{methods}]\n      path: [\"/echo/**\", \"/stall-body\"]\n"
+    )
+}
+
+/// Replaces the policy file the way editors and deploy tools do: a new file renamed over it.
+fn replace_policy(home: &MintHome, text: &str) {
+    let temp = home.path().join("policy.yaml.new");
+    std::fs::write(&temp, text).unwrap();
+    std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::rename(&temp, home.path().join("policy.yaml")).unwrap();
+}
+
+fn get(broker: &Broker, cap: &str, port: u16, method: &str) -> u16 {
+    curl(&[
+        "-X",
+        method,
+        "-H",
+        &format!("Mint-Capability: {cap}"),
+        "-H",
+        "Authorization: Bearer {{mint:echo}}",
+        &broker.proxy_url(port, "/echo/x"),
+    ])
+    .status
+}
+
+/// Waits (bounded: a hang guard, not a timing assertion) until the audit log holds `n` events
+/// with `reason`.
+#[track_caller]
+fn wait_for_events(broker: &Broker, reason: &str, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let count = broker
+            .audit_records()
+            .iter()
+            .filter(|r| r["phase"] == "event" && r["reason"] == reason)
+            .count();
+        if count >= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {reason} event in the audit log"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn assert_no_canary(broker: &Broker) {
+    assert!(
+        !broker.audit_text().contains(CANARY),
+        "the audit log holds the secret"
+    );
+    assert!(
+        !broker.stderr().contains(CANARY),
+        "Mint's stderr holds the secret"
+    );
+}
+
+#[test]
+fn a_valid_change_takes_effect_and_a_broken_one_keeps_the_last_good_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let peer = echo_peer(dir.path(), EchoConfig::default());
+    let port = peer.server.port();
+    let home = MintHome::new(&policy(port, "GET"), ALIASES, &[("echo", CANARY)]);
+    let cap = home.issue_capability("mino", &[]);
+    let broker = home.serve(&peer.ca_file, &[]);
+
+    assert_eq!(get(&broker, &cap, port, "GET"), 200);
+    assert_eq!(get(&broker, &cap, port, "POST"), 403);
+
+    // A valid change: POST is allowed from now on, without a restart.
+    replace_policy(&home, &policy(port, "GET, POST"));
+    wait_for_events(&broker, "policy_reloaded", 1);
+    assert_eq!(get(&broker, &cap, port, "POST"), 200);
+
+    // A broken file: the last good policy stays in force, and the failure is logged and audited.
+    replace_policy(
+        &home,
+        "version: 1\ndefault: deny\nrules:\n  - id: broken\n    effect: allow\n    match: {host: [\"*.com\"]}\n",
+    );
+    wait_for_events(&broker, "policy_reload_failed", 1);
+    assert_eq!(get(&broker, &cap, port, "POST"), 200);
+    assert_eq!(get(&broker, &cap, port, "GET"), 200);
+    assert!(
+        broker.stderr().contains("Reload failed"),
+        "{}",
+        broker.stderr()
+    );
+    // `mint policy check` explains why, with the line and the code.
+    let check = home.mint().args(["policy", "check"]).output().unwrap();
+    assert_eq!(check.status.code(), Some(1));
+    let report = String::from_utf8(check.stdout).unwrap();
+    assert!(report.contains("policy.yaml:6:"), "{report}");
+    assert!(report.contains("error[E"), "{report}");
+
+    // Fixed again: reloads.
+    replace_policy(&home, &policy(port, "GET"));
+    wait_for_events(&broker, "policy_reloaded", 2);
+    assert_eq!(get(&broker, &cap, port, "POST"), 403);
+    assert_no_canary(&broker);
+}
+
+#[test]
+fn sighup_reloads_and_a_request_in_flight_finishes_under_the_policy_that_admitted_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let peer = echo_peer(dir.path(), EchoConfig::default());
+    let port = peer.server.port();
+    let home = MintHome::new(&policy(port, "GET"), ALIASES, &[("echo", CANARY)]);
+    let cap = home.issue_capability("mino", &[]);
+    let broker = home.serve(&peer.ca_file, &[]);
+
+    // A slow answer: the head and part of the body now, the rest after 1.5 s.
+    let slow = Command::new("curl")
+        .args([
+            "-sS",
+            "--noproxy",
+            "*",
+            "--max-time",
+            "30",
+            "-o",
+            "-",
+            "-w",
+            "\n%{http_code}",
+        ])
+        .args(["-H", &format!("Mint-Capability: {cap}")])
+        .args(["-H", "Authorization: Bearer {{mint:echo}}"])
+        .arg(broker.proxy_url(port, "/stall-body?ms=1500"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        peer.server
+            .requests()
+            .wait_for_count(1, Duration::from_secs(20))
+    );
+
+    // While it is in flight, the policy changes to deny GET; SIGHUP reloads it at once.
+    let mut text = policy(port, "HEAD");
+    text.push_str("  - id: no-get\n    effect: deny\n    match:\n      method: [GET]\n");
+    std::fs::write(home.path().join("policy.yaml"), text).unwrap();
+    let pid = broker.pid().unwrap();
+    assert!(
+        Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    wait_for_events(&broker, "policy_reloaded", 1);
+
+    // New requests are denied by the new rule...
+    let denied = curl(&[
+        "-H",
+        &format!("Mint-Capability: {cap}"),
+        &broker.proxy_url(port, "/echo/x"),
+    ]);
+    assert_eq!(denied.status, 403);
+    assert_eq!(denied.json()["error"]["rules"][0], "no-get");
+    // ...and the one admitted before finishes whole.
+    let output = slow.wait_with_output().unwrap();
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(text.ends_with("\n200"), "{text}");
+    assert!(output.status.success());
+    assert_no_canary(&broker);
+    assert!(!text.contains(CANARY));
+}
