@@ -633,6 +633,7 @@ async fn forward(
     let mut request_headers = parts.headers;
     headers::strip_request(&mut request_headers);
     let body = read_body(body, declared, state.limits()).await?;
+    headers::check_override_params(&method, target.query.as_deref(), &request_headers, &body)?;
 
     // 3. Placeholders, aliases, bindings, sites, capability narrowing.
     let tools = mcp_tools(&method, &request_headers, &body)?;

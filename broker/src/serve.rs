@@ -151,7 +151,7 @@ pub async fn run(
                         continue;
                     }
                 };
-                let Ok((io, answer_socket, watch)) = watched(stream) else {
+                let Ok((io, answer_socket, watch)) = watched(stream, &state) else {
                     continue;
                 };
                 let connection = builder.serve_connection(io, service.clone()).into_owned();
@@ -196,9 +196,8 @@ fn on_connection_error(
 ) {
     let hyper_error = error.downcast_ref::<hyper::Error>();
     if hyper_error.is_some_and(hyper::Error::is_parse) {
-        // hyper has answered with a bare 400 already; the refusal is still audited.
-        let id = audit_connection_refusal(state, "malformed_http", 400);
-        tracing::info!(client = %peer, request.id = %id, error = %error, "Request that is not valid HTTP refused");
+        // Answered (in Mint's words, see `WatchedIo::intercept`) and audited already.
+        tracing::debug!(client = %peer, error = %error, "Request that is not valid HTTP refused");
         return;
     }
     let timed_out = hyper_error.is_some_and(hyper::Error::is_timeout);
@@ -281,15 +280,31 @@ impl ReadWatch {
     }
 }
 
-/// A connection that remembers whether it read since it last wrote.
+/// A connection that remembers whether it read since it last wrote, and that answers in Mint's
+/// own words where hyper would answer a request it cannot parse with a bare status line.
 #[derive(Debug)]
 struct WatchedIo {
     inner: TcpStream,
     watch: ReadWatch,
+    state: AppState,
+    replacement: Option<Replacement>,
+}
+
+/// Mint's JSON answer written in place of hyper's automatic error response.
+#[derive(Debug)]
+struct Replacement {
+    bytes: Vec<u8>,
+    written: usize,
+    /// How many bytes of hyper's answer to report as written once ours is out.
+    claimed: usize,
+    done: bool,
 }
 
 /// Sets `TCP_NODELAY`, keeps a second handle for the 408 answer, wraps the stream.
-fn watched(stream: TcpStream) -> io::Result<(TokioIo<WatchedIo>, std::net::TcpStream, ReadWatch)> {
+fn watched(
+    stream: TcpStream,
+    state: &AppState,
+) -> io::Result<(TokioIo<WatchedIo>, std::net::TcpStream, ReadWatch)> {
     let _ = stream.set_nodelay(true);
     let std_stream = stream.into_std()?;
     let answer_socket = std_stream.try_clone()?;
@@ -299,6 +314,8 @@ fn watched(stream: TcpStream) -> io::Result<(TokioIo<WatchedIo>, std::net::TcpSt
         TokioIo::new(WatchedIo {
             inner: stream,
             watch: watch.clone(),
+            state: state.clone(),
+            replacement: None,
         }),
         answer_socket,
         watch,
@@ -321,6 +338,91 @@ impl AsyncRead for WatchedIo {
     }
 }
 
+// === impl WatchedIo ===
+
+impl WatchedIo {
+    /// Starts replacing hyper's answer when `first` is the head of one: a 4xx status line whose
+    /// head has no `mint-request-id` (every answer of Mint's own routes has one).
+    fn intercept(&mut self, first: &[u8], total: usize) {
+        if self.replacement.is_some() {
+            return;
+        }
+        let Some(status) = hyper_error_status(first) else {
+            return;
+        };
+        let (reason, message) = match status {
+            431 => ("header_too_large", "the request head is too large"),
+            414 => ("uri_too_long", "the request target is too long"),
+            _ => (
+                "malformed_http",
+                "the request is not valid HTTP/1.1 (request line, header syntax or framing)",
+            ),
+        };
+        let id = audit_connection_refusal(&self.state, reason, status);
+        tracing::info!(request.id = %id, status, reason, "Request that cannot be parsed refused");
+        let body = serde_json::json!({
+            "error": {
+                "code": "invalid_request",
+                "message": message,
+                "rules": [],
+                "request_id": id.as_str(),
+            }
+        })
+        .to_string();
+        let head = format!(
+            "HTTP/1.1 {status} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nmint-request-id: {}\r\nmint-outcome: invalid\r\nconnection: close\r\n\r\n",
+            http::StatusCode::from_u16(status)
+                .ok()
+                .and_then(|s| s.canonical_reason())
+                .unwrap_or("Bad Request"),
+            body.len(),
+            id.as_str()
+        );
+        self.replacement = Some(Replacement {
+            bytes: [head.into_bytes(), body.into_bytes()].concat(),
+            written: 0,
+            claimed: total,
+            done: false,
+        });
+    }
+
+    /// Writes the replacement; `None` when there is none in progress.
+    fn poll_replacement(&mut self, cx: &mut Context<'_>) -> Option<Poll<io::Result<usize>>> {
+        let replacement = self.replacement.as_mut().filter(|r| !r.done)?;
+        while replacement.written < replacement.bytes.len() {
+            let rest = replacement
+                .bytes
+                .get(replacement.written..)
+                .unwrap_or_default();
+            match Pin::new(&mut self.inner).poll_write(cx, rest) {
+                Poll::Ready(Ok(0)) => return Some(Poll::Ready(Ok(0))),
+                Poll::Ready(Ok(n)) => replacement.written += n,
+                Poll::Ready(Err(error)) => return Some(Poll::Ready(Err(error))),
+                Poll::Pending => return Some(Poll::Pending),
+            }
+        }
+        replacement.done = true;
+        Some(Poll::Ready(Ok(replacement.claimed)))
+    }
+}
+
+/// The status of hyper's automatic error answer, when `bytes` start with one.
+fn hyper_error_status(bytes: &[u8]) -> Option<u16> {
+    let rest = bytes
+        .strip_prefix(b"HTTP/1.1 ")
+        .or_else(|| bytes.strip_prefix(b"HTTP/1.0 "))?;
+    let code = std::str::from_utf8(rest.get(..3)?)
+        .ok()?
+        .parse::<u16>()
+        .ok()?;
+    if !(400..500).contains(&code) {
+        return None;
+    }
+    let end = memchr::memmem::find(bytes, b"\r\n\r\n").unwrap_or(bytes.len());
+    let head = bytes.get(..end)?.to_ascii_lowercase();
+    (memchr::memmem::find(&head, b"\r\nmint-request-id:").is_none()).then_some(code)
+}
+
 impl AsyncWrite for WatchedIo {
     fn poll_write(
         self: Pin<&mut Self>,
@@ -329,6 +431,10 @@ impl AsyncWrite for WatchedIo {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         this.watch.0.store(false, Ordering::Relaxed);
+        this.intercept(buf, buf.len());
+        if let Some(poll) = this.poll_replacement(cx) {
+            return poll;
+        }
         Pin::new(&mut this.inner).poll_write(cx, buf)
     }
 
@@ -351,6 +457,13 @@ impl AsyncWrite for WatchedIo {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         this.watch.0.store(false, Ordering::Relaxed);
+        if let Some(first) = bufs.iter().find(|b| !b.is_empty()) {
+            let total = bufs.iter().map(|b| b.len()).sum();
+            this.intercept(first, total);
+        }
+        if let Some(poll) = this.poll_replacement(cx) {
+            return poll;
+        }
         Pin::new(&mut this.inner).poll_write_vectored(cx, bufs)
     }
 }

@@ -104,6 +104,9 @@ pub(crate) fn answer(
     outcome: OutcomeWriter,
 ) -> Result<http::Response<AnswerBody>, ProxyError> {
     let (mut parts, incoming) = response.into_parts();
+    // hyper keeps an upstream's non-standard reason phrase as an extension and would write it
+    // back to the agent as is: none of the upstream's extensions go on.
+    parts.extensions = http::Extensions::new();
     if parts.status == StatusCode::SWITCHING_PROTOCOLS {
         return Err(ProxyError::UpstreamUnknown(
             "the upstream tried to switch protocols".to_owned(),

@@ -80,6 +80,46 @@ pub(crate) fn check_request(method: &Method, headers: &HeaderMap) -> Result<(), 
     Ok(())
 }
 
+/// Refuses a `_method` override parameter (Rails, Laravel and Symfony read it from the query or
+/// a form body) that names another method than the request's: a `POST` carrying
+/// `_method=DELETE` would otherwise slip past a rule on `DELETE`.
+pub(crate) fn check_override_params(
+    method: &Method,
+    query: Option<&str>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(), Invalid> {
+    let differs = |pairs: &[u8]| {
+        pairs.split(|&b| b == b'&').any(|pair| {
+            let (key, value) = match pair.iter().position(|&b| b == b'=') {
+                Some(at) => (&pair[..at], &pair[at + 1..]),
+                None => (pair, &b""[..]),
+            };
+            is_method_key(key) && !value.eq_ignore_ascii_case(method.as_str().as_bytes())
+        })
+    };
+    let form = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("application/x-www-form-urlencoded")
+        });
+    if query.is_some_and(|q| differs(q.as_bytes())) || (form && differs(body)) {
+        return Err(Invalid::Method(
+            "a `_method` parameter must repeat the request's own method",
+        ));
+    }
+    Ok(())
+}
+
+/// `_method`, also percent-encoded (`%5Fmethod`, any case).
+fn is_method_key(key: &[u8]) -> bool {
+    let key = key.to_ascii_lowercase();
+    key == b"_method" || key == b"%5fmethod"
+}
+
 /// The declared request body length, when there is one (after [`check_request`]).
 pub(crate) fn content_length(headers: &HeaderMap) -> Option<u64> {
     headers
@@ -165,6 +205,29 @@ mod tests {
         }
         assert!(check_request(&get, &headers(&[("x-http-method", "GET")])).is_ok());
         assert!(check_request(&get, &headers(&[("content-length", "12")])).is_ok());
+    }
+
+    #[test]
+    fn refuses_method_override_parameters_that_differ() {
+        let post = Method::POST;
+        let form = headers(&[("content-type", "application/x-www-form-urlencoded")]);
+        let none = HeaderMap::new();
+        for query in [
+            "_method=DELETE",
+            "a=1&_METHOD=put",
+            "%5Fmethod=DELETE",
+            "_method",
+        ] {
+            assert!(
+                check_override_params(&post, Some(query), &none, b"").is_err(),
+                "{query}"
+            );
+        }
+        assert!(check_override_params(&post, None, &form, b"x=1&_method=DELETE").is_err());
+        assert!(check_override_params(&post, Some("_method=post"), &none, b"").is_ok());
+        assert!(check_override_params(&post, Some("my_method=DELETE"), &none, b"").is_ok());
+        // A JSON body is not a form: its text is not read as parameters.
+        assert!(check_override_params(&post, None, &none, b"_method=DELETE").is_ok());
     }
 
     #[test]
