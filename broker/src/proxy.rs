@@ -54,6 +54,7 @@ mod error;
 mod headers;
 
 pub use error::{Fault, Invalid, OUTCOME_HEADER, ProxyError, REQUEST_ID_HEADER};
+pub use headers::FramingWatch;
 
 use answer::OutcomeWriter;
 use error::describe_part;
@@ -628,6 +629,9 @@ async fn forward(
     exchange.facts.target =
         Some(TargetFacts::from_target(&target).map_err(|e| Invalid::Unauditable(e.to_string()))?);
     headers::check_method(&method)?;
+    if let Some(framing) = parts.extensions.get::<FramingWatch>() {
+        framing.take()?;
+    }
     headers::check_request(&method, &parts.headers)?;
     let declared = headers::content_length(&parts.headers);
     let mut request_headers = parts.headers;

@@ -13,9 +13,10 @@
 //! RFC 3986 (every byte outside unreserved, upper- and lowercase hex), as Python's `quote` (keeps
 //! `/`), as `encodeURIComponent`, and as form encoders write it (space as `+`: Go's `QueryEscape`,
 //! Python's `quote_plus`, `URLSearchParams`); JSON-escaped as serde_json and `JSON.stringify`
-//! write it, with `\/` (PHP), with `\u003c`-style HTML escapes (Go) and with `\uXXXX` for
-//! everything outside ASCII (Python); base64, standard and URL-safe alphabets, padded or not, at
-//! all three alignments, and standard base64 with `/` written `\/`. Not covered: other
+//! write it, with `\/` (PHP), with `\u003c`-style HTML escapes (Go), with `\uXXXX` for
+//! everything outside ASCII (Python) and with every character as `\uXXXX` (lower- or uppercase
+//! hex); base64, standard and URL-safe alphabets, padded or not, at all three alignments, and
+//! standard base64 with `/` written `\/`. Not covered: other
 //! combinations of encodings (hex of base64, percent-encoded base64, JSON-escaped percent forms
 //! with lowercase hex, .NET's escaping of `+`), compressed answers (the proxy asks for
 //! `identity` and must decode or refuse anything else), and a secret split by the upstream

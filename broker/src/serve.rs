@@ -24,10 +24,10 @@ use std::time::Duration;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use mint_policy::audit::{AuditDecision, HttpStatus, Outcome, ReasonCode, RequestId};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tower::Service as _;
 
 use crate::audit::facts::{
     DecisionFacts, OutcomeFacts, RequestFacts, decision_record, outcome_record,
@@ -37,10 +37,13 @@ use crate::capability::{CapabilityFileError, CapabilityStore};
 use crate::credential_store::{CredentialSources, KeyringConfig, KeyringConfigError};
 use crate::declarations::DeclarationsError;
 use crate::env::Paths;
-use crate::proxy::{AppState, ProxyLimits, router};
+use crate::proxy::{AppState, FramingWatch, ProxyLimits, router};
 use crate::reload::Reloader;
 use crate::tls::{TlsConfigError, upstream_client_config};
 use crate::upstream::UpstreamClient;
+
+/// The most bytes of a request head sniffed for its framing headers.
+const MAX_SNIFFED_HEAD: usize = 1 << 20;
 
 /// How often call-limit history is pruned.
 const PRUNE_INTERVAL: Duration = Duration::from_secs(60);
@@ -119,7 +122,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
     let limits = *state.limits();
-    let service = TowerToHyperService::new(router(state.clone()));
+    let routes = router(state.clone());
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -154,7 +157,15 @@ pub async fn run(
                 let Ok((io, answer_socket, watch)) = watched(stream, &state) else {
                     continue;
                 };
-                let connection = builder.serve_connection(io, service.clone()).into_owned();
+                // Each request carries its connection's framing verdict to the proxy.
+                let framing = io.inner().framing.clone();
+                let routes = routes.clone();
+                let service = hyper::service::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
+                    request.extensions_mut().insert(framing.clone());
+                    let mut routes = routes.clone();
+                    async move { routes.call(request).await }
+                });
+                let connection = builder.serve_connection(io, service).into_owned();
                 let connection = graceful.watch(connection);
                 let state = state.clone();
                 tokio::spawn(async move {
@@ -288,6 +299,10 @@ struct WatchedIo {
     watch: ReadWatch,
     state: AppState,
     replacement: Option<Replacement>,
+    framing: FramingWatch,
+    /// The bytes of the request head being read, from its first byte to its blank line; `None`
+    /// while a body is read (a head starts at the connection's start and after each answer).
+    head: Option<Vec<u8>>,
 }
 
 /// Mint's JSON answer written in place of hyper's automatic error response.
@@ -316,6 +331,8 @@ fn watched(
             watch: watch.clone(),
             state: state.clone(),
             replacement: None,
+            framing: FramingWatch::default(),
+            head: Some(Vec::new()),
         }),
         answer_socket,
         watch,
@@ -333,6 +350,16 @@ impl AsyncRead for WatchedIo {
         let result = Pin::new(&mut this.inner).poll_read(cx, buf);
         if matches!(result, Poll::Ready(Ok(()))) && buf.filled().len() > before {
             this.watch.0.store(true, Ordering::Relaxed);
+            if let Some(head) = &mut this.head {
+                head.extend_from_slice(buf.filled().get(before..).unwrap_or_default());
+                if let Some(end) = memchr::memmem::find(head, b"\r\n\r\n") {
+                    this.framing.observe(head.get(..end).unwrap_or_default());
+                    this.head = None;
+                } else if head.len() > MAX_SNIFFED_HEAD {
+                    // hyper refuses heads this large itself (431).
+                    this.head = None;
+                }
+            }
         }
         result
     }
@@ -341,6 +368,14 @@ impl AsyncRead for WatchedIo {
 // === impl WatchedIo ===
 
 impl WatchedIo {
+    /// Once an answer's head goes out (not a `100 Continue`, after which the body comes), the
+    /// next bytes read start the next request head.
+    fn after_write(&mut self, bytes: &[u8]) {
+        if bytes.starts_with(b"HTTP/1.") && bytes.get(9) != Some(&b'1') && self.head.is_none() {
+            self.head = Some(Vec::new());
+        }
+    }
+
     /// Starts replacing hyper's answer when `first` is the head of one: a 4xx status line whose
     /// head has no `mint-request-id` (every answer of Mint's own routes has one).
     fn intercept(&mut self, first: &[u8], total: usize) {
@@ -431,6 +466,7 @@ impl AsyncWrite for WatchedIo {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         this.watch.0.store(false, Ordering::Relaxed);
+        this.after_write(buf);
         this.intercept(buf, buf.len());
         if let Some(poll) = this.poll_replacement(cx) {
             return poll;
@@ -459,6 +495,7 @@ impl AsyncWrite for WatchedIo {
         this.watch.0.store(false, Ordering::Relaxed);
         if let Some(first) = bufs.iter().find(|b| !b.is_empty()) {
             let total = bufs.iter().map(|b| b.len()).sum();
+            this.after_write(first);
             this.intercept(first, total);
         }
         if let Some(poll) = this.poll_replacement(cx) {

@@ -4,3 +4,5 @@ mod audit_crash;
 mod demo;
 mod examples;
 mod proxy;
+mod proxy_attacks;
+mod proxy_reload;

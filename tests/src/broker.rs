@@ -3,7 +3,8 @@
 //! the broker process started on `127.0.0.1:0` with the upstream's CA. Dropping it sends SIGTERM
 //! and waits for the process (SIGKILL after a bound), so no test leaves a broker behind.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -86,6 +87,13 @@ impl MintHome {
     /// A `mint` command with MINT_HOME set to this home and nothing else of Mint's inherited.
     pub fn mint(&self) -> Command {
         let mut command = Command::new(mint_bin());
+        self.mint_env(&mut command);
+        command
+    }
+
+    /// Gives `command` the environment of [`MintHome::mint`]: MINT_HOME set to this home, the
+    /// keyutils keyring backend, and no other MINT_* variable inherited.
+    pub fn mint_env(&self, command: &mut Command) {
         for (key, _) in std::env::vars() {
             if key.starts_with("MINT_") {
                 command.env_remove(key);
@@ -93,7 +101,19 @@ impl MintHome {
         }
         command.env("MINT_HOME", self.path());
         command.env("MINT_KEYRING_BACKEND", "keyutils");
-        command
+    }
+
+    /// Runs `mint cap revoke ID` for the capability `token` (its id is the part after
+    /// `mint_cap_`, up to the next `_`).
+    #[track_caller]
+    pub fn revoke_capability(&self, token: &str) {
+        let id = capability_id(token);
+        let output = self.mint().args(["cap", "revoke", id]).output().unwrap();
+        assert!(
+            output.status.success(),
+            "cap revoke failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
 
     /// Runs `mint cap issue --agent AGENT [ARGS...]` and returns the token.
@@ -124,17 +144,56 @@ impl MintHome {
     pub fn serve(&self, upstream_ca: &Path, extra: &[&str]) -> Broker {
         let stderr_path = self.path().join("mint-serve.stderr");
         let stderr = std::fs::File::create(&stderr_path).unwrap();
-        let mut child = self
-            .mint()
+        let mut command = self.mint();
+        command
             .args(["serve", "--listen", "127.0.0.1:0", "--upstream-ca"])
             .arg(upstream_ca)
             .args(extra)
+            .stderr(stderr);
+        self.start_broker(command, stderr_path)
+    }
+
+    /// Like [`MintHome::serve`], but runs `mint serve` through `wrapper` (a program and its
+    /// arguments, which must end by running the command line it is given after them, such as
+    /// `prlimit --fsize=N --`), with the MINT_* environment of [`MintHome::mint`]. Mint's stderr
+    /// goes through a pipe that a thread copies to the file of [`Broker::stderr`], so a limit
+    /// the wrapper sets on the broker's own files does not apply to its log.
+    #[track_caller]
+    pub fn serve_wrapped(&self, wrapper: &[&str], upstream_ca: &Path, extra: &[&str]) -> Broker {
+        let stderr_path = self.path().join("mint-serve.stderr");
+        let (program, wrapper_args) = wrapper.split_first().unwrap();
+        let mut command = Command::new(program);
+        self.mint_env(&mut command);
+        command
+            .args(wrapper_args)
+            .arg(mint_bin())
+            .args(["serve", "--listen", "127.0.0.1:0", "--upstream-ca"])
+            .arg(upstream_ca)
+            .args(extra)
+            .stderr(Stdio::piped());
+        self.start_broker(command, stderr_path)
+    }
+
+    /// Spawns `command` (a `mint serve` with stderr set up) and waits until it listens.
+    #[track_caller]
+    fn start_broker(&self, mut command: Command, stderr_path: PathBuf) -> Broker {
+        let mut child = command
             .env("RUST_LOG", "mint_broker=debug")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(stderr)
             .spawn()
             .unwrap();
+        if let Some(mut pipe) = child.stderr.take() {
+            let mut file = std::fs::File::create(&stderr_path).unwrap();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 8192];
+                while let Ok(n) = pipe.read(&mut buf) {
+                    if n == 0 || file.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
         let stdout = child.stdout.take().unwrap();
         let mut line = String::new();
         let read = BufReader::new(stdout).read_line(&mut line).unwrap();
@@ -197,6 +256,33 @@ impl Broker {
             .lines()
             .map(|line| serde_json::from_str(line).unwrap())
             .collect()
+    }
+
+    /// `127.0.0.1:PORT`: where to open a raw TCP connection to the broker.
+    pub fn addr(&self) -> &str {
+        self.base.strip_prefix("http://").unwrap_or(&self.base)
+    }
+
+    /// The broker's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The audit records of `request_id`, in the log's order.
+    pub fn records_of(&self, request_id: &str) -> Vec<serde_json::Value> {
+        self.audit_records()
+            .into_iter()
+            .filter(|r| r["id"] == request_id)
+            .collect()
+    }
+
+    /// The `decision` record of `request_id` (written before the answer, so no wait is needed).
+    #[track_caller]
+    pub fn decision_of(&self, request_id: &str) -> serde_json::Value {
+        self.records_of(request_id)
+            .into_iter()
+            .find(|r| r["phase"] == "decision")
+            .unwrap_or_else(|| panic!("no decision record for {request_id}"))
     }
 
     /// Waits (bounded) until the audit log holds an `outcome` record for `request_id`, and
@@ -303,29 +389,73 @@ impl CurlResponse {
 /// answer. `--http1.1`, no proxy from the environment, 30 s bound.
 #[track_caller]
 pub fn curl(args: &[&str]) -> CurlResponse {
-    let output = Command::new("curl")
-        .args([
-            "-sS",
-            "--http1.1",
-            "--noproxy",
-            "*",
-            "--max-time",
-            "30",
-            "-D",
-            "-",
-            "-o",
-            "-",
-        ])
+    let output = curl_command()
+        .args(["-D", "-", "-o", "-"])
         .args(args)
+        .output()
+        .unwrap();
+    parse_curl(&output)
+}
+
+/// A curl command with the options of [`curl`] except the output ones (`-sS`, `--http1.1`, no
+/// proxy from the environment, 30 s bound): for a client the test spawns and reads as it goes.
+pub fn curl_command() -> Command {
+    let mut command = Command::new("curl");
+    command
+        .args(["-sS", "--http1.1", "--noproxy", "*", "--max-time", "30"])
         .env_remove("http_proxy")
         .env_remove("HTTP_PROXY")
         .env_remove("https_proxy")
         .env_remove("HTTPS_PROXY")
         .env_remove("all_proxy")
-        .env_remove("ALL_PROXY")
-        .output()
+        .env_remove("ALL_PROXY");
+    command
+}
+
+/// Parses a whole HTTP/1.1 answer as read from a raw socket (head and body as received; a
+/// chunked body is left as it is).
+pub fn parse_raw_answer(raw: &[u8]) -> CurlResponse {
+    parse_curl(&Output {
+        status: std::os::unix::process::ExitStatusExt::from_raw(0),
+        stdout: raw.to_vec(),
+        stderr: Vec::new(),
+    })
+}
+
+/// Opens a raw TCP connection to `addr` (`127.0.0.1:PORT`), writes `request`, shuts the write
+/// half when `close_write`, and reads until the peer closes (or 30 s pass, as a hang guard).
+#[track_caller]
+pub fn raw_exchange(addr: &str, request: &[u8], close_write: bool) -> Vec<u8> {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
-    parse_curl(&output)
+    stream.write_all(request).unwrap();
+    if close_write {
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+    }
+    read_to_close(&mut stream)
+}
+
+/// Reads from `stream` until the peer closes it, a read fails or its read timeout passes.
+pub fn read_to_close(stream: &mut TcpStream) -> Vec<u8> {
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return answer,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// The capability id inside a `mint_cap_<id>_<secret>` token.
+#[track_caller]
+pub fn capability_id(token: &str) -> &str {
+    token
+        .strip_prefix("mint_cap_")
+        .and_then(|rest| rest.split('_').next())
+        .unwrap_or_else(|| panic!("not a capability token"))
 }
 
 fn parse_curl(output: &Output) -> CurlResponse {
@@ -359,4 +489,331 @@ fn parse_curl(output: &Output) -> CurlResponse {
         body: rest.to_owned(),
         exit: output.status.code().unwrap_or(-1),
     }
+}
+
+/// What a raw HTTP/1.1 exchange returned (see [`raw_http`]).
+#[derive(Debug)]
+pub struct RawResponse {
+    /// The status line as received, such as `HTTP/1.1 400 Bad Request` (empty when none came).
+    pub status_line: String,
+    /// The status code (0 when no status line came).
+    pub status: u16,
+    /// The headers as received (lowercase names).
+    pub headers: Vec<(String, String)>,
+    /// The body, with chunked framing removed.
+    pub body: String,
+}
+
+// === impl RawResponse ===
+
+impl RawResponse {
+    /// The first value of header `name`.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The body as JSON.
+    #[track_caller]
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", self.body))
+    }
+
+    /// Everything the client received, status line included, for canary checks.
+    pub fn everything(&self) -> String {
+        let mut all = self.status_line.clone();
+        all.push('\n');
+        for (name, value) in &self.headers {
+            all.push_str(name);
+            all.push_str(": ");
+            all.push_str(value);
+            all.push('\n');
+        }
+        all.push_str(&self.body);
+        all
+    }
+}
+
+/// Sends `request` byte for byte over a new TCP connection to `base` (`http://HOST:PORT`) and
+/// reads one answer: for what curl will not send (ambiguous framing, duplicate `Host`,
+/// fragments, `CONNECT` by hand). Reading stops when the answer is complete by its
+/// `Content-Length` or chunked framing, when the server closes the connection, or after 30 s.
+#[track_caller]
+pub fn raw_http(base: &str, request: &[u8]) -> RawResponse {
+    use std::io::Write as _;
+
+    let authority = base.strip_prefix("http://").unwrap_or(base);
+    let mut stream = std::net::TcpStream::connect(authority).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    stream.write_all(request).unwrap();
+    stream.flush().unwrap();
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 16 * 1024];
+    loop {
+        match stream.read(&mut buffer) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => received.extend_from_slice(&buffer[..n]),
+        }
+        if raw_answer_complete(&received) {
+            break;
+        }
+    }
+    parse_raw(&received)
+}
+
+/// Whether `received` holds a whole answer (interim `1xx` answers skipped).
+fn raw_answer_complete(received: &[u8]) -> bool {
+    let mut rest = received;
+    loop {
+        let Some(end) = find(rest, b"\r\n\r\n") else {
+            return false;
+        };
+        let head = String::from_utf8_lossy(&rest[..end]).to_ascii_lowercase();
+        let body = &rest[end + 4..];
+        if head.starts_with("http/1.1 1") && !head.starts_with("http/1.1 101") {
+            rest = body;
+            continue;
+        }
+        let length = head
+            .lines()
+            .filter_map(|line| line.split_once(':'))
+            .find(|(name, _)| name.trim() == "content-length")
+            .and_then(|(_, value)| value.trim().parse::<usize>().ok());
+        if let Some(length) = length {
+            return body.len() >= length;
+        }
+        if head.contains("transfer-encoding: chunked") {
+            return body.ends_with(b"0\r\n\r\n");
+        }
+        return false;
+    }
+}
+
+fn parse_raw(received: &[u8]) -> RawResponse {
+    let mut rest = received;
+    loop {
+        let Some(end) = find(rest, b"\r\n\r\n") else {
+            return RawResponse {
+                status_line: String::from_utf8_lossy(rest).into_owned(),
+                status: 0,
+                headers: Vec::new(),
+                body: String::new(),
+            };
+        };
+        let head = String::from_utf8_lossy(&rest[..end]).into_owned();
+        let body = &rest[end + 4..];
+        let mut lines = head.split("\r\n");
+        let status_line = lines.next().unwrap_or_default().to_owned();
+        let status: u16 = status_line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        if (100..200).contains(&status) && status != 101 {
+            rest = body;
+            continue;
+        }
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|line| line.split_once(':'))
+            .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+            .collect();
+        let chunked = headers
+            .iter()
+            .any(|(n, v)| n == "transfer-encoding" && v.eq_ignore_ascii_case("chunked"));
+        let body = if chunked {
+            dechunk(body)
+        } else {
+            body.to_vec()
+        };
+        return RawResponse {
+            status_line,
+            status,
+            headers,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        };
+    }
+}
+
+/// Removes chunked framing; stops at the last chunk or at whatever is malformed.
+fn dechunk(mut body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(line_end) = find(body, b"\r\n") {
+        let size_text = String::from_utf8_lossy(&body[..line_end]);
+        let size_text = size_text.split(';').next().unwrap_or_default().trim();
+        let Ok(size) = usize::from_str_radix(size_text, 16) else {
+            break;
+        };
+        let start = line_end + 2;
+        if size == 0 || body.len() < start + size {
+            break;
+        }
+        out.extend_from_slice(&body[start..start + size]);
+        body = body.get(start + size + 2..).unwrap_or_default();
+    }
+    out
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack
+        .windows(needle.len())
+        .position(|window| window == needle)
+}
+
+/// The answer function of a [`ScriptedUpstream`]: given one request (head and body, as
+/// received) and every request before it, the whole HTTP/1.1 answer to write.
+pub type Script = dyn Fn(&[u8], &[Vec<u8>]) -> Vec<u8> + Send + 'static;
+
+/// A plain-HTTP/1.1 upstream on `127.0.0.1:0` whose answers a test scripts byte for byte: the
+/// stand-in for a hostile or stateful upstream that the echo server cannot play (one that
+/// remembers a secret from an earlier request, or writes it into its status line). Mint may use
+/// plain `http` toward loopback, so it needs no certificate. One request per connection; every
+/// answer should say `Connection: close`. Dropping it stops the thread.
+pub struct ScriptedUpstream {
+    port: u16,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+// === impl ScriptedUpstream ===
+
+impl ScriptedUpstream {
+    /// Binds `127.0.0.1:0` and answers every request with `script`.
+    #[track_caller]
+    pub fn start(script: Box<Script>) -> ScriptedUpstream {
+        use std::sync::atomic::Ordering;
+
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let thread = {
+            let seen = std::sync::Arc::clone(&seen);
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                for stream in listener.incoming() {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let Ok(stream) = stream else { continue };
+                    serve_scripted(stream, &seen, &script);
+                }
+            })
+        };
+        ScriptedUpstream {
+            port,
+            seen,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// The bound port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Every request received so far (head and body, as received).
+    pub fn requests(&self) -> Vec<Vec<u8>> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl std::fmt::Debug for ScriptedUpstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScriptedUpstream")
+            .field("port", &self.port)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for ScriptedUpstream {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Wakes the blocking accept so the thread sees the flag.
+        let _ = std::net::TcpStream::connect(("127.0.0.1", self.port));
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn serve_scripted(
+    mut stream: std::net::TcpStream,
+    seen: &std::sync::Mutex<Vec<Vec<u8>>>,
+    script: &Script,
+) {
+    use std::io::Write as _;
+
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut request = Vec::new();
+    let mut buffer = [0u8; 16 * 1024];
+    let head_end = loop {
+        if let Some(end) = find(&request, b"\r\n\r\n") {
+            break end + 4;
+        }
+        match stream.read(&mut buffer) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => request.extend_from_slice(&buffer[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&request[..head_end]).to_ascii_lowercase();
+    let length = head
+        .lines()
+        .filter_map(|line| line.split_once(':'))
+        .find(|(name, _)| name.trim() == "content-length")
+        .and_then(|(_, value)| value.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    while request.len() < head_end + length {
+        match stream.read(&mut buffer) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => request.extend_from_slice(&buffer[..n]),
+        }
+    }
+    let answer = {
+        let mut seen = seen.lock().unwrap();
+        let answer = script(&request, &seen);
+        seen.push(request);
+        answer
+    };
+    let _ = stream.write_all(&answer);
+    let _ = stream.flush();
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+}
+
+/// Runs curl through `proxy` (`http://127.0.0.1:PORT`, forward-proxy mode: curl sends
+/// absolute-form requests) with `args`, and parses the answer. Unlike [`curl`] it must not pass
+/// `--noproxy`, which would override `-x`. `--http1.1`, 30 s bound.
+#[track_caller]
+pub fn curl_via_proxy(proxy: &str, args: &[&str]) -> CurlResponse {
+    let output = Command::new("curl")
+        .args([
+            "-sS",
+            "--http1.1",
+            "--max-time",
+            "30",
+            "-D",
+            "-",
+            "-o",
+            "-",
+            "-x",
+            proxy,
+        ])
+        .args(args)
+        .env_remove("http_proxy")
+        .env_remove("HTTP_PROXY")
+        .env_remove("https_proxy")
+        .env_remove("HTTPS_PROXY")
+        .env_remove("all_proxy")
+        .env_remove("ALL_PROXY")
+        .env_remove("no_proxy")
+        .env_remove("NO_PROXY")
+        .output()
+        .unwrap();
+    parse_curl(&output)
 }

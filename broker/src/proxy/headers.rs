@@ -11,6 +11,9 @@
 //! Response: hop-by-hop, `Proxy-*` and `Mint-*` headers from the upstream are removed (an upstream
 //! cannot forge Mint's own headers).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+
 use http::Method;
 use http::header::{self, HeaderMap, HeaderName};
 
@@ -118,6 +121,57 @@ pub(crate) fn check_override_params(
 fn is_method_key(key: &[u8]) -> bool {
     let key = key.to_ascii_lowercase();
     key == b"_method" || key == b"%5fmethod"
+}
+
+/// What the connection saw in the raw bytes of a request head before hyper parsed it: hyper
+/// settles Content-Length with Transfer-Encoding (chunked wins) and merges repeated equal
+/// Content-Length headers itself, so neither reaches [`check_request`]. Set by the connection
+/// (`serve.rs`), taken by the request's handler.
+#[derive(Clone, Debug, Default)]
+pub struct FramingWatch(Arc<AtomicU8>);
+
+const FRAMING_OK: u8 = 0;
+const FRAMING_CL_TE: u8 = 1;
+const FRAMING_SEVERAL_CL: u8 = 2;
+
+// === impl FramingWatch ===
+
+impl FramingWatch {
+    /// Records what `head` (a request head up to its blank line) says about its framing.
+    pub fn observe(&self, head: &[u8]) {
+        let (mut lengths, mut encodings) = (0, 0);
+        for line in head.split(|&b| b == b'\n').skip(1) {
+            let name = line
+                .iter()
+                .position(|&b| b == b':')
+                .and_then(|at| line.get(..at))
+                .unwrap_or_default();
+            if name.eq_ignore_ascii_case(b"content-length") {
+                lengths += 1;
+            } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+                encodings += 1;
+            }
+        }
+        let verdict = if lengths > 0 && encodings > 0 {
+            FRAMING_CL_TE
+        } else if lengths > 1 {
+            FRAMING_SEVERAL_CL
+        } else {
+            FRAMING_OK
+        };
+        self.0.store(verdict, Ordering::Relaxed);
+    }
+
+    /// Takes the verdict on the head just parsed.
+    pub(crate) fn take(&self) -> Result<(), Invalid> {
+        match self.0.swap(FRAMING_OK, Ordering::Relaxed) {
+            FRAMING_CL_TE => Err(Invalid::Framing(
+                "Content-Length together with Transfer-Encoding",
+            )),
+            FRAMING_SEVERAL_CL => Err(Invalid::Framing("several Content-Length headers")),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// The declared request body length, when there is one (after [`check_request`]).

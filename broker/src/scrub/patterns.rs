@@ -56,6 +56,11 @@ pub(crate) fn push_patterns(secret: &[u8], out: &mut Vec<Pattern>) {
             out.push(Pattern { bytes, kind: plain });
         }
     }
+    for upper in [false, true] {
+        if let Some(bytes) = json_all_escaped(secret, upper) {
+            out.push(Pattern { bytes, kind: plain });
+        }
+    }
     for alignment in 0..3 {
         for url_safe in [false, true] {
             let Some(pattern) = base64_inner(secret, alignment, url_safe) else {
@@ -252,6 +257,30 @@ fn json(secret: &[u8], style: JsonStyle) -> Option<Zeroizing<Vec<u8>>> {
     Some(out)
 }
 
+/// The secret as the content of a JSON string with every character written as a `\uXXXX` escape
+/// (surrogate pairs above U+FFFF), in lower- or uppercase hex: a JSON parser reads the secret
+/// back, yet no byte of it appears literally. `None` for a secret that is not UTF-8.
+fn json_all_escaped(secret: &[u8], upper: bool) -> Option<Zeroizing<Vec<u8>>> {
+    let text = std::str::from_utf8(secret).ok()?;
+    let digits: &[u8; 16] = if upper {
+        b"0123456789ABCDEF"
+    } else {
+        b"0123456789abcdef"
+    };
+    let mut out = Zeroizing::new(Vec::with_capacity(secret.len() * 6));
+    let mut units = [0u16; 2];
+    for ch in text.chars() {
+        for &unit in ch.encode_utf16(&mut units).iter() {
+            out.extend_from_slice(b"\\u");
+            for shift in [12u16, 8, 4, 0] {
+                out.push(digits[usize::from((unit >> shift) & 0xf)]);
+            }
+        }
+    }
+    units.fill(0);
+    Some(out)
+}
+
 fn push_unicode_escapes(out: &mut Vec<u8>, units: &[u16]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for &unit in units {
@@ -359,12 +388,20 @@ mod tests {
         assert!(has(b"a b/c\\\"d<\\u00e9"));
         assert!(has(b"6120622f6322643cc3a9"));
         assert!(has(b"6120622F6322643CC3A9"));
+        // Every character escaped, as a JSON parser reads it back (lower- and uppercase hex).
+        assert!(has(
+            b"\\u0061\\u0020\\u0062\\u002f\\u0063\\u0022\\u0064\\u003c\\u00e9"
+        ));
+        assert!(has(
+            b"\\u0061\\u0020\\u0062\\u002F\\u0063\\u0022\\u0064\\u003C\\u00E9"
+        ));
     }
 
     #[test]
     fn a_token_of_unreserved_characters_has_few_patterns() {
-        // Raw, two hex cases, and base64 in two alphabets at three alignments at most.
+        // Raw, two hex cases, every character `\u`-escaped in two hex cases, and base64 in two
+        // alphabets at three alignments at most.
         let patterns = all(b"ghp_0123456789abcdefghijABCDEFGHIJ0123");
-        assert!(patterns.len() <= 1 + 2 + 6 + 3, "{}", patterns.len());
+        assert!(patterns.len() <= 1 + 2 + 2 + 6 + 3, "{}", patterns.len());
     }
 }
