@@ -83,8 +83,8 @@ pub struct ServeArgs {
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
     pub connect_timeout: Duration,
 
-    /// From a ready upstream connection to the answer's head (nothing sent yet counts as
-    /// connecting); also the longest wait for the agent's request body.
+    /// The whole upstream exchange up to the answer's head, connecting included (must be longer
+    /// than --connect-timeout); also the longest wait for the agent's request body.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
     pub request_timeout: Duration,
 
@@ -143,6 +143,13 @@ pub enum PolicyCommand {
     /// cannot be read; in that case the reason goes to stderr and nothing to stdout, also with
     /// `--json`.
     Check(CheckArgs),
+    /// Decide a request as the proxy would, without sending it: the decision, the deciding
+    /// rules, the aliases found and where they may go, and each limit's remaining budget.
+    ///
+    /// Reads no secret and prints no header or query value. Exits 0 when the request would be
+    /// allowed, 1 when it would be denied, limited or refused, and 2 on a usage error or a file
+    /// that cannot be read or has errors.
+    Explain(crate::explain::ExplainArgs),
 }
 
 /// Arguments of `mint policy check`.
@@ -278,6 +285,10 @@ pub fn run(cli: Cli, paths: &Paths, out: &mut dyn Write) -> Result<ExitStatus, C
                 Verdict::Valid => ExitStatus::Success,
                 Verdict::Invalid => ExitStatus::Failure,
             })
+        }
+        Command::Policy(PolicyCommand::Explain(args)) => {
+            crate::explain::run(&args, paths, out, &mut std::io::stderr().lock())
+                .map_err(CommandError::Output)
         }
         Command::Init => {
             crate::init::init(paths, out)?;

@@ -67,9 +67,9 @@ pub const CAPABILITY_HEADER: &str = "mint-capability";
 pub struct ProxyLimits {
     /// Resolving, connecting and the TLS handshake together.
     pub connect_timeout: Duration,
-    /// From a ready connection to the answer's head (the whole wait is bounded by
-    /// `connect_timeout + request_timeout`, so a slow connect always ends as `failed`), and the
-    /// longest time to read the agent's body.
+    /// The whole exchange up to the answer's head, connecting included, and the longest time to
+    /// read the agent's body. Always longer than `connect_timeout` ([`ProxyLimits::check`]), so
+    /// a connection that cannot be made ends as `failed` (nothing sent) before this fires.
     pub request_timeout: Duration,
     /// The longest silence inside an answer's body (an SSE stream idles between events).
     pub idle_timeout: Duration,
@@ -81,6 +81,24 @@ pub struct ProxyLimits {
     pub header_read_timeout: Duration,
     /// How long in-flight requests may take to finish at shutdown.
     pub shutdown_grace: Duration,
+}
+
+/// A combination of limits that cannot work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the request timeout must be longer than the connect timeout")]
+pub struct LimitsError;
+
+// === impl ProxyLimits ===
+
+impl ProxyLimits {
+    /// Refuses a request timeout that is not longer than the connect timeout: a connect that
+    /// times out must be reported as `failed` (nothing was sent), never as an `unknown` 504.
+    pub fn check(&self) -> Result<(), LimitsError> {
+        if self.request_timeout <= self.connect_timeout {
+            return Err(LimitsError);
+        }
+        Ok(())
+    }
 }
 
 impl Default for ProxyLimits {
@@ -219,12 +237,17 @@ impl AppState {
         RequestId::new(text).unwrap_or_else(|_| fallback_request_id())
     }
 
-    fn authenticate(&self, token: Option<&str>) -> Result<CapabilityGrant, ProxyError> {
-        let token = token.ok_or(ProxyError::CapabilityInvalid)?;
+    fn authenticate(&self, token: Option<&str>, mode: Mode) -> Result<CapabilityGrant, ProxyError> {
+        let invalid = ProxyError::CapabilityInvalid {
+            forward: mode == Mode::Forward,
+        };
+        let Some(token) = token else {
+            return Err(invalid);
+        };
         self.inner
             .capabilities
             .verify(token, SystemTime::now())
-            .map_err(|_| ProxyError::CapabilityInvalid)
+            .map_err(|_| invalid)
     }
 }
 
@@ -295,7 +318,7 @@ fn request_id_of(request: &Request) -> RequestId {
 async fn list_aliases(State(state): State<AppState>, request: Request) -> Response {
     let id = request_id_of(&request);
     let token = single_header(request.headers(), CAPABILITY_HEADER);
-    let grant = match state.authenticate(token) {
+    let grant = match state.authenticate(token, Mode::Route) {
         Ok(grant) => grant,
         Err(error) => return error.to_response(id.as_str()),
     };
@@ -334,6 +357,9 @@ async fn proxy(state: &AppState, id: RequestId, mode: Mode, request: Request) ->
 
 /// The audit facts of one request as they are learned, and whether its decision is recorded.
 struct Exchange {
+    audit: AuditLog,
+    /// Whether the outcome record is written, or handed to the answer's body to write.
+    outcome_written: bool,
     facts: RequestFacts,
     received: Instant,
     decided: bool,
@@ -354,8 +380,10 @@ struct JsonRpcIds {
 // === impl Exchange ===
 
 impl Exchange {
-    fn new(_state: &AppState, id: RequestId, method: &Method) -> Exchange {
+    fn new(state: &AppState, id: RequestId, method: &Method) -> Exchange {
         Exchange {
+            audit: state.audit().clone(),
+            outcome_written: false,
             facts: RequestFacts {
                 id,
                 agent: None,
@@ -409,6 +437,7 @@ impl Exchange {
             }
             self.decided = true;
         }
+        self.outcome_written = true;
         let outcome = OutcomeWriter {
             audit: state.audit().clone(),
             facts: self.facts.clone(),
@@ -512,6 +541,24 @@ impl JsonRpcIds {
 /// The JSON-RPC error code of a call Mint refused (server-defined range).
 pub const JSONRPC_REFUSED: i64 = -32001;
 
+impl Drop for Exchange {
+    /// The agent went away while the request was in Mint's hands (before the answer's head): an
+    /// allowed request gets its outcome all the same. It may have been sent: `unknown`.
+    fn drop(&mut self) {
+        if !self.decided || self.outcome_written {
+            return;
+        }
+        let outcome = OutcomeWriter {
+            audit: self.audit.clone(),
+            facts: self.facts.clone(),
+            received: self.received,
+            bytes_up: self.bytes_up.unwrap_or(0),
+        };
+        tracing::info!(request.id = %self.facts.id, "Agent went away before the answer");
+        outcome.write(Outcome::Unknown, None, Some(0), Some("client_closed"));
+    }
+}
+
 fn rule_ids(rules: &[String]) -> Vec<RuleId> {
     rules
         .iter()
@@ -557,8 +604,19 @@ impl RawTarget {
     fn from_absolute(uri: &Uri, headers: &http::HeaderMap) -> Result<RawTarget, Invalid> {
         let scheme = uri.scheme_str().ok_or(Invalid::Route)?;
         let authority = uri.authority().ok_or(Invalid::Route)?.as_str();
-        let host_header = single_header(headers, header::HOST.as_str());
-        if host_header.is_some_and(|host| !host.eq_ignore_ascii_case(authority)) {
+        // The Host header must name the target: compared canonically (`h:80` is `h` for http).
+        if let Some(host) = single_header(headers, header::HOST.as_str()) {
+            let default_port = if scheme == "https" { 443 } else { 80 };
+            let canonical = |text: &str| {
+                mint_policy::normalize::parse_authority(text)
+                    .map(|(host, port)| (host, port.unwrap_or(default_port)))
+            };
+            match (canonical(host), canonical(authority)) {
+                (Ok(a), Ok(b)) if a == b => {}
+                (_, Err(error)) => return Err(Invalid::Target(error)),
+                _ => return Err(Invalid::HostMismatch),
+            }
+        } else if headers.contains_key(header::HOST) {
             return Err(Invalid::HostMismatch);
         }
         let scheme = match scheme {
@@ -595,11 +653,31 @@ fn single_header<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a str
     }
 }
 
-fn capability_token(headers: &http::HeaderMap, mode: Mode) -> Option<&str> {
+/// The capability token: `Mint-Capability` on the route; in forward-proxy mode
+/// `Proxy-Authorization: Bearer <token>`, or `Basic` with the token as the password, which is what
+/// clients send for a proxy URL `http://agent:<token>@127.0.0.1:8700` in `HTTP_PROXY` (the scheme
+/// name in any case, RFC 9110 section 11.1).
+fn capability_token(headers: &http::HeaderMap, mode: Mode) -> Option<String> {
     match mode {
-        Mode::Route => single_header(headers, CAPABILITY_HEADER),
-        Mode::Forward => single_header(headers, header::PROXY_AUTHORIZATION.as_str())
-            .and_then(|value| value.strip_prefix("Bearer ")),
+        Mode::Route => single_header(headers, CAPABILITY_HEADER).map(str::to_owned),
+        Mode::Forward => {
+            let value = single_header(headers, header::PROXY_AUTHORIZATION.as_str())?;
+            let (scheme, credentials) = value.split_once(' ')?;
+            let credentials = credentials.trim();
+            if scheme.eq_ignore_ascii_case("bearer") {
+                Some(credentials.to_owned())
+            } else if scheme.eq_ignore_ascii_case("basic") {
+                use base64::Engine as _;
+                let decoded = base64::engine::general_purpose::STANDARD
+                    .decode(credentials)
+                    .ok()?;
+                let text = String::from_utf8(decoded).ok()?;
+                text.split_once(':')
+                    .map(|(_, password)| password.to_owned())
+            } else {
+                None
+            }
+        }
     }
 }
 
@@ -614,7 +692,8 @@ async fn forward(
     let method = parts.method;
 
     // 1. Authenticate.
-    let grant = state.authenticate(capability_token(&parts.headers, mode))?;
+    let token = capability_token(&parts.headers, mode);
+    let grant = state.authenticate(token.as_deref(), mode)?;
     exchange.facts.agent = AgentName::new(grant.agent.as_str()).ok();
     exchange.facts.capability = CapabilityId::new(grant.id.as_str()).ok();
 
@@ -641,6 +720,19 @@ async fn forward(
 
     // 3. Placeholders, aliases, bindings, sites, capability narrowing.
     let tools = mcp_tools(&method, &request_headers, &body)?;
+    // A server may route by the `Mcp-Name` header instead of the body: it must name the tool the
+    // body calls, or the policy would have judged another tool than the one that runs.
+    if !tools.is_empty()
+        && request_headers
+            .get_all("mcp-name")
+            .iter()
+            .any(|value| tools.iter().any(|tool| tool.as_bytes() != value.as_bytes()))
+    {
+        return Err(Invalid::Mcp(
+            "the `Mcp-Name` header must name the tool the body calls".to_owned(),
+        )
+        .into());
+    }
     // A batch is allowed only if every element is: messages besides the tool calls are the
     // endpoint's own traffic, evaluated without a tool.
     let mut other_messages = tools.is_empty();
@@ -697,6 +789,7 @@ async fn forward(
         &uses,
         &tools,
         other_messages,
+        &mut exchange.facts.mcp_tool,
     )?;
     let charges = (admitted.charges.clone(), admitted.admitted_at);
     let outgoing = Outgoing {
@@ -711,7 +804,8 @@ async fn forward(
         && error.outcome() != Outcome::Unknown
     {
         // Never sent: it does not count against any limit.
-        state.limiter().refund(&charges.0, charges.1);
+        let calls: Vec<&[Charge]> = charges.0.iter().map(Vec::as_slice).collect();
+        state.limiter().refund_each(&calls, charges.1);
     }
     sent
 }
@@ -765,7 +859,7 @@ async fn send(
 
     let limits = *state.limits();
     let sent = tokio::time::timeout(
-        limits.connect_timeout + limits.request_timeout,
+        limits.request_timeout,
         state
             .inner
             .upstream
@@ -778,6 +872,7 @@ async fn send(
         Ok(Ok(response)) => response,
     };
     tracing::debug!(request.id = %exchange.facts.id, status = response.status().as_u16(), "Upstream answered");
+    exchange.outcome_written = true;
     let outcome = OutcomeWriter {
         audit: state.audit().clone(),
         facts: exchange.facts.clone(),
@@ -892,8 +987,8 @@ fn sites_text(sites: mint_policy::site::SiteSet) -> String {
 struct Admitted {
     rules: Vec<String>,
     allow_private: bool,
-    /// What was consumed, and when: refunded if the request is never sent.
-    charges: Vec<Charge>,
+    /// What each call consumed, and when: refunded if the request is never sent.
+    charges: Vec<Vec<Charge>>,
     admitted_at: Duration,
 }
 
@@ -913,6 +1008,7 @@ fn decide(
     uses: &[AliasUse],
     tools: &[String],
     other_messages: bool,
+    denied_tool: &mut Option<ToolName>,
 ) -> Result<Admitted, ProxyError> {
     let policy = declarations.policy();
     let mut request = evaluate::Request {
@@ -923,7 +1019,7 @@ fn decide(
         tool: None,
     };
     let mut rules: Vec<String> = Vec::new();
-    let mut charges: Vec<Charge> = Vec::new();
+    let mut charges: Vec<Vec<Charge>> = Vec::new();
     let mut allow_private = true;
     let mut calls: Vec<Option<&str>> = tools.iter().map(|t| Some(t.as_str())).collect();
     if other_messages {
@@ -933,6 +1029,10 @@ fn decide(
         request.tool = tool;
         match policy.evaluate(&request) {
             Evaluation::Deny(denial) => {
+                // The audit record names the tool that was refused, not the batch's first.
+                if let Some(tool) = tool {
+                    *denied_tool = ToolName::new(tool).ok();
+                }
                 return Err(ProxyError::PolicyDenied {
                     rules: denial.rules,
                     reason: denial.reason,
@@ -944,15 +1044,26 @@ fn decide(
                         rules.push(rule);
                     }
                 }
-                charges.extend(grant.charges);
+                charges.push(grant.charges);
                 allow_private &= grant.allow_private;
             }
         }
     }
+    // The audit record names one tool: a batch that would run several different tools is
+    // refused (MCP clients send one call per request; batching left the protocol in 2025-06-18).
+    // A batch with a denied tool was refused above, naming that tool.
+    if let Some(first) = tools.first()
+        && tools.iter().any(|tool| tool != first)
+    {
+        return Err(Invalid::Mcp(
+            "a batch may call one tool only; send each tool call in its own request".to_owned(),
+        )
+        .into());
+    }
     let now = state.inner.started.elapsed();
     state
         .limiter()
-        .admit(&charges, now)
+        .admit_each(&charges.iter().map(Vec::as_slice).collect::<Vec<_>>(), now)
         .map_err(|limited| ProxyError::Limited {
             rules: limited.rules,
             retry_after: limited.retry_after,

@@ -90,6 +90,9 @@ pub enum ServeError {
         #[source]
         source: io::Error,
     },
+    /// Limits that cannot work together.
+    #[error(transparent)]
+    Limits(#[from] crate::proxy::LimitsError),
     /// The async runtime.
     #[error("cannot start the runtime")]
     Runtime(#[source] io::Error),
@@ -98,6 +101,7 @@ pub enum ServeError {
 /// Loads the declarations, secrets, capabilities and audit log, and builds the proxy's state and
 /// the reloader that keeps its declarations current.
 pub fn load_state(paths: &Paths, config: &ServeConfig) -> Result<(AppState, Reloader), ServeError> {
+    config.limits.check()?;
     let keyring = KeyringConfig::from_env()?;
     let reloader = Reloader {
         policy: paths.policy.clone(),

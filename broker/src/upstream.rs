@@ -281,15 +281,32 @@ async fn connect_first(addresses: &[SocketAddr]) -> Result<TcpStream, ConnectErr
     Err(ConnectError::Connect { kind: last })
 }
 
-/// A short description of a TLS failure: rustls's own error when there is one.
+/// A short description of a TLS failure from a fixed vocabulary. Never rustls's own text: it
+/// quotes the certificate's names, which the upstream chose (a name can carry a secret it saw).
 fn tls_reason(error: &io::Error) -> String {
-    match error
+    use rustls::CertificateError as Cert;
+    let reason = match error
         .get_ref()
         .and_then(|inner| inner.downcast_ref::<rustls::Error>())
     {
-        Some(rustls) => rustls.to_string(),
-        None => error.kind().to_string(),
-    }
+        Some(rustls::Error::InvalidCertificate(cert)) => match cert {
+            Cert::NotValidForName | Cert::NotValidForNameContext { .. } => {
+                "the certificate is not valid for the host name"
+            }
+            Cert::UnknownIssuer => "the certificate's issuer is not trusted",
+            Cert::Expired | Cert::ExpiredContext { .. } => "the certificate has expired",
+            Cert::NotValidYet | Cert::NotValidYetContext { .. } => {
+                "the certificate is not valid yet"
+            }
+            Cert::Revoked => "the certificate is revoked",
+            _ => "the certificate is invalid",
+        },
+        Some(rustls::Error::AlertReceived(_)) => "the upstream sent a TLS alert",
+        Some(rustls::Error::NoApplicationProtocol) => "no common application protocol",
+        Some(_) => "the TLS handshake failed",
+        None => "the connection closed during the TLS handshake",
+    };
+    reason.to_owned()
 }
 
 // === impl UpstreamIo ===

@@ -67,19 +67,35 @@ impl Limiter {
     /// Admits the request if every counter has room, consuming one unit of each; otherwise
     /// consumes nothing and says which rules refused it.
     pub fn admit(&mut self, charges: &[Charge], now: Duration) -> Result<(), Limited> {
+        self.admit_each(&[charges], now)
+    }
+
+    /// Admits a request made of several calls (a JSON-RPC batch of `tools/call`s), each with the
+    /// charges of its own evaluation: a counter named by `n` calls needs room for `n` units and
+    /// consumes `n`. Within one call's charges a counter named twice counts once. All or nothing.
+    pub fn admit_each(&mut self, calls: &[&[Charge]], now: Duration) -> Result<(), Limited> {
+        let needs = units(calls);
         let mut spent: Vec<String> = Vec::new();
         let mut retry_after = Duration::ZERO;
-        for charge in charges {
+        for (charge, n) in &needs {
             let window = self.windows.entry(charge.key.clone()).or_default();
             window.per = charge.per;
             expire(&mut window.times, charge.per, now);
             let len = window.times.len() as u64;
-            if len >= charge.max {
-                // Room appears when the admission `len - max` (from the oldest) leaves the
-                // window; a reload that lowered `max` can leave more than `max` inside.
-                let index = usize::try_from(len - charge.max).unwrap_or(usize::MAX);
+            if len.saturating_add(*n) > charge.max {
+                // Room for `n` appears when the admission `len + n - 1 - max` (from the oldest)
+                // leaves the window; a reload that lowered `max` can leave more than `max` inside.
+                // A need larger than `max` never fits: wait a whole window, and still be refused.
+                let index =
+                    usize::try_from((len + n).saturating_sub(charge.max + 1)).unwrap_or(usize::MAX);
                 let leaves = window.times.get(index).copied().unwrap_or(now);
-                let wait = (leaves + charge.per).saturating_sub(now);
+                let wait = (leaves + charge.per)
+                    .saturating_sub(now)
+                    .max(if *n > charge.max {
+                        charge.per
+                    } else {
+                        Duration::ZERO
+                    });
                 retry_after = retry_after.max(wait);
                 spent.push(charge.rule.clone());
             }
@@ -93,16 +109,12 @@ impl Limiter {
                 retry_after: Duration::from_secs(seconds.max(1)),
             });
         }
-        let mut seen: Vec<&str> = Vec::with_capacity(charges.len());
-        for charge in charges {
-            // A counter named twice by one request is consumed once.
-            if seen.contains(&charge.key.as_str()) {
-                continue;
-            }
-            seen.push(&charge.key);
+        for (charge, n) in needs {
             let window = self.windows.entry(charge.key.clone()).or_default();
             window.per = charge.per;
-            window.times.push_back(now);
+            for _ in 0..n {
+                window.times.push_back(now);
+            }
         }
         Ok(())
     }
@@ -112,16 +124,22 @@ impl Limiter {
     /// resolved to a refused address, the connection failed). Only allowed, forwarded requests
     /// count against a limit.
     pub fn refund(&mut self, charges: &[Charge], admitted_at: Duration) {
-        let mut seen: Vec<&str> = Vec::with_capacity(charges.len());
-        for charge in charges {
-            if seen.contains(&charge.key.as_str()) {
+        self.refund_each(&[charges], admitted_at);
+    }
+
+    /// Gives back what [`Limiter::admit_each`] consumed for `calls` at `admitted_at`.
+    pub fn refund_each(&mut self, calls: &[&[Charge]], admitted_at: Duration) {
+        for (charge, n) in units(calls) {
+            let Some(window) = self.windows.get_mut(&charge.key) else {
                 continue;
-            }
-            seen.push(&charge.key);
-            if let Some(window) = self.windows.get_mut(&charge.key)
-                && let Some(at) = window.times.iter().rposition(|t| *t == admitted_at)
-            {
-                window.times.remove(at);
+            };
+            for _ in 0..n {
+                match window.times.iter().rposition(|t| *t == admitted_at) {
+                    Some(at) => {
+                        window.times.remove(at);
+                    }
+                    None => break,
+                }
             }
         }
     }
@@ -168,6 +186,26 @@ impl Limiter {
 }
 
 /// Drops admissions that left the window `(now - per, now]`.
+/// The units each counter needs: one per call whose charges name it (named twice within one
+/// call's charges, it counts once), in first-seen order.
+fn units<'a>(calls: &[&'a [Charge]]) -> Vec<(&'a Charge, u64)> {
+    let mut needs: Vec<(&Charge, u64)> = Vec::new();
+    for charges in calls {
+        let mut seen: Vec<&str> = Vec::with_capacity(charges.len());
+        for charge in *charges {
+            if seen.contains(&charge.key.as_str()) {
+                continue;
+            }
+            seen.push(&charge.key);
+            match needs.iter_mut().find(|(c, _)| c.key == charge.key) {
+                Some((_, n)) => *n += 1,
+                None => needs.push((charge, 1)),
+            }
+        }
+    }
+    needs
+}
+
 fn expire(window: &mut VecDeque<Duration>, per: Duration, now: Duration) {
     while window
         .front()
@@ -226,6 +264,28 @@ mod tests {
         assert!(l.admit(&c, s(7)).is_err());
         // At 60 s the admission at 0 s leaves; the one at 6 s stays.
         assert_eq!(l.budgets(&c[..1], s(60))[0].remaining, 1);
+    }
+
+    #[test]
+    fn a_batch_consumes_one_unit_per_call_all_or_nothing() {
+        let mut l = Limiter::new();
+        let search = [charge("r", "r#0", 3, 60)];
+        // Two calls of a batch need two units.
+        assert!(l.admit_each(&[&search, &search], s(0)).is_ok());
+        assert_eq!(l.budgets(&search, s(0))[0].remaining, 1);
+        // Two more do not fit: nothing is consumed.
+        let limited = l.admit_each(&[&search, &search], s(1)).unwrap_err();
+        assert_eq!(limited.rules, vec!["r".to_owned()]);
+        assert_eq!(limited.retry_after, s(59));
+        assert_eq!(l.budgets(&search, s(1))[0].remaining, 1);
+        // A batch larger than the limit never fits.
+        let mut fresh = Limiter::new();
+        let one: &[Charge] = &search;
+        assert!(fresh.admit_each(&[one; 4], s(0)).is_err());
+        assert_eq!(fresh.budgets(&search, s(0))[0].remaining, 3);
+        // Refunding a batch gives back every unit it took.
+        l.refund_each(&[&search, &search], s(0));
+        assert_eq!(l.budgets(&search, s(1))[0].remaining, 3);
     }
 
     #[test]

@@ -5,4 +5,6 @@ mod demo;
 mod examples;
 mod proxy;
 mod proxy_attacks;
+mod proxy_mcp;
+mod proxy_outcomes;
 mod proxy_reload;

@@ -33,6 +33,9 @@ use crate::audit::facts::{OutcomeFacts, RequestFacts, outcome_record};
 use crate::audit::{AuditLog, now};
 use crate::scrub::Scrubber;
 
+/// Compressed bytes decoded per step.
+const DECODE_STEP: usize = 4096;
+
 /// Writes a request's `outcome` record, once.
 #[derive(Debug)]
 pub(crate) struct OutcomeWriter {
@@ -53,6 +56,10 @@ pub(crate) struct AnswerBody {
     incoming: Incoming,
     scrubber: Scrubber,
     decoder: Option<Decoder>,
+    /// Compressed bytes not decoded yet: decoded one step at a time, each step only once the
+    /// previous one's output has gone to the agent, so memory stays bounded.
+    compressed: Bytes,
+    saw_compressed: bool,
     queue: VecDeque<Bytes>,
     limit: u64,
     received: u64,
@@ -112,13 +119,24 @@ pub(crate) fn answer(
             "the upstream tried to switch protocols".to_owned(),
         ));
     }
-    let decoder = decoder_for(&parts.headers)?;
+    // A transfer coding other than `chunked` (`gzip, chunked`): hyper undoes only the chunking,
+    // so the bytes would pass the scrubber still compressed.
+    if !transfer_codings_are_chunked(&parts.headers) {
+        return Err(unscrubbable());
+    }
+    // An answer without a body (HEAD, 204, 304, an empty body) has nothing to decode or bound.
+    let bodiless = incoming.is_end_stream();
+    let decoder = if bodiless {
+        None
+    } else {
+        decoder_for(&parts.headers)?
+    };
     let declared = parts
         .headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if decoder.is_none() && declared.is_some_and(|length| length > limit) {
+    if !bodiless && decoder.is_none() && declared.is_some_and(|length| length > limit) {
         return Err(ProxyError::UpstreamUnknown(format!(
             "the answer is larger than {limit} bytes"
         )));
@@ -140,6 +158,8 @@ pub(crate) fn answer(
         incoming,
         scrubber,
         decoder,
+        compressed: Bytes::new(),
+        saw_compressed: false,
         queue: VecDeque::new(),
         limit,
         received: 0,
@@ -151,6 +171,20 @@ pub(crate) fn answer(
         outcome: Some(outcome),
     };
     Ok(http::Response::from_parts(parts, body))
+}
+
+/// Whether every `Transfer-Encoding` coding is `chunked` (or there is none).
+fn transfer_codings_are_chunked(headers: &http::HeaderMap) -> bool {
+    headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .all(|value| {
+            value.to_str().is_ok_and(|text| {
+                text.split(',')
+                    .map(str::trim)
+                    .all(|coding| coding.is_empty() || coding.eq_ignore_ascii_case("chunked"))
+            })
+        })
 }
 
 fn decoder_for(headers: &http::HeaderMap) -> Result<Option<Decoder>, ProxyError> {
@@ -185,22 +219,14 @@ fn unscrubbable() -> ProxyError {
 // === impl Decoder ===
 
 impl Decoder {
-    /// Decodes `chunk`, refusing output beyond `budget` bytes. The input goes in 4 KiB steps, so
-    /// a compression bomb is caught after at most about 4 MiB of output (deflate expands at most
-    /// about 1,032 times).
-    fn push(&mut self, chunk: &[u8], budget: u64) -> Result<Vec<u8>, &'static str> {
-        let mut out = Vec::new();
-        for step in chunk.chunks(4096) {
-            let written = match self {
-                Decoder::Gzip(d) => d.write_all(step).map(|()| std::mem::take(d.get_mut())),
-                Decoder::Zlib(d) => d.write_all(step).map(|()| std::mem::take(d.get_mut())),
-            };
-            out.extend_from_slice(&written.map_err(|_| "undecodable_answer")?);
-            if out.len() as u64 > budget {
-                return Err("response_too_large");
-            }
-        }
-        Ok(out)
+    /// Decodes one step of at most [`DECODE_STEP`] compressed bytes. Deflate expands at most
+    /// about 1,032 times, so one step's output stays under about 4 MiB.
+    fn push(&mut self, step: &[u8]) -> Result<Vec<u8>, &'static str> {
+        let written = match self {
+            Decoder::Gzip(d) => d.write_all(step).map(|()| std::mem::take(d.get_mut())),
+            Decoder::Zlib(d) => d.write_all(step).map(|()| std::mem::take(d.get_mut())),
+        };
+        written.map_err(|_| "undecodable_answer")
     }
 
     fn finish(&mut self) -> io::Result<Vec<u8>> {
@@ -233,18 +259,32 @@ impl AnswerBody {
     }
 
     fn on_data(&mut self, data: Bytes) -> Result<(), &'static str> {
-        let budget = self.limit.saturating_sub(self.received);
-        match &mut self.decoder {
-            None => self.take(data),
-            Some(decoder) => {
-                let decoded = decoder.push(&data, budget)?;
-                self.take(Bytes::from(decoded))
-            }
+        if self.decoder.is_none() {
+            return self.take(data);
         }
+        self.compressed = data;
+        self.decode_step()
+    }
+
+    /// Decodes the next step of the compressed bytes held, if any.
+    fn decode_step(&mut self) -> Result<(), &'static str> {
+        let Some(decoder) = &mut self.decoder else {
+            return Ok(());
+        };
+        let step = self
+            .compressed
+            .split_to(DECODE_STEP.min(self.compressed.len()));
+        if step.is_empty() {
+            return Ok(());
+        }
+        self.saw_compressed = true;
+        let decoded = decoder.push(&step)?;
+        self.take(Bytes::from(decoded))
     }
 
     fn on_end(&mut self) -> Result<(), &'static str> {
-        if let Some(decoder) = &mut self.decoder {
+        // An empty compressed body has no gzip header to finish: it decodes to nothing.
+        if let Some(decoder) = self.decoder.as_mut().filter(|_| self.saw_compressed) {
             let rest = decoder.finish().map_err(|_| "undecodable_answer")?;
             self.take(Bytes::from(rest))?;
         }
@@ -294,6 +334,12 @@ impl Body for AnswerBody {
             if this.outcome.is_none() {
                 // Failed before; nothing more comes.
                 return Poll::Ready(None);
+            }
+            if !this.compressed.is_empty() {
+                if let Err(reason) = this.decode_step() {
+                    return this.fail(reason);
+                }
+                continue;
             }
             match Pin::new(&mut this.incoming).poll_frame(cx) {
                 Poll::Pending => {

@@ -42,10 +42,11 @@ pub enum ProxyError {
         alias: String,
     },
     /// No capability, or one that is unknown, tampered with, expired or revoked.
-    #[error(
-        "missing or invalid capability: send `Mint-Capability: <token>` with a token from `mint cap issue`"
-    )]
-    CapabilityInvalid,
+    #[error("{}", capability_message(*forward))]
+    CapabilityInvalid {
+        /// Whether the request came as a forward-proxy request (the token goes elsewhere).
+        forward: bool,
+    },
     /// The alias is not bound to the target host.
     #[error("alias `{alias}` is not bound to this host")]
     AliasNotBound {
@@ -162,7 +163,7 @@ impl ProxyError {
             ProxyError::Invalid(_)
             | ProxyError::Placeholder(_)
             | ProxyError::UnknownAlias { .. } => StatusCode::BAD_REQUEST,
-            ProxyError::CapabilityInvalid => StatusCode::UNAUTHORIZED,
+            ProxyError::CapabilityInvalid { .. } => StatusCode::UNAUTHORIZED,
             ProxyError::AliasNotBound { .. }
             | ProxyError::SiteNotAllowed { .. }
             | ProxyError::CapabilityScope { .. }
@@ -189,7 +190,7 @@ impl ProxyError {
             ProxyError::Invalid(_) => "invalid_request",
             ProxyError::Placeholder(error) => error.code(),
             ProxyError::UnknownAlias { .. } => "unknown_alias",
-            ProxyError::CapabilityInvalid => "capability_invalid",
+            ProxyError::CapabilityInvalid { .. } => "capability_invalid",
             ProxyError::AliasNotBound { .. } => "alias_not_bound",
             ProxyError::SiteNotAllowed { .. } => "site_not_allowed",
             ProxyError::CapabilityScope { .. } => "capability_scope",
@@ -218,7 +219,7 @@ impl ProxyError {
             | ProxyError::BodyTooLarge { .. }
             | ProxyError::NotFound
             | ProxyError::MethodNotAllowed => Outcome::Invalid,
-            ProxyError::CapabilityInvalid
+            ProxyError::CapabilityInvalid { .. }
             | ProxyError::AliasNotBound { .. }
             | ProxyError::SiteNotAllowed { .. }
             | ProxyError::CapabilityScope { .. }
@@ -238,7 +239,7 @@ impl ProxyError {
             ProxyError::Invalid(_)
             | ProxyError::Placeholder(_)
             | ProxyError::UnknownAlias { .. }
-            | ProxyError::CapabilityInvalid
+            | ProxyError::CapabilityInvalid { .. }
             | ProxyError::AliasNotBound { .. }
             | ProxyError::SiteNotAllowed { .. }
             | ProxyError::CapabilityScope { .. }
@@ -336,6 +337,14 @@ pub(crate) fn describe_part(part: &Part) -> String {
         Part::Query => "the query".to_owned(),
         Part::Header(name) => format!("header `{name}`"),
         Part::Body => "the body".to_owned(),
+    }
+}
+
+fn capability_message(forward: bool) -> &'static str {
+    if forward {
+        "missing or invalid capability: as a forward proxy, send `Proxy-Authorization: Bearer <token>` (or use the proxy URL http://agent:<token>@HOST:PORT) with a token from `mint cap issue`"
+    } else {
+        "missing or invalid capability: send `Mint-Capability: <token>` with a token from `mint cap issue`"
     }
 }
 

@@ -1,0 +1,1149 @@
+//! Unit tests of `mint policy explain`: every decision path, the rendering (and that no header or
+//! query value is ever printed), the audit-log replay, and parity with the real proxy router.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use mint_policy::aliases::{AliasFile, load_aliases};
+use std::num::NonZeroU16;
+
+use mint_policy::audit::{
+    self, AgentName, AliasName, AuditDecision, AuditRecord, ChainHash, HttpStatus, Outcome,
+    ReasonCode, RequestId, RuleId, Timestamp, UrlPath,
+};
+use mint_policy::evaluate::{CompiledPolicy, DenyReason, Evaluation};
+use mint_policy::limits::Limiter;
+use mint_policy::policy::load_policy;
+use mint_policy::site::Site;
+
+use super::budget::{BudgetSource, replay, unix_time};
+use super::render;
+use super::*;
+
+const POLICY: &str = r#"
+version: 1
+default: deny
+rules:
+  - id: gh-read
+    effect: allow
+    match:
+      agent: [mino, "ci-*"]
+      alias: [github]
+      host: api.github.com
+      method: [GET, POST]
+      path: ["/user", "/repos/**"]
+    limits:
+      - { max: 3, per: 1h, by: [agent] }
+  - id: gh-search
+    effect: allow
+    match:
+      agent: mino
+      alias: [search]
+      host: api.github.com
+      method: GET
+      path: /search/*
+    inject: [query]
+  - id: gh-body
+    effect: allow
+    match:
+      agent: mino
+      alias: [github]
+      host: api.github.com
+      method: POST
+      path: /graphql
+    inject: [body]
+  - id: no-deletes
+    effect: deny
+    match:
+      host: api.github.com
+      method: DELETE
+  - id: no-hooks
+    effect: deny
+    match:
+      path: "/repos/*/*/hooks/**"
+  - id: mcp-endpoint
+    effect: allow
+    match:
+      agent: mino
+      host: mcp.example.com
+      method: POST
+      path: /mcp
+  - id: mcp-docs
+    effect: allow
+    match:
+      agent: mino
+      host: mcp.example.com
+      method: POST
+      path: /mcp
+      tool: [query-docs]
+    limits:
+      - { max: 5, per: 1d, by: [tool] }
+  - id: local
+    effect: allow
+    match:
+      agent: mino
+      scheme: http
+      host: "127.0.0.1"
+      port: [LOCAL_PORT]
+      method: [GET, POST]
+      path: ["/**"]
+  - id: hourly
+    effect: limit
+    match:
+      alias: github
+    limits:
+      - { max: 10, per: 1h }
+call_limits:
+  "tool:query-docs": 7
+"#;
+
+const ALIASES: &str = r#"
+aliases:
+  - name: github
+    hosts: [api.github.com]
+    sites: [header, body]
+  - name: search
+    hosts: [api.github.com]
+    sites: [query]
+  - name: slack
+    hosts: [slack.com]
+"#;
+
+/// A port nothing listens on in the parity test; the other tests never connect.
+const LOCAL_PORT: u16 = 9;
+
+const CANARY: &str = "mintcanary5e1d";
+
+#[track_caller]
+fn policy_with_port(port: u16) -> CompiledPolicy {
+    let text = POLICY.replace("LOCAL_PORT", &port.to_string());
+    let load = load_policy(text.as_bytes(), "policy.yaml");
+    assert!(
+        !has_errors(&load.diagnostics),
+        "{:?}",
+        load.diagnostics.first()
+    );
+    CompiledPolicy::new(load.policy.unwrap())
+}
+
+fn policy() -> CompiledPolicy {
+    policy_with_port(LOCAL_PORT)
+}
+
+#[track_caller]
+fn policy_text(text: &str) -> CompiledPolicy {
+    let load = load_policy(text.as_bytes(), "policy.yaml");
+    CompiledPolicy::new(load.policy.unwrap())
+}
+
+fn aliases() -> AliasFile {
+    load_aliases(ALIASES.as_bytes(), "aliases.yaml")
+        .aliases
+        .unwrap()
+}
+
+/// A request; headers as `name: value` pairs.
+#[track_caller]
+fn request(method: &str, url: &str, headers: &[(&str, &str)], body: &[u8]) -> ExplainRequest {
+    let mut map = HeaderMap::new();
+    for (name, value) in headers {
+        map.append(
+            HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            HeaderValue::from_str(value).unwrap(),
+        );
+    }
+    ExplainRequest {
+        agent: "mino".to_owned(),
+        method: Method::from_bytes(method.as_bytes()).unwrap(),
+        url: url.to_owned(),
+        headers: map,
+        tool: None,
+        body: body.to_vec(),
+    }
+}
+
+fn get(url: &str, headers: &[(&str, &str)]) -> ExplainRequest {
+    request("GET", url, headers, b"")
+}
+
+const AUTH: (&str, &str) = ("authorization", "Bearer {{mint:github}}");
+const JSON: (&str, &str) = ("content-type", "application/json");
+
+/// Explains with fresh counters.
+fn explain_fresh(request: &ExplainRequest) -> Explanation {
+    explain_with(request, Limiter::new())
+}
+
+fn explain_with(request: &ExplainRequest, limiter: Limiter) -> Explanation {
+    let policy = policy();
+    let mut x = examine(&policy, &aliases(), request, 10 << 20);
+    x.count_limits(&policy, limiter, NOW);
+    x
+}
+
+const NOW: Duration = Duration::from_secs(1_800_000_000);
+
+/// The refusal's status and code, or `allow`.
+fn answer(x: &Explanation) -> String {
+    match &x.verdict {
+        Verdict::Allow { .. } => "allow".to_owned(),
+        Verdict::Refused(error) => format!("{} {}", error.status().as_u16(), error.code()),
+    }
+}
+
+#[track_caller]
+fn assert_refused(x: &Explanation, expected: &str) {
+    assert_eq!(answer(x), expected, "{x:?}");
+    assert!(x.limits.is_empty(), "a refusal consumes nothing: {x:?}");
+}
+
+// --- Decision paths ------------------------------------------------------------------------------
+
+#[test]
+fn allow_reports_rules_aliases_and_full_budgets() {
+    let x = explain_fresh(&get("https://api.github.com/user", &[AUTH]));
+    assert_eq!(answer(&x), "allow");
+    assert_eq!(x.verdict.decision(), "allow");
+    assert_eq!(x.verdict.rules(), Some(&["gh-read".to_owned()][..]));
+    assert_eq!(x.aliases.len(), 1);
+    let alias = &x.aliases[0];
+    assert_eq!(alias.name, "github");
+    assert_eq!(
+        alias.places,
+        [Placement {
+            part: Part::Header(HeaderName::from_static("authorization")),
+            place: Place::Site(Site::Header),
+            offset: 7,
+        }]
+    );
+    let binding = alias.declaration.as_ref().unwrap();
+    assert_eq!(binding.hosts, ["api.github.com"]);
+    assert_eq!(binding.bound, Some(true));
+    let limits: Vec<(&str, u64, u64)> = x
+        .limits
+        .iter()
+        .map(|l| (l.rule.as_str(), l.max, l.remaining))
+        .collect();
+    assert_eq!(limits, [("gh-read", 3, 3), ("hourly", 10, 10)]);
+    assert_eq!(x.limits[0].by, [("agent", "mino".to_owned())]);
+    assert!(x.limits[1].by.is_empty());
+}
+
+#[test]
+fn default_allow_decides_without_rules() {
+    let policy = policy_text("version: 1\ndefault: allow\nrules: []\n");
+    let mut x = examine(
+        &policy,
+        &aliases(),
+        &get("https://example.com/", &[]),
+        10 << 20,
+    );
+    x.count_limits(&policy, Limiter::new(), NOW);
+    assert_eq!(answer(&x), "allow");
+    assert_eq!(x.verdict.rules(), Some(&[][..]));
+    // The default never admits an alias.
+    let x = examine(
+        &policy,
+        &aliases(),
+        &get("https://api.github.com/user", &[AUTH]),
+        10 << 20,
+    );
+    assert_refused(&x, "403 policy_denied");
+    let Verdict::Refused(ProxyError::PolicyDenied { reason, rules }) = &x.verdict else {
+        panic!("{x:?}");
+    };
+    assert_eq!(*reason, DenyReason::DefaultAllowUsesAlias);
+    assert!(rules.is_empty());
+}
+
+#[test]
+fn deny_rules_override_allow_rules() {
+    let x = explain_fresh(&get(
+        "https://api.github.com/repos/acme/app/hooks/1",
+        &[AUTH],
+    ));
+    assert_refused(&x, "403 policy_denied");
+    assert_eq!(x.verdict.rules(), Some(&["no-hooks".to_owned()][..]));
+    let Verdict::Refused(ProxyError::PolicyDenied { reason, .. }) = &x.verdict else {
+        panic!("{x:?}");
+    };
+    assert_eq!(*reason, DenyReason::DenyRule);
+    // The evaluation shows the deny that won, not the allow it beat.
+    assert!(matches!(
+        &x.evaluations[..],
+        [CallReport {
+            tool: None,
+            evaluation: Evaluation::Deny(_)
+        }]
+    ));
+
+    let x = explain_fresh(&request(
+        "DELETE",
+        "https://api.github.com/repos/a/b",
+        &[],
+        b"",
+    ));
+    assert_eq!(x.verdict.rules(), Some(&["no-deletes".to_owned()][..]));
+}
+
+#[test]
+fn no_allow_rule_is_the_default_deny() {
+    let x = explain_fresh(&get("https://example.com/", &[]));
+    assert_refused(&x, "403 policy_denied");
+    assert_eq!(x.verdict.rules(), Some(&[][..]));
+    // Every alias the request uses must be listed by the allow rule.
+    let x = explain_fresh(&get("https://api.github.com/search/code", &[AUTH]));
+    assert_refused(&x, "403 policy_denied");
+    assert_eq!(x.verdict.rules(), Some(&[][..]));
+    assert_eq!(x.evaluations.len(), 1);
+    // A site the alias allows but the rule's `inject` does not.
+    let x = explain_fresh(&request(
+        "POST",
+        "https://api.github.com/user",
+        &[JSON],
+        br#"{"token":"{{mint:github}}"}"#,
+    ));
+    assert_refused(&x, "403 policy_denied");
+    let x = explain_fresh(&request(
+        "POST",
+        "https://api.github.com/graphql",
+        &[JSON],
+        br#"{"token":"{{mint:github}}"}"#,
+    ));
+    assert_eq!(answer(&x), "allow", "{x:?}");
+    assert_eq!(x.aliases[0].places[0].place, Place::Site(Site::Body));
+}
+
+#[test]
+fn target_problems_are_refused_as_the_proxy_refuses_them() {
+    for (url, expected) in [
+        ("http://api.github.com/user", "400 invalid_request"),
+        ("https://api.github.com/a/../user", "400 invalid_request"),
+        ("https://api.github.com/user#frag", "400 invalid_request"),
+        ("https://user@api.github.com/user", "400 invalid_request"),
+        ("https://api.github.com:0/user", "400 invalid_request"),
+        ("https://API.github.com//user", "400 invalid_request"),
+        ("ftp://api.github.com/user", "400 invalid_request"),
+        (
+            "https://{{mint:github}}.example.com/",
+            "403 site_not_allowed",
+        ),
+        (
+            "https://api.github.com/{{mint:github}}",
+            "403 site_not_allowed",
+        ),
+        (
+            "https://api.github.com/user?x={{mint:git",
+            "400 malformed_placeholder",
+        ),
+    ] {
+        let x = explain_fresh(&get(url, &[]));
+        assert_refused(&x, expected);
+        assert_eq!(x.verdict.decision(), "deny", "{url}");
+        assert_eq!(
+            x.verdict.rules(),
+            None,
+            "{url}: the policy is not consulted"
+        );
+        assert!(x.evaluations.is_empty(), "{url}");
+    }
+    let x = explain_fresh(&get("http://api.github.com/user", &[]));
+    let Verdict::Refused(error) = &x.verdict else {
+        panic!()
+    };
+    assert_eq!(
+        error.to_string(),
+        "invalid target: plain `http` is allowed only to loopback hosts; use `https`"
+    );
+    assert!(x.target.is_none());
+    // Canonical forms are what is matched and reported.
+    let x = explain_fresh(&get("https://API.GitHub.com./us%65r", &[AUTH]));
+    assert_eq!(answer(&x), "allow", "{x:?}");
+    assert_eq!(
+        x.target.as_ref().unwrap().url(),
+        "https://api.github.com/user"
+    );
+    let x = explain_fresh(&get("http://127.0.0.1:9/x", &[]));
+    assert_eq!(answer(&x), "allow", "{x:?}");
+}
+
+#[test]
+fn placeholder_problems_follow_the_proxy_order() {
+    // Unknown alias: 400, reported with no declaration.
+    let x = explain_fresh(&get(
+        "https://api.github.com/user",
+        &[("x-a", "{{mint:nope}}")],
+    ));
+    assert_refused(&x, "400 unknown_alias");
+    assert_eq!(x.aliases[0].name, "nope");
+    assert_eq!(x.aliases[0].declaration, None);
+    // Percent-encoded in a header, a JSON key, a body that is not JSON: forbidden places.
+    for (headers, body) in [
+        (
+            &[("authorization", "Bearer %7B%7Bmint%3Agithub%7D%7D")][..],
+            &b""[..],
+        ),
+        (&[JSON][..], &br#"{"{{mint:github}}":1}"#[..]),
+        (
+            &[("content-type", "text/plain")][..],
+            &b"token={{mint:github}}"[..],
+        ),
+    ] {
+        let x = explain_fresh(&request(
+            "POST",
+            "https://api.github.com/user",
+            headers,
+            body,
+        ));
+        assert_refused(&x, "403 site_not_allowed");
+        assert!(
+            matches!(x.aliases[0].places[0].place, Place::Forbidden(_)),
+            "{x:?}"
+        );
+    }
+    // Bound elsewhere; a site the alias does not allow.
+    let x = explain_fresh(&get(
+        "https://api.github.com/user",
+        &[("x-a", "{{mint:slack}}")],
+    ));
+    assert_refused(&x, "403 alias_not_bound");
+    assert_eq!(
+        x.aliases[0].declaration.as_ref().unwrap().bound,
+        Some(false)
+    );
+    let x = explain_fresh(&get(
+        "https://api.github.com/search/code?q=x&key={{mint:github}}",
+        &[],
+    ));
+    assert_refused(&x, "403 site_not_allowed");
+    let Verdict::Refused(error) = &x.verdict else {
+        panic!()
+    };
+    assert_eq!(
+        error.to_string(),
+        "alias `github` may not be placed in the query site (the alias allows header, body)"
+    );
+    let x = explain_fresh(&get(
+        "https://api.github.com/search/code?q=x&key={{mint:search}}",
+        &[],
+    ));
+    assert_eq!(answer(&x), "allow", "{x:?}");
+    assert_eq!(x.verdict.rules(), Some(&["gh-search".to_owned()][..]));
+    // Too many placeholders.
+    let many: Vec<(String, String)> = (0..17)
+        .map(|n| (format!("x-{n}"), "{{mint:github}}".to_owned()))
+        .collect();
+    let pairs: Vec<(&str, &str)> = many.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert_refused(
+        &explain_fresh(&get("https://api.github.com/user", &pairs)),
+        "400 invalid_request",
+    );
+}
+
+#[test]
+fn stripped_headers_are_not_scanned() {
+    // The proxy drops these before scanning: a placeholder there is neither used nor refused.
+    let x = explain_fresh(&get(
+        "https://example.com/",
+        &[
+            ("mint-capability", "{{mint:nope}}"),
+            ("proxy-authorization", "{{mint:nope}}"),
+            ("connection", "x-hop"),
+            ("x-hop", "{{mint:nope}}"),
+        ],
+    ));
+    assert!(x.aliases.is_empty(), "{x:?}");
+    assert_refused(&x, "403 policy_denied");
+}
+
+#[test]
+fn method_and_framing_checks() {
+    for (method, headers, query, expected) in [
+        ("get", &[][..], "", "400 invalid_request"),
+        ("CONNECT", &[][..], "", "405 connect_unsupported"),
+        (
+            "GET",
+            &[("x-http-method-override", "DELETE")][..],
+            "",
+            "400 invalid_request",
+        ),
+        (
+            "GET",
+            &[("upgrade", "websocket")][..],
+            "",
+            "400 invalid_request",
+        ),
+        (
+            "GET",
+            &[("content-length", "1"), ("content-length", "1")][..],
+            "",
+            "400 invalid_request",
+        ),
+        ("GET", &[][..], "?_method=DELETE", "400 invalid_request"),
+        ("GET", &[AUTH][..], "?_method=GET", "allow"),
+    ] {
+        let url = format!("https://api.github.com/user{query}");
+        let x = explain_fresh(&request(method, &url, headers, b""));
+        assert_eq!(answer(&x), expected, "{method} {headers:?} {query}");
+    }
+}
+
+#[test]
+fn body_over_the_limit_is_413() {
+    let policy = policy();
+    let x = examine(
+        &policy,
+        &aliases(),
+        &request("POST", "https://api.github.com/user", &[], &[b' '; 11]),
+        10,
+    );
+    assert_refused(&x, "413 body_too_large");
+}
+
+#[test]
+fn mcp_calls_are_evaluated_one_by_one() {
+    let call = |name: &str, id: u32| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{name}"}}}}"#
+        )
+    };
+    let post = |body: String| {
+        request(
+            "POST",
+            "https://mcp.example.com/mcp",
+            &[JSON],
+            body.as_bytes(),
+        )
+    };
+    // One allowed call.
+    let x = explain_fresh(&post(call("query-docs", 1)));
+    assert_eq!(answer(&x), "allow", "{x:?}");
+    assert_eq!(x.tools, ["query-docs"]);
+    assert_eq!(x.tool_source, Some(ToolSource::Body));
+    assert_eq!(x.verdict.rules(), Some(&["mcp-docs".to_owned()][..]));
+    let rules: Vec<&str> = x.limits.iter().map(|l| l.rule.as_str()).collect();
+    assert_eq!(rules, ["mcp-docs", "call_limits:tool:query-docs"]);
+    assert_eq!(x.limits[0].by, [("tool", "query-docs".to_owned())]);
+    // A batch holding a denied tool is denied, and each call is reported.
+    let x = explain_fresh(&post(format!(
+        "[{},{}]",
+        call("query-docs", 1),
+        call("drop-db", 2)
+    )));
+    assert_refused(&x, "403 policy_denied");
+    let outcomes: Vec<(Option<&str>, bool)> = x
+        .evaluations
+        .iter()
+        .map(|c| {
+            (
+                c.tool.as_deref(),
+                matches!(c.evaluation, Evaluation::Allow(_)),
+            )
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        [(Some("query-docs"), true), (Some("drop-db"), false)]
+    );
+    // A batch with other messages is also evaluated without a tool.
+    let x = explain_fresh(&post(format!(
+        r#"[{},{{"jsonrpc":"2.0","method":"notifications/initialized"}}]"#,
+        call("query-docs", 1)
+    )));
+    assert_eq!(answer(&x), "allow", "{x:?}");
+    assert_eq!(x.evaluations.len(), 2);
+    assert_eq!(x.evaluations[1].tool, None);
+    assert_eq!(
+        x.verdict.rules(),
+        Some(&["mcp-docs".to_owned(), "mcp-endpoint".to_owned()][..])
+    );
+    // A body the proxy cannot read safely is refused.
+    let x = explain_fresh(&post(r#"{"method":"tools/call","method":"x"}"#.to_owned()));
+    assert_refused(&x, "400 invalid_request");
+    // --tool overrides the body.
+    let mut flagged = post(String::new());
+    flagged.tool = Some("drop-db".to_owned());
+    let x = explain_fresh(&flagged);
+    assert_eq!(x.tool_source, Some(ToolSource::Flag));
+    assert_refused(&x, "403 policy_denied");
+    flagged.tool = Some("query-docs".to_owned());
+    assert_eq!(answer(&explain_fresh(&flagged)), "allow");
+}
+
+#[test]
+fn spent_counters_limit_and_used_ones_show() {
+    let x = explain_fresh(&get("https://api.github.com/user", &[AUTH]));
+    let charges = x.charges().to_vec();
+    let mut limiter = Limiter::new();
+    limiter
+        .admit(&charges, NOW - Duration::from_secs(600))
+        .unwrap();
+    let x = explain_with(&get("https://api.github.com/user", &[AUTH]), limiter);
+    assert_eq!(answer(&x), "allow");
+    assert_eq!(x.limits[0].remaining, 2);
+    assert_eq!(x.limits[1].remaining, 9);
+
+    let mut limiter = Limiter::new();
+    for minutes in [50, 40, 30] {
+        limiter
+            .admit(&charges, NOW - Duration::from_secs(minutes * 60))
+            .unwrap();
+    }
+    let x = explain_with(&get("https://api.github.com/user", &[AUTH]), limiter);
+    assert_eq!(answer(&x), "429 limited");
+    assert_eq!(x.verdict.decision(), "limited");
+    assert_eq!(x.verdict.rules(), Some(&["gh-read".to_owned()][..]));
+    assert_eq!(x.limits[0].remaining, 0);
+    let Verdict::Refused(ProxyError::Limited { retry_after, .. }) = &x.verdict else {
+        panic!()
+    };
+    // The admission 50 minutes ago leaves the hour in 10 minutes.
+    assert_eq!(*retry_after, Duration::from_secs(600));
+}
+
+// --- Rendering ------------------------------------------------------------------------------------
+
+fn human(x: &Explanation) -> String {
+    render::human(x, &BudgetSource::NotNeeded)
+}
+
+#[test]
+fn human_report_is_aligned_and_names_the_decision() {
+    let x = explain_fresh(&get("https://api.github.com/user?page=2", &[AUTH]));
+    let text = render::human(
+        &x,
+        &BudgetSource::NoLog {
+            path: "audit.log".into(),
+        },
+    );
+    let expected = "\
+allow: GET https://api.github.com/user
+  rules    gh-read
+  agent    mino
+  query    page (values not shown)
+  tool     (none: not an MCP tools/call)
+  aliases  github
+             header `authorization`, byte 7: header site
+             bound to api.github.com (this host matches); sites: header, body
+  limits   gh-read  per agent=mino  3 per 1h   3 left
+           hourly   one counter     10 per 1h  10 left
+";
+    assert!(text.starts_with(expected), "{text}");
+    assert!(text.contains("note: budgets are full windows"), "{text}");
+    assert!(text.contains("`audit.log`"), "{text}");
+
+    let text = human(&explain_fresh(&get("https://example.com/", &[])));
+    assert!(
+        text.starts_with("deny: GET https://example.com/\n  status   403 policy_denied\n"),
+        "{text}"
+    );
+    assert!(text.contains("\n  rules    (default)\n"), "{text}");
+    let text = human(&explain_fresh(&get("http://example.com/", &[])));
+    assert!(text.contains("(policy not consulted)"), "{text}");
+    assert!(text.contains("400 invalid_request"), "{text}");
+}
+
+#[test]
+fn json_report_has_one_object_with_the_documented_fields() {
+    let x = explain_fresh(&get("https://api.github.com/user", &[AUTH]));
+    let value: serde_json::Value =
+        serde_json::from_str(&render::json(&x, &BudgetSource::NotNeeded)).unwrap();
+    assert_eq!(value["decision"], "allow");
+    assert_eq!(value["status"], serde_json::Value::Null);
+    assert_eq!(value["rules"], serde_json::json!(["gh-read"]));
+    assert_eq!(value["by_default"], false);
+    assert_eq!(value["target"]["url"], "https://api.github.com/user");
+    assert_eq!(value["aliases"][0]["places"][0]["header"], "authorization");
+    assert_eq!(value["aliases"][0]["places"][0]["site"], "header");
+    assert_eq!(value["aliases"][0]["bound"], true);
+    assert_eq!(value["limits"][0]["by"]["agent"], "mino");
+    assert_eq!(value["limits"][0]["per"], "1h");
+    assert_eq!(value["limits"][0]["remaining"], 3);
+    assert_eq!(value["budgets"]["source"], "not_needed");
+
+    let x = explain_fresh(&request("DELETE", "https://api.github.com/x", &[], b""));
+    let value: serde_json::Value =
+        serde_json::from_str(&render::json(&x, &BudgetSource::NotNeeded)).unwrap();
+    assert_eq!(value["decision"], "deny");
+    assert_eq!(value["status"], 403);
+    assert_eq!(value["code"], "policy_denied");
+    assert_eq!(value["reason"], "deny_rule");
+    assert_eq!(value["rules"], serde_json::json!(["no-deletes"]));
+
+    let x = explain_fresh(&get("http://example.com/", &[]));
+    let value: serde_json::Value =
+        serde_json::from_str(&render::json(&x, &BudgetSource::NotNeeded)).unwrap();
+    assert_eq!(value["rules"], serde_json::Value::Null);
+    assert_eq!(value["reason"], "invalid_target");
+    assert_eq!(value["target"], serde_json::Value::Null);
+}
+
+#[test]
+fn no_header_or_query_value_is_ever_printed() {
+    let secret_header = ("x-api-key", CANARY);
+    let cases = [
+        get(
+            &format!("https://api.github.com/user?token={CANARY}"),
+            &[AUTH, secret_header],
+        ),
+        get(
+            &format!("http://api.github.com/user?token={CANARY}"),
+            &[secret_header],
+        ),
+        get(
+            &format!("https://api.github.com/user?{CANARY}x={{{{mint:git"),
+            &[],
+        ),
+        get(
+            "https://api.github.com/user",
+            &[("authorization", &format!("{CANARY} {{{{mint:slack}}}}"))],
+        ),
+        request(
+            "POST",
+            "https://api.github.com/graphql",
+            &[JSON],
+            format!(r#"{{"a":"{CANARY}","b":"{{{{mint:github}}}}"}}"#).as_bytes(),
+        ),
+    ];
+    for request in &cases {
+        let x = explain_fresh(request);
+        for text in [
+            human(&x),
+            render::json(&x, &BudgetSource::NotNeeded),
+            format!("{x:?}"),
+            format!("{request:?}"),
+        ] {
+            // The query key holding the canary is a name, which is shown; values never are.
+            let without_key = text.replace(&format!("{CANARY}x"), "");
+            assert!(!without_key.contains(CANARY), "{text}");
+        }
+    }
+}
+
+// --- Audit log replay -----------------------------------------------------------------------------
+
+fn decision(id: &str, at: Duration, decision: AuditDecision, rule: &str) -> String {
+    let mut record = AuditRecord::decision(
+        Timestamp::from_unix_millis(at.as_millis() as u64).unwrap(),
+        RequestId::new(id).unwrap(),
+        decision,
+        ChainHash::genesis(),
+    );
+    record.agent = Some(AgentName::new("mino").unwrap());
+    record.method = Some(audit::Method::new("GET").unwrap());
+    record.scheme = Some(audit::Scheme::new("https").unwrap());
+    record.host = Some(audit::Host::new("api.github.com").unwrap());
+    record.port = NonZeroU16::new(443);
+    record.path = Some(UrlPath::new("/user").unwrap());
+    record.aliases = vec![AliasName::new("github").unwrap()];
+    record.rule = Some(vec![RuleId::new(rule).unwrap()]);
+    if decision != AuditDecision::Allow {
+        record.reason = Some(ReasonCode::new("policy_denied").unwrap());
+    }
+    record.check().unwrap();
+    record.to_line()
+}
+
+fn outcome(id: &str, at: Duration, outcome: Outcome) -> String {
+    let mut record = AuditRecord::outcome(
+        Timestamp::from_unix_millis(at.as_millis() as u64).unwrap(),
+        RequestId::new(id).unwrap(),
+        outcome,
+        ChainHash::genesis(),
+    );
+    if outcome == Outcome::Completed {
+        record.status = Some(HttpStatus::new(200).unwrap());
+    } else {
+        record.reason = Some(ReasonCode::new("upstream_failed").unwrap());
+    }
+    record.check().unwrap();
+    record.to_line()
+}
+
+const RUN: &str = "0123456789ab";
+const OLD_RUN: &str = "ba9876543210";
+
+fn ago(minutes: u64) -> Duration {
+    NOW - Duration::from_secs(minutes * 60)
+}
+
+#[test]
+fn unix_time_reads_audit_timestamps() {
+    for ms in [
+        0,
+        1_000,
+        951_782_400_123,
+        1_800_000_000_000,
+        4_102_444_799_999,
+    ] {
+        let text = Timestamp::from_unix_millis(ms).unwrap();
+        assert_eq!(
+            unix_time(text.as_str()),
+            Some(Duration::from_millis(ms)),
+            "{text:?}"
+        );
+    }
+}
+
+#[test]
+fn replay_counts_the_latest_runs_sent_allows_inside_the_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.log");
+    let lines = [
+        // Another run: the broker restarted since, with empty counters.
+        decision(
+            &format!("{OLD_RUN}-1"),
+            ago(20),
+            AuditDecision::Allow,
+            "gh-read",
+        ),
+        // Outside the hour.
+        decision(
+            &format!("{RUN}-1"),
+            ago(61),
+            AuditDecision::Allow,
+            "gh-read",
+        ),
+        // Counted: completed, unknown, and still without outcome.
+        decision(
+            &format!("{RUN}-2"),
+            ago(30),
+            AuditDecision::Allow,
+            "gh-read",
+        ),
+        outcome(&format!("{RUN}-2"), ago(30), Outcome::Completed),
+        decision(
+            &format!("{RUN}-3"),
+            ago(20),
+            AuditDecision::Allow,
+            "gh-read",
+        ),
+        outcome(&format!("{RUN}-3"), ago(20), Outcome::Unknown),
+        "not an audit record".to_owned(),
+        decision(
+            &format!("{RUN}-4"),
+            ago(10),
+            AuditDecision::Allow,
+            "gh-read",
+        ),
+        // Refunded: never sent.
+        decision(&format!("{RUN}-5"), ago(5), AuditDecision::Allow, "gh-read"),
+        outcome(&format!("{RUN}-5"), ago(5), Outcome::Failed),
+        // Denials count nothing.
+        decision(
+            &format!("{RUN}-6"),
+            ago(4),
+            AuditDecision::Deny,
+            "no-deletes",
+        ),
+    ];
+    std::fs::write(&log, lines.join("\n") + "\n").unwrap();
+    let policy = policy();
+    let replayed = replay(&log, &policy, Duration::from_secs(3600), NOW).unwrap();
+    assert_eq!(
+        replayed.source,
+        BudgetSource::AuditLog {
+            path: log.clone(),
+            files: vec![log.clone()],
+            replayed: 3,
+        }
+    );
+    let mut x = examine(
+        &policy,
+        &aliases(),
+        &get("https://api.github.com/user", &[AUTH]),
+        10 << 20,
+    );
+    x.count_limits(&policy, replayed.limiter, NOW);
+    assert_eq!(answer(&x), "429 limited", "3 of 3 used: {x:?}");
+    // Both the allow rule's counter and the `limit` rule's were charged.
+    let remaining: Vec<(&str, u64)> = x
+        .limits
+        .iter()
+        .map(|l| (l.rule.as_str(), l.remaining))
+        .collect();
+    assert_eq!(remaining, [("gh-read", 0), ("hourly", 7)]);
+}
+
+#[test]
+fn replay_reads_rotated_files_and_reports_a_missing_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.log");
+    let policy = policy();
+    let none = replay(&log, &policy, Duration::from_secs(3600), NOW).unwrap();
+    assert_eq!(none.source, BudgetSource::NoLog { path: log.clone() });
+
+    let rotated = dir.path().join("audit.log.1");
+    // Checked at the file's real modification time (now): the rotated file is inside the window.
+    let now = wall_clock();
+    let lines = [
+        decision(
+            &format!("{RUN}-1"),
+            now - Duration::from_secs(60),
+            AuditDecision::Allow,
+            "gh-read",
+        ),
+        decision(&format!("{RUN}-2"), now, AuditDecision::Allow, "gh-read"),
+    ];
+    std::fs::write(&rotated, lines[0].clone() + "\n").unwrap();
+    std::fs::write(&log, lines[1].clone() + "\n").unwrap();
+    let replayed = replay(&log, &policy, Duration::from_secs(3600), now).unwrap();
+    let BudgetSource::AuditLog {
+        files, replayed: n, ..
+    } = &replayed.source
+    else {
+        panic!("{:?}", replayed.source)
+    };
+    assert_eq!(files, &[rotated.clone(), log.clone()]);
+    assert_eq!(*n, 2);
+    // A rotated file last written before the window is not read.
+    let replayed = replay(
+        &log,
+        &policy,
+        Duration::from_secs(3600),
+        now + Duration::from_secs(7200),
+    )
+    .unwrap();
+    let BudgetSource::AuditLog { files, .. } = &replayed.source else {
+        panic!()
+    };
+    assert_eq!(files, std::slice::from_ref(&log));
+}
+
+#[test]
+fn replay_refuses_a_log_that_is_not_a_regular_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let error = replay(dir.path(), &policy(), Duration::from_secs(60), NOW).unwrap_err();
+    assert!(error.to_string().contains("is a directory"), "{error}");
+}
+
+// --- Parity with the proxy ------------------------------------------------------------------------
+
+/// Sends each request through the real router (nothing listens on the loopback target, so an
+/// allowed request ends as 502 `upstream_failed`) and checks that explain gives the same answer.
+#[tokio::test]
+async fn explain_answers_as_the_proxy_router_does() {
+    use tower::ServiceExt;
+
+    use crate::audit::{AuditConfig, AuditLog};
+    use crate::capability::{CapabilityFile, CapabilityStore, IssueRequest};
+    use crate::credential_store::{
+        CredentialSources, CredentialStore, CredentialValue, MemoryStore,
+    };
+    use crate::declarations::Declarations;
+    use crate::proxy::{AppState, router};
+    use crate::upstream::UpstreamClient;
+
+    let dir = tempfile::tempdir().unwrap();
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let policy = policy_with_port(port);
+    let aliases = aliases();
+    let keyring = MemoryStore::new();
+    for alias in &aliases.aliases {
+        keyring
+            .write(&alias.name, &CredentialValue::new("s3cret-value").unwrap())
+            .unwrap();
+    }
+    let sources = CredentialSources::new(
+        Arc::new(keyring),
+        Arc::new(MemoryStore::new()),
+        Arc::new(MemoryStore::new()),
+    );
+    let credentials = sources.load_all(&aliases).unwrap();
+    let declarations =
+        Declarations::new(policy_with_port(port), aliases.clone(), credentials).unwrap();
+    let mut capabilities = CapabilityFile::default();
+    let (token, _) = capabilities
+        .issue(
+            IssueRequest {
+                agent: AgentName::new("mino").unwrap(),
+                ttl: Duration::from_secs(3600),
+                aliases: Vec::new(),
+            },
+            SystemTime::now(),
+        )
+        .unwrap();
+    let token = {
+        use secrecy::ExposeSecret;
+        token.as_secret().expose_secret().to_owned()
+    };
+    let caps_path = dir.path().join("capabilities.yaml");
+    capabilities.save(&caps_path).unwrap();
+    let state = AppState::new(
+        crate::proxy::ProxyLimits::default(),
+        declarations,
+        CapabilityStore::open(&caps_path).unwrap(),
+        AuditLog::open(&dir.path().join("audit.log"), AuditConfig::default()).unwrap(),
+        UpstreamClient::new(
+            crate::tls::upstream_client_config(None).unwrap(),
+            Duration::from_secs(2),
+        ),
+    );
+    let local = format!("http://127.0.0.1:{port}");
+    let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"query-docs"}}"#;
+    // (method, URL, headers, body)
+    type Case<'a> = (&'a str, String, Vec<(&'a str, &'a str)>, Vec<u8>);
+    let cases: Vec<Case<'_>> = vec![
+        ("GET", format!("{local}/x"), vec![], vec![]),
+        ("POST", format!("{local}/x?_method=DELETE"), vec![], vec![]),
+        (
+            "GET",
+            format!("{local}/x"),
+            vec![("x-http-method-override", "PUT")],
+            vec![],
+        ),
+        (
+            "GET",
+            format!("{local}/x"),
+            vec![("upgrade", "websocket")],
+            vec![],
+        ),
+        (
+            "GET",
+            format!("{local}/x"),
+            vec![("x-k", "{{mint:github}}")],
+            vec![],
+        ),
+        (
+            "GET",
+            format!("{local}/x"),
+            vec![("x-k", "{{mint:nope}}")],
+            vec![],
+        ),
+        (
+            "GET",
+            format!("{local}/x"),
+            vec![("x-k", "%7B%7Bmint:github%7D%7D")],
+            vec![],
+        ),
+        ("GET", format!("{local}/x?k={{{{mint:gith"), vec![], vec![]),
+        ("GET", format!("{local}/a/%2e%2e/x"), vec![], vec![]),
+        ("GET", format!("{local}/a//x"), vec![], vec![]),
+        ("GET", format!("{local}/a;b"), vec![], vec![]),
+        ("DELETE", format!("{local}/x"), vec![], vec![]),
+        ("PUT", format!("{local}/x"), vec![], vec![]),
+        ("get", format!("{local}/x"), vec![], vec![]),
+        (
+            "POST",
+            format!("{local}/x"),
+            vec![JSON],
+            call.as_bytes().to_vec(),
+        ),
+        (
+            "POST",
+            format!("{local}/x"),
+            vec![JSON, ("mcp-name", "other")],
+            call.as_bytes().to_vec(),
+        ),
+        (
+            "POST",
+            format!("{local}/x"),
+            vec![JSON, ("mcp-name", "query-docs")],
+            call.as_bytes().to_vec(),
+        ),
+        (
+            "POST",
+            format!("{local}/x"),
+            vec![JSON],
+            br#"{"method":"tools/call","method":1}"#.to_vec(),
+        ),
+        (
+            "POST",
+            format!("{local}/x"),
+            vec![("content-type", "text/plain")],
+            b"k={{mint:github}}".to_vec(),
+        ),
+        (
+            "POST",
+            format!("{local}/x"),
+            vec![("content-type", "text/plain")],
+            b"{{mint:github}}".to_vec(),
+        ),
+        ("GET", format!("{local}/repos/a/b/hooks/1"), vec![], vec![]),
+        (
+            "GET",
+            "https://api.github.com/user".to_owned(),
+            vec![("x-k", "{{mint:slack}}")],
+            vec![],
+        ),
+        (
+            "GET",
+            "https://api.github.com/user?k={{mint:github}}".to_owned(),
+            vec![],
+            vec![],
+        ),
+        (
+            "GET",
+            "https://api.github.com/{{mint:github}}".to_owned(),
+            vec![],
+            vec![],
+        ),
+        ("GET", "https://{{mint:github}}/".to_owned(), vec![], vec![]),
+        (
+            "GET",
+            "http://api.github.com/user".to_owned(),
+            vec![],
+            vec![],
+        ),
+        (
+            "GET",
+            "https://api.github.com:0/".to_owned(),
+            vec![],
+            vec![],
+        ),
+        (
+            "GET",
+            "https://example.com/".to_owned(),
+            vec![("mint-x", "{{mint:nope}}")],
+            vec![],
+        ),
+        (
+            "POST",
+            "https://mcp.example.com/mcp".to_owned(),
+            vec![JSON],
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"drop"}}"#.to_vec(),
+        ),
+    ];
+    for (method, url, headers, body) in cases {
+        let explained = examine(
+            &policy,
+            &aliases,
+            &request(method, &url, &headers, &body),
+            10 << 20,
+        );
+        let expected = match &explained.verdict {
+            Verdict::Allow { .. } => (502, "upstream_failed".to_owned()),
+            Verdict::Refused(error) => (error.status().as_u16(), error.code().to_owned()),
+        };
+
+        let (scheme, rest) = url.split_once("://").unwrap();
+        let mut builder = http::Request::builder()
+            .method(Method::from_bytes(method.as_bytes()).unwrap())
+            .uri(format!("/v1/proxy/{scheme}/{rest}"))
+            .header("mint-capability", token.as_str());
+        for (name, value) in &headers {
+            builder = builder.header(*name, *value);
+        }
+        let response = router(state.clone())
+            .oneshot(builder.body(axum::body::Body::from(body)).unwrap())
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let bytes = http_body_util::BodyExt::collect(response.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        let answer: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        let code = answer["error"]["code"]
+            .as_str()
+            .or_else(|| answer["error"]["data"]["code"].as_str())
+            .or_else(|| answer[0]["error"]["data"]["code"].as_str())
+            .unwrap_or_default()
+            .to_owned();
+        assert_eq!((status, code), expected, "{method} {url} {headers:?}");
+    }
+}
