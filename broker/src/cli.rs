@@ -104,6 +104,10 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 64 << 20)]
     pub max_response_body: u64,
 
+    /// The most agent connections served at once; more wait in the listen backlog.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections: u32,
+
     /// How long requests in flight may take to finish at shutdown.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
     pub shutdown_grace: Duration,
@@ -260,6 +264,7 @@ pub fn run(cli: Cli, paths: &Paths, out: &mut dyn Write) -> Result<ExitStatus, C
                     max_response_body: args.max_response_body,
                     header_read_timeout: args.header_read_timeout,
                     shutdown_grace: args.shutdown_grace,
+                    max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
                 },
                 audit,
             };

@@ -26,6 +26,8 @@ pub struct Declarations {
     policy: CompiledPolicy,
     aliases: AliasFile,
     credentials: CredentialSet,
+    /// Every secret answers are scrubbed of: the current ones and those earlier reloads replaced.
+    scrubbed: Secrets,
     scrubber: Scrubber,
 }
 
@@ -101,8 +103,20 @@ impl Declarations {
             policy,
             aliases,
             credentials,
+            scrubbed: all,
             scrubber,
         })
+    }
+
+    /// These declarations, still scrubbing every secret `previous` scrubbed (a reload that
+    /// rotates or removes a secret must not let an upstream hand the old value back).
+    pub fn retaining(mut self, previous: &Declarations) -> Result<Declarations, DeclarationsError> {
+        self.scrubbed.absorb(&previous.scrubbed);
+        self.scrubber = self
+            .scrubbed
+            .scrubber()
+            .map_err(|_| DeclarationsError::Scrubber)?;
+        Ok(self)
     }
 
     /// The compiled policy.

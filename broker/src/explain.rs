@@ -1,12 +1,13 @@
 //! `mint policy explain`: decides one request the way the proxy would, without sending it.
 //!
 //! Takes a request described on the command line (agent, method, URL, headers, MCP tool, JSON
-//! body) and runs the proxy's pipeline on it, in the proxy's order and with the proxy's errors:
-//! the target is split and canonicalized (`normalize_target`), the method and headers checked,
-//! the MCP tools named, placeholders found (`placeholder::scan`) and checked against the alias
-//! declarations, then the policy evaluated once per call (deny overrides) and the call limits
-//! counted. It reports the decision, the deciding rules, every alias with where it sits and where
-//! it may go, and each applicable limit's remaining budget.
+//! body) and runs the proxy's pipeline on it with the proxy's own checks (`proxy::headers` and
+//! `proxy::pipeline`, which the proxy's `forward` calls), in the proxy's order and with the
+//! proxy's errors: the target is split and canonicalized (`normalize_target`), the method and
+//! headers checked, the MCP tools named, placeholders found (`placeholder::scan`) and checked
+//! against the alias declarations, then the policy evaluated once per call (deny overrides) and
+//! the call limits counted. It reports the decision, the deciding rules, every alias with where
+//! it sits and where it may go, and each applicable limit's remaining budget.
 //!
 //! Reads the policy and alias files, the body file, and (only when a limit applies) the audit
 //! log; never a secret, the capabilities or the network. Output names headers, query parameters,
@@ -25,27 +26,24 @@ use http::Method;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use mint_policy::aliases::{AliasFile, load_aliases};
 use mint_policy::audit::{AgentName, ToolName};
-use mint_policy::evaluate::{self, CompiledPolicy, Evaluation};
+use mint_policy::evaluate::{CompiledPolicy, Evaluation};
 use mint_policy::limits::{Charge, Limiter};
-use mint_policy::normalize::{Target, normalize_target};
+use mint_policy::normalize::Target;
 use mint_policy::policy::{LimitKey, load_policy};
 use mint_policy::site::SiteSet;
 use mint_policy::{Diagnostic, MAX_FILE_BYTES, Severity};
 
-use crate::audit::facts::TargetFacts;
 use crate::cli::ExitStatus;
 use crate::declaration_file::{ReadError, read_declaration_file};
 use crate::env::Paths;
-use crate::placeholder::{self, Part, Place, Placeholders, RequestParts};
-use crate::proxy::{Invalid, ProxyError, ProxyLimits};
+use crate::placeholder::{Part, Place, Placeholders};
+use crate::proxy::pipeline::{self, JsonRpcIds, RawTarget};
+use crate::proxy::{ProxyError, ProxyLimits, headers};
 
 pub mod budget;
-mod mirror;
 mod render;
 
 pub use budget::BudgetSource;
-
-use mirror::RawTarget;
 
 /// Arguments of `mint policy explain`.
 #[derive(Debug, Args)]
@@ -514,7 +512,8 @@ pub fn examine(
     explanation
 }
 
-/// The proxy's `forward`, steps 2 to 4, without the capability: returns the admitting rules.
+/// The proxy's `forward`, steps 2 to 4, without the capability and the limits, through the
+/// proxy's own checks (`proxy::headers`, `proxy::pipeline`): returns the admitting rules.
 fn pipeline(
     explanation: &mut Explanation,
     policy: &CompiledPolicy,
@@ -528,23 +527,22 @@ fn pipeline(
     }
 
     // 2. The target, the method, framing and headers, the body.
-    let raw = RawTarget::split(&request.url).ok_or(Invalid::Route)?;
-    mirror::refuse_placeholder_in_target(&raw)?;
-    let target = normalize_target(&raw.scheme, &raw.authority, &raw.path_and_query())
-        .map_err(Invalid::Target)?;
-    TargetFacts::from_target(&target).map_err(|e| Invalid::Unauditable(e.to_string()))?;
+    let raw = RawTarget::from_url(&request.url)?;
+    let (target, _) = raw.canonicalize()?;
     explanation.target = Some(target.clone());
-    mirror::check_method(&request.method)?;
-    mirror::check_request(&request.method, &request.headers)?;
-    let mut headers = request.headers.clone();
-    mirror::strip_request(&mut headers);
+    headers::check_method(&request.method)?;
+    headers::check_request(&request.method, &request.headers)?;
+    // What is never forwarded is never scanned either: a placeholder in `Mint-Capability` or a
+    // hop-by-hop header is dropped, not refused.
+    let mut forwarded = request.headers.clone();
+    headers::strip_request(&mut forwarded);
     if request.body.len() as u64 > max_body {
         return Err(ProxyError::BodyTooLarge { limit: max_body });
     }
-    mirror::check_override_params(
+    headers::check_override_params(
         &request.method,
         target.query.as_deref(),
-        &headers,
+        &forwarded,
         &request.body,
     )?;
 
@@ -552,93 +550,50 @@ fn pipeline(
     let (tools, other_messages) = match &request.tool {
         Some(tool) => {
             explanation.tool_source = Some(ToolSource::Flag);
-            (vec![tool.clone()], false)
+            let tools = vec![tool.clone()];
+            pipeline::check_mcp_name(&forwarded, &tools)?;
+            (tools, false)
         }
         None => {
             explanation.tool_source = Some(ToolSource::Body);
-            let tools = mirror::mcp_tools(&request.method, &headers, &request.body)?;
+            let tools = pipeline::mcp_tools(&request.method, &forwarded, &request.body)?;
             // A batch is allowed only if every element is: messages besides the tool calls are
             // the endpoint's own traffic, evaluated without a tool.
-            let other = tools.is_empty()
-                || mirror::message_count(&request.body).is_none_or(|count| count > tools.len());
+            let other =
+                tools.is_empty() || JsonRpcIds::of(&request.body).holds_other_messages(tools.len());
             (tools, other)
         }
     };
-    mirror::check_mcp_name(&headers, &tools)?;
     explanation.tools.clone_from(&tools);
-    let found = placeholder::scan(&RequestParts {
-        scheme: &raw.scheme,
-        authority: &raw.authority,
-        path: &raw.path,
-        query: raw.query.as_deref(),
-        headers: &headers,
-        body: &request.body,
-    })
-    .map_err(ProxyError::Placeholder)?;
+    let found = pipeline::find_placeholders(&raw, &forwarded, &request.body)?;
     explanation.aliases = alias_reports(&found, aliases, &target);
-    for alias in found.aliases() {
-        if aliases.find(alias).is_none() {
-            return Err(ProxyError::UnknownAlias {
-                alias: alias.to_owned(),
-            });
-        }
-    }
-    if let Some(forbidden) = found.forbidden().next() {
-        let place = match forbidden.place {
-            Place::Forbidden(place) => {
-                format!("{place} ({})", mirror::describe_part(&forbidden.part))
-            }
-            Place::Site(site) => site.as_str().to_owned(),
-        };
-        return Err(ProxyError::SiteNotAllowed {
-            alias: forbidden.alias.clone(),
-            place,
-        });
-    }
+    pipeline::check_placeholders(&found, aliases)?;
     let uses = found.alias_uses();
-    mirror::check_bindings(aliases, &target, &uses)?;
+    pipeline::check_bindings(aliases, &target, &uses)?;
 
     // 4. The policy, once per call; every call must be allowed. All calls are evaluated, so the
-    // report shows each one; the refusal is the first denial, as the proxy answers it.
-    let mut calls: Vec<Option<&str>> = tools.iter().map(|t| Some(t.as_str())).collect();
-    if other_messages {
-        calls.push(None);
-    }
-    let mut rules: Vec<String> = Vec::new();
-    let mut denial = None;
-    for tool in calls {
-        let evaluation = policy.evaluate(&evaluate::Request {
-            agent: &request.agent,
-            method: request.method.as_str(),
-            target: &target,
-            aliases: &uses,
-            tool,
-        });
-        match &evaluation {
-            Evaluation::Deny(denied) => {
-                denial.get_or_insert_with(|| denied.clone());
-            }
-            Evaluation::Allow(grant) => {
-                for rule in &grant.rules {
-                    if !rules.contains(rule) {
-                        rules.push(rule.clone());
-                    }
-                }
-                explanation.charges.extend(grant.charges.iter().cloned());
-            }
-        }
-        explanation.evaluations.push(CallReport {
-            tool: tool.map(str::to_owned),
-            evaluation,
-        });
-    }
-    if let Some(denied) = denial {
-        return Err(ProxyError::PolicyDenied {
-            rules: denied.rules,
-            reason: denied.reason,
-        });
-    }
-    Ok(rules)
+    // report shows each one; the refusal is the first denial (or a batch calling several tools),
+    // as the proxy answers it.
+    let evaluated = pipeline::evaluate_calls(
+        policy,
+        &request.agent,
+        &request.method,
+        &target,
+        &uses,
+        &tools,
+        other_messages,
+    );
+    explanation.evaluations = evaluated
+        .calls
+        .iter()
+        .map(|(tool, evaluation)| CallReport {
+            tool: tool.clone(),
+            evaluation: evaluation.clone(),
+        })
+        .collect();
+    let allowed = evaluated.allowed()?;
+    explanation.charges = allowed.charges.into_iter().flatten().collect();
+    Ok(allowed.rules)
 }
 
 /// Every alias the placeholders name, with where each sits and what its declaration allows.

@@ -128,6 +128,28 @@ impl Secrets {
         self.entries.is_empty()
     }
 
+    /// Adds every secret of `other` whose value is not held yet, under a name no alias can have
+    /// (`retired:N`), released for no site: kept for scrubbing only. A reload keeps the secrets
+    /// it replaces this way, so an upstream that saw an old value cannot hand it back.
+    pub fn absorb(&mut self, other: &Secrets) {
+        let mut n = self.entries.len();
+        for entry in other.entries.values() {
+            if self.entries.values().any(|held| held.bytes() == entry.bytes()) {
+                continue;
+            }
+            while self.entries.contains_key(&format!("retired:{n}")) {
+                n += 1;
+            }
+            self.entries.insert(
+                format!("retired:{n}"),
+                Entry {
+                    value: entry.value.clone(),
+                    sites: SiteSet::EMPTY,
+                },
+            );
+        }
+    }
+
     /// The scrubber for the answer: redacts every secret held here.
     pub fn scrubber(&self) -> Result<Scrubber, ScrubError> {
         Scrubber::from_secrets(self.entries.values().map(Entry::bytes))

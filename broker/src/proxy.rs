@@ -6,16 +6,22 @@
 //! 1. authenticate (`Mint-Capability`, or `Proxy-Authorization: Bearer` in forward-proxy mode);
 //! 2. parse and canonicalize the target once (`mint_policy::normalize`), check the method,
 //!    framing and headers, strip what is never forwarded, read the body within its limit;
-//! 3. find placeholders and where they sit; unknown alias 400; a placeholder in a forbidden place
-//!    403; alias not bound to the host 403; site the alias does not allow 403; capability
+//! 3. name the tools of an MCP `tools/call` body (`Mcp-Name` must agree); find placeholders
+//!    and where they sit; unknown alias 400; a placeholder in a forbidden place 403; then alias
+//!    by alias: not bound to the host 403, a site the alias does not allow 403, capability
 //!    narrowing 403;
-//! 4. policy (deny overrides) 403, then call limits 429, checked and consumed atomically;
+//! 4. policy, once per tool call (deny overrides) 403; a batch calling several different tools
+//!    400; then call limits 429, checked and consumed atomically;
 //! 5. write the `decision` record (fail closed: 503 when it cannot be written);
 //! 6. substitute (`inject`), send through [`UpstreamClient`] (DNS and address checks, TLS), and
 //!    stream the answer back scrubbed (`answer`); the `outcome` record is written when it ends.
 //!
 //! The upstream request is built from the canonical target only, never from the raw input: match
 //! what is forwarded and forward what was matched.
+//!
+//! The checks of steps 2 to 4 that need no connection, capability or limiter live in `headers`
+//! and `pipeline`, which `mint policy explain` calls too: it decides a request with this code,
+//! so a change there changes both.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -29,35 +35,36 @@ use axum::routing::{any, get};
 use axum::{Json, Router};
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
-use http::{Method, Uri, Version};
+use http::{Method, Version};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use mint_policy::audit::{
     AgentName, AliasName, AuditDecision, CapabilityId, Outcome, ReasonCode, RequestId, RuleId,
     ToolName,
 };
-use mint_policy::evaluate::{self, AliasUse, Evaluation};
+use mint_policy::evaluate::AliasUse;
 use mint_policy::limits::{Charge, Limiter};
-use mint_policy::normalize::{Target, normalize_target};
+use mint_policy::normalize::Target;
 use mint_policy::site::Site;
 
-use crate::audit::facts::{DecisionFacts, RequestFacts, TargetFacts, decision_record};
+use crate::audit::facts::{DecisionFacts, RequestFacts, decision_record};
 use crate::audit::{AuditLog, now};
 use crate::capability::{CapabilityGrant, CapabilityStore};
 use crate::declarations::Declarations;
 use crate::inject::{self, InjectError};
-use crate::mcp_call;
-use crate::placeholder::{self, Place, RequestParts};
 use crate::upstream::{ConnectError, UpstreamClient, connect_error};
 
 mod answer;
 mod error;
-mod headers;
+pub(crate) mod headers;
+pub(crate) mod pipeline;
 
 pub use error::{Fault, Invalid, OUTCOME_HEADER, ProxyError, REQUEST_ID_HEADER};
 pub use headers::FramingWatch;
+pub use pipeline::JSONRPC_REFUSED;
 
 use answer::OutcomeWriter;
 use error::describe_part;
+use pipeline::{Allowed, JsonRpcIds, RawTarget};
 
 /// The capability header of `/v1/proxy` requests.
 pub const CAPABILITY_HEADER: &str = "mint-capability";
@@ -81,6 +88,8 @@ pub struct ProxyLimits {
     pub header_read_timeout: Duration,
     /// How long in-flight requests may take to finish at shutdown.
     pub shutdown_grace: Duration,
+    /// The most agent connections served at once.
+    pub max_connections: usize,
 }
 
 /// A combination of limits that cannot work.
@@ -111,6 +120,7 @@ impl Default for ProxyLimits {
             max_response_body: 64 << 20,
             header_read_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(10),
+            max_connections: 1024,
         }
     }
 }
@@ -369,14 +379,6 @@ struct Exchange {
     jsonrpc: Option<JsonRpcIds>,
 }
 
-/// The ids of a JSON-RPC request or batch, for error answers.
-struct JsonRpcIds {
-    batch: bool,
-    ids: Vec<serde_json::Value>,
-    /// How many messages the body holds; `None` when it could not be counted.
-    messages: Option<usize>,
-}
-
 // === impl Exchange ===
 
 impl Exchange {
@@ -475,72 +477,6 @@ impl Exchange {
     }
 }
 
-// === impl JsonRpcIds ===
-
-impl JsonRpcIds {
-    /// The ids of the messages of `body` (already checked strictly by `mcp_call`): every
-    /// top-level JSON text, arrays expanded (JSON Lines included). A body that does not parse
-    /// here (gzip, a byte order mark) gives no ids and counts as holding other messages.
-    fn of(body: &[u8]) -> JsonRpcIds {
-        let mut ids = Vec::new();
-        let mut messages = 0;
-        let mut texts = 0;
-        let mut parsed = true;
-        for value in serde_json::Deserializer::from_slice(body).into_iter::<serde_json::Value>() {
-            let Ok(value) = value else {
-                parsed = false;
-                break;
-            };
-            texts += 1;
-            let elements = match value {
-                serde_json::Value::Array(elements) => elements,
-                other => vec![other],
-            };
-            for element in elements {
-                if element.is_object() {
-                    messages += 1;
-                }
-                if let Some(id) = element.get("id") {
-                    ids.push(id.clone());
-                }
-            }
-        }
-        JsonRpcIds {
-            batch: texts != 1 || messages != 1,
-            ids,
-            messages: parsed.then_some(messages),
-        }
-    }
-
-    /// A JSON-RPC error answer per request id (`-32001`, Mint's error object in `data`).
-    fn error_body(&self, error: &ProxyError, request_id: &str) -> String {
-        let one = |id: serde_json::Value| {
-            serde_json::json!({
-                "jsonrpc": "2.0",
-                "id": id,
-                "error": {
-                    "code": JSONRPC_REFUSED,
-                    "message": format!("refused by Mint: {error}"),
-                    "data": {
-                        "code": error.code(),
-                        "rules": error.rules(),
-                        "request_id": request_id,
-                    },
-                },
-            })
-        };
-        let body = if self.batch && !self.ids.is_empty() {
-            serde_json::Value::Array(self.ids.iter().cloned().map(one).collect())
-        } else {
-            one(self.ids.first().cloned().unwrap_or(serde_json::Value::Null))
-        };
-        body.to_string()
-    }
-}
-
-/// The JSON-RPC error code of a call Mint refused (server-defined range).
-pub const JSONRPC_REFUSED: i64 = -32001;
-
 impl Drop for Exchange {
     /// The agent went away while the request was in Mint's hands (before the answer's head): an
     /// allowed request gets its outcome all the same. It may have been sent: `unknown`.
@@ -564,84 +500,6 @@ fn rule_ids(rules: &[String]) -> Vec<RuleId> {
         .iter()
         .filter_map(|r| RuleId::new(r.as_str()).ok())
         .collect()
-}
-
-/// The target as the agent wrote it.
-struct RawTarget {
-    scheme: String,
-    authority: String,
-    path: String,
-    query: Option<String>,
-}
-
-// === impl RawTarget ===
-
-impl RawTarget {
-    /// `/v1/proxy/{scheme}/{authority}/{path...}?{query}`.
-    fn from_route(uri: &Uri) -> Result<RawTarget, Invalid> {
-        let rest = uri
-            .path()
-            .strip_prefix("/v1/proxy/")
-            .ok_or(Invalid::Route)?;
-        let (scheme, rest) = rest.split_once('/').ok_or(Invalid::Route)?;
-        let (authority, path) = match rest.find('/') {
-            Some(at) => rest.split_at(at),
-            None => (rest, "/"),
-        };
-        if scheme.is_empty() || authority.is_empty() {
-            return Err(Invalid::Route);
-        }
-        Ok(RawTarget {
-            scheme: scheme.to_owned(),
-            authority: authority.to_owned(),
-            path: path.to_owned(),
-            query: uri.query().map(str::to_owned),
-        })
-    }
-
-    /// An absolute-form request: `GET http://host/path`. Plain `http` toward a host that is not
-    /// loopback is sent as `https`; the policy matches the scheme Mint uses upstream.
-    fn from_absolute(uri: &Uri, headers: &http::HeaderMap) -> Result<RawTarget, Invalid> {
-        let scheme = uri.scheme_str().ok_or(Invalid::Route)?;
-        let authority = uri.authority().ok_or(Invalid::Route)?.as_str();
-        // The Host header must name the target: compared canonically (`h:80` is `h` for http).
-        if let Some(host) = single_header(headers, header::HOST.as_str()) {
-            let default_port = if scheme == "https" { 443 } else { 80 };
-            let canonical = |text: &str| {
-                mint_policy::normalize::parse_authority(text)
-                    .map(|(host, port)| (host, port.unwrap_or(default_port)))
-            };
-            match (canonical(host), canonical(authority)) {
-                (Ok(a), Ok(b)) if a == b => {}
-                (_, Err(error)) => return Err(Invalid::Target(error)),
-                _ => return Err(Invalid::HostMismatch),
-            }
-        } else if headers.contains_key(header::HOST) {
-            return Err(Invalid::HostMismatch);
-        }
-        let scheme = match scheme {
-            "http" => {
-                let loopback = mint_policy::normalize::parse_authority(authority)
-                    .map(|(host, _)| host.is_loopback())
-                    .map_err(Invalid::Target)?;
-                if loopback { "http" } else { "https" }
-            }
-            other => other,
-        };
-        Ok(RawTarget {
-            scheme: scheme.to_owned(),
-            authority: authority.to_owned(),
-            path: uri.path().to_owned(),
-            query: uri.query().map(str::to_owned),
-        })
-    }
-
-    fn path_and_query(&self) -> String {
-        match &self.query {
-            Some(query) => format!("{}?{query}", self.path),
-            None => self.path.clone(),
-        }
-    }
 }
 
 /// The one value of a header, or `None` when it is absent, repeated or not text.
@@ -702,11 +560,8 @@ async fn forward(
         Mode::Route => RawTarget::from_route(&parts.uri)?,
         Mode::Forward => RawTarget::from_absolute(&parts.uri, &parts.headers)?,
     };
-    refuse_placeholder_in_target(&raw)?;
-    let target = normalize_target(&raw.scheme, &raw.authority, &raw.path_and_query())
-        .map_err(Invalid::Target)?;
-    exchange.facts.target =
-        Some(TargetFacts::from_target(&target).map_err(|e| Invalid::Unauditable(e.to_string()))?);
+    let (target, target_facts) = raw.canonicalize()?;
+    exchange.facts.target = Some(target_facts);
     headers::check_method(&method)?;
     if let Some(framing) = parts.extensions.get::<FramingWatch>() {
         framing.take()?;
@@ -719,78 +574,52 @@ async fn forward(
     headers::check_override_params(&method, target.query.as_deref(), &request_headers, &body)?;
 
     // 3. Placeholders, aliases, bindings, sites, capability narrowing.
-    let tools = mcp_tools(&method, &request_headers, &body)?;
-    // A server may route by the `Mcp-Name` header instead of the body: it must name the tool the
-    // body calls, or the policy would have judged another tool than the one that runs.
-    if !tools.is_empty()
-        && request_headers
-            .get_all("mcp-name")
-            .iter()
-            .any(|value| tools.iter().any(|tool| tool.as_bytes() != value.as_bytes()))
-    {
-        return Err(Invalid::Mcp(
-            "the `Mcp-Name` header must name the tool the body calls".to_owned(),
-        )
-        .into());
-    }
+    let tools = pipeline::mcp_tools(&method, &request_headers, &body)?;
     // A batch is allowed only if every element is: messages besides the tool calls are the
     // endpoint's own traffic, evaluated without a tool.
     let mut other_messages = tools.is_empty();
     if !tools.is_empty() {
         let ids = JsonRpcIds::of(&body);
-        other_messages = ids.messages.is_none_or(|count| count > tools.len());
+        other_messages = ids.holds_other_messages(tools.len());
         exchange.jsonrpc = Some(ids);
     }
     exchange.facts.mcp_tool = tools
         .first()
         .and_then(|tool| ToolName::new(tool.as_str()).ok());
-    let found = placeholder::scan(&RequestParts {
-        scheme: &raw.scheme,
-        authority: &raw.authority,
-        path: &raw.path,
-        query: raw.query.as_deref(),
-        headers: &request_headers,
-        body: &body,
-    })
-    .map_err(ProxyError::Placeholder)?;
+    let found = pipeline::find_placeholders(&raw, &request_headers, &body)?;
     exchange.facts.aliases = found
         .aliases()
         .into_iter()
         .filter_map(|alias| AliasName::new(alias).ok())
         .collect();
     let declarations = state.declarations();
-    for alias in found.aliases() {
-        if declarations.alias(alias).is_none() {
-            return Err(ProxyError::UnknownAlias {
-                alias: alias.to_owned(),
+    pipeline::check_placeholders(&found, declarations.aliases())?;
+    let uses = found.alias_uses();
+    // Alias by alias: its declaration, then the capability.
+    for alias_use in &uses {
+        pipeline::check_binding(declarations.aliases(), &target, alias_use)?;
+        if !grant.allows_alias(&alias_use.alias) {
+            return Err(ProxyError::CapabilityScope {
+                alias: alias_use.alias.clone(),
             });
         }
     }
-    if let Some(forbidden) = found.forbidden().next() {
-        let place = match forbidden.place {
-            Place::Forbidden(place) => format!("{place} ({})", describe_part(&forbidden.part)),
-            Place::Site(site) => site.as_str().to_owned(),
-        };
-        return Err(ProxyError::SiteNotAllowed {
-            alias: forbidden.alias.clone(),
-            place,
-        });
-    }
-    let uses = found.alias_uses();
-    check_aliases(&declarations, &grant, &target, &uses)?;
 
-    // 4. Policy and call limits.
-    let admitted = decide(
-        state,
-        &declarations,
-        &grant,
+    // 4. Policy, then call limits.
+    let evaluated = pipeline::evaluate_calls(
+        declarations.policy(),
+        grant.agent.as_str(),
         &method,
         &target,
         &uses,
         &tools,
         other_messages,
-        &mut exchange.facts.mcp_tool,
-    )?;
+    );
+    if let Some(tool) = evaluated.denied_tool() {
+        // The audit record names the tool that was refused, not the batch's first.
+        exchange.facts.mcp_tool = ToolName::new(tool).ok();
+    }
+    let admitted = admit(state, evaluated.allowed()?)?;
     let charges = (admitted.charges.clone(), admitted.admitted_at);
     let outgoing = Outgoing {
         method,
@@ -893,96 +722,6 @@ async fn send(
     }
 }
 
-/// Refuses (403) a placeholder in the scheme or authority as written, before the target is
-/// parsed: a name that fails to parse must still be answered as a placeholder where none may go.
-fn refuse_placeholder_in_target(raw: &RawTarget) -> Result<(), ProxyError> {
-    let empty = http::HeaderMap::new();
-    let found = placeholder::scan(&RequestParts {
-        scheme: &raw.scheme,
-        authority: &raw.authority,
-        path: "/",
-        query: None,
-        headers: &empty,
-        body: &[],
-    })
-    .map_err(ProxyError::Placeholder)?;
-    match found.found().first() {
-        Some(first) => Err(ProxyError::SiteNotAllowed {
-            alias: first.alias.clone(),
-            place: describe_part(&first.part),
-        }),
-        None => Ok(()),
-    }
-}
-
-/// The tool names of an MCP `tools/call` body (empty when the request is not one), read strictly
-/// from the body as received; a body whose calls cannot be named is refused.
-fn mcp_tools(
-    method: &Method,
-    headers: &http::HeaderMap,
-    body: &Bytes,
-) -> Result<Vec<String>, ProxyError> {
-    match mcp_call::tool_calls(method, headers, body) {
-        Ok(calls) => Ok(calls
-            .names()
-            .iter()
-            .map(|name| name.as_str().to_owned())
-            .collect()),
-        Err(error) if error.code() == "body_too_large" => Err(ProxyError::BodyTooLarge {
-            limit: mcp_call::MAX_MCP_MESSAGE_BYTES as u64,
-        }),
-        Err(error) => Err(Invalid::Mcp(error.to_string()).into()),
-    }
-}
-
-/// Checks every alias the request uses against its declaration and the capability.
-fn check_aliases(
-    declarations: &Declarations,
-    grant: &CapabilityGrant,
-    target: &Target,
-    uses: &[AliasUse],
-) -> Result<(), ProxyError> {
-    for alias_use in uses {
-        let Some(alias) = declarations.alias(&alias_use.alias) else {
-            return Err(ProxyError::UnknownAlias {
-                alias: alias_use.alias.clone(),
-            });
-        };
-        if !alias
-            .hosts
-            .iter()
-            .any(|pattern| pattern.matches(&target.host))
-        {
-            return Err(ProxyError::AliasNotBound {
-                alias: alias.name.clone(),
-            });
-        }
-        if let Some(site) = alias_use.sites.iter().find(|s| !alias.sites.contains(*s)) {
-            return Err(ProxyError::SiteNotAllowed {
-                alias: alias.name.clone(),
-                place: format!(
-                    "the {site} site (the alias allows {})",
-                    sites_text(alias.sites)
-                ),
-            });
-        }
-        if !grant.allows_alias(&alias.name) {
-            return Err(ProxyError::CapabilityScope {
-                alias: alias.name.clone(),
-            });
-        }
-    }
-    Ok(())
-}
-
-fn sites_text(sites: mint_policy::site::SiteSet) -> String {
-    sites
-        .iter()
-        .map(Site::as_str)
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// What the policy and the limits admitted.
 struct Admitted {
     rules: Vec<String>,
@@ -992,74 +731,13 @@ struct Admitted {
     admitted_at: Duration,
 }
 
-/// Evaluates the request once per MCP tool it calls, and once without a tool when it calls none
-/// or also holds other messages; every evaluation must allow, then all their limits are checked
-/// and consumed together.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "one call site; the facts of one request"
-)]
-fn decide(
-    state: &AppState,
-    declarations: &Declarations,
-    grant: &CapabilityGrant,
-    method: &Method,
-    target: &Target,
-    uses: &[AliasUse],
-    tools: &[String],
-    other_messages: bool,
-    denied_tool: &mut Option<ToolName>,
-) -> Result<Admitted, ProxyError> {
-    let policy = declarations.policy();
-    let mut request = evaluate::Request {
-        agent: grant.agent.as_str(),
-        method: method.as_str(),
-        target,
-        aliases: uses,
-        tool: None,
-    };
-    let mut rules: Vec<String> = Vec::new();
-    let mut charges: Vec<Vec<Charge>> = Vec::new();
-    let mut allow_private = true;
-    let mut calls: Vec<Option<&str>> = tools.iter().map(|t| Some(t.as_str())).collect();
-    if other_messages {
-        calls.push(None);
-    }
-    for tool in calls {
-        request.tool = tool;
-        match policy.evaluate(&request) {
-            Evaluation::Deny(denial) => {
-                // The audit record names the tool that was refused, not the batch's first.
-                if let Some(tool) = tool {
-                    *denied_tool = ToolName::new(tool).ok();
-                }
-                return Err(ProxyError::PolicyDenied {
-                    rules: denial.rules,
-                    reason: denial.reason,
-                });
-            }
-            Evaluation::Allow(grant) => {
-                for rule in grant.rules {
-                    if !rules.contains(&rule) {
-                        rules.push(rule);
-                    }
-                }
-                charges.push(grant.charges);
-                allow_private &= grant.allow_private;
-            }
-        }
-    }
-    // The audit record names one tool: a batch that would run several different tools is
-    // refused (MCP clients send one call per request; batching left the protocol in 2025-06-18).
-    // A batch with a denied tool was refused above, naming that tool.
-    if let Some(first) = tools.first()
-        && tools.iter().any(|tool| tool != first)
-    {
-        return Err(Invalid::Mcp(
-            "a batch may call one tool only; send each tool call in its own request".to_owned(),
-        )
-        .into());
-    }
+/// Checks and consumes the call limits of every call the policy allowed, together.
+fn admit(state: &AppState, allowed: Allowed) -> Result<Admitted, ProxyError> {
+    let Allowed {
+        rules,
+        charges,
+        allow_private,
+    } = allowed;
     let now = state.inner.started.elapsed();
     state
         .limiter()

@@ -57,7 +57,10 @@ impl Reloader {
     /// Reloads once: swaps the new declarations in, or keeps the old ones and reports why.
     /// Blocking (file reads, keyring); run it off the async threads.
     pub fn reload(&self, state: &AppState) -> Result<(), DeclarationsError> {
-        match self.load() {
+        match self
+            .load()
+            .and_then(|loaded| loaded.retaining(&state.declarations()))
+        {
             Ok(declarations) => {
                 tracing::info!(
                     policy.file = %self.policy.display(),

@@ -5,6 +5,7 @@ mod demo;
 mod examples;
 mod proxy;
 mod proxy_attacks;
+mod proxy_connections;
 mod proxy_mcp;
 mod proxy_outcomes;
 mod proxy_reload;

@@ -11,10 +11,10 @@ use mint_policy::normalize::Target;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::mirror::sites_text;
 use super::{BudgetSource, Explanation, LimitReport, Placement, ToolSource, Verdict};
 use crate::placeholder::{Part, Place};
 use crate::proxy::ProxyError;
+use crate::proxy::pipeline::sites_text;
 
 /// The human report: a headline, aligned `label  value` rows, then notes.
 pub(crate) fn human(explanation: &Explanation, source: &BudgetSource) -> String {

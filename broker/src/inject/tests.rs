@@ -325,3 +325,49 @@ fn canary_survives_no_path() {
     texts.push(String::from_utf8_lossy(&out).into_owned());
     assert_no_canary(&texts);
 }
+
+#[test]
+fn absorbed_secrets_are_scrubbed_once_and_never_substituted() {
+    let mut current = Secrets::new();
+    current.insert(
+        "github",
+        SecretString::from("new-token-value-1234"),
+        SiteSet::HEADER,
+    );
+    let mut previous = Secrets::new();
+    previous.insert(
+        "github",
+        SecretString::from("old-token-value-5678"),
+        SiteSet::HEADER,
+    );
+    previous.insert(
+        "same",
+        SecretString::from("new-token-value-1234"),
+        SiteSet::HEADER,
+    );
+    current.absorb(&previous);
+    current.absorb(&previous);
+    // The old value is kept once; the value already held is not added again.
+    assert_eq!(current.len(), 2);
+    let mut scrubber = current.scrubber().unwrap();
+    let out = scrubber.push_slice(b"a old-token-value-5678 b new-token-value-1234 c");
+    let mut out = out;
+    out.extend(scrubber.finish_vec());
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "a [mint:redacted] b [mint:redacted] c"
+    );
+    // A retired secret is released for no site: no placeholder can bring it back.
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::AUTHORIZATION,
+        HeaderValue::from_static("Bearer {{mint:github}}"),
+    );
+    super::headers(&mut headers, &current).unwrap();
+    assert_eq!(
+        headers[header::AUTHORIZATION],
+        "Bearer new-token-value-1234"
+    );
+    assert!(format!("{current:?}").contains("retired:"));
+    assert!(!format!("{current:?}").contains("old-token"));
+}

@@ -1,0 +1,356 @@
+//! One agent connection's byte stream, watched on its way into hyper.
+//!
+//! [`ConnectionIo`] sits between the socket and hyper's HTTP/1.1 parser and does three things
+//! hyper does not:
+//!
+//! - **Framing.** It keeps the raw bytes of each request head (from the start of the connection,
+//!   and after each answer's head goes out) and records in a [`FramingWatch`] whether the head
+//!   had Content-Length with Transfer-Encoding or several Content-Length headers; hyper settles
+//!   both silently, and the proxy refuses such a request.
+//! - **Head deadline.** A request head must be complete within the header read timeout of its
+//!   first expected byte. A client that started a head and did not finish it (slowloris) gets a
+//!   JSON 408 and an audit record; a connection that sent nothing (idle, or idle between
+//!   keep-alive requests) is closed silently. Either way hyper reads end-of-file.
+//! - **hyper's own answers.** When hyper cannot parse a head it writes a bare `400`, `414` or
+//!   `431`; that answer is replaced by Mint's JSON error with `Mint-Request-Id`, and audited. Only
+//!   an answer written while a request head is pending (none of Mint's answers has started for
+//!   it) is replaced, so an answer body that happens to look like a status line is never touched.
+//!
+//! It never sees a secret: the agent's requests carry placeholders, and answers are scrubbed
+//! before hyper writes them.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::time::Sleep;
+
+use super::audit_connection_refusal;
+use crate::proxy::{AppState, FramingWatch};
+
+/// The most bytes of a request head kept for the framing check (hyper refuses larger heads).
+const MAX_SNIFFED_HEAD: usize = 1 << 20;
+
+/// A connection's byte stream (see the module documentation).
+#[derive(Debug)]
+pub(crate) struct ConnectionIo {
+    inner: TcpStream,
+    state: AppState,
+    framing: FramingWatch,
+    header_timeout: Duration,
+    /// The head being read, from its first byte; `None` while a body is read or an answer is
+    /// being written.
+    head: Option<Vec<u8>>,
+    /// When the pending head must be complete.
+    deadline: Option<Pin<Box<Sleep>>>,
+    /// A head was read and no answer has started for it yet.
+    awaiting_answer: bool,
+    /// Mint's answer replacing hyper's, while it is written.
+    replacement: Option<Replacement>,
+    /// The connection was ended here (deadline): reads give end-of-file, writes are dropped.
+    ended: bool,
+}
+
+/// Mint's answer written in place of hyper's.
+#[derive(Debug)]
+struct Replacement {
+    bytes: Vec<u8>,
+    written: usize,
+    /// How many bytes of hyper's answer to report as written once ours is out.
+    claimed: usize,
+    done: bool,
+}
+
+// === impl ConnectionIo ===
+
+impl ConnectionIo {
+    /// Watches `stream` (which gets `TCP_NODELAY`).
+    pub(crate) fn new(stream: TcpStream, state: &AppState) -> ConnectionIo {
+        let _ = stream.set_nodelay(true);
+        let header_timeout = state.limits().header_read_timeout;
+        ConnectionIo {
+            inner: stream,
+            state: state.clone(),
+            framing: FramingWatch::default(),
+            header_timeout,
+            head: Some(Vec::new()),
+            deadline: Some(Box::pin(tokio::time::sleep(header_timeout))),
+            awaiting_answer: false,
+            replacement: None,
+            ended: false,
+        }
+    }
+
+    /// The framing verdicts of this connection's heads, for its requests.
+    pub(crate) fn framing(&self) -> FramingWatch {
+        self.framing.clone()
+    }
+
+    /// Takes freshly read bytes into the pending head, if one is pending.
+    fn sniff(&mut self, bytes: &[u8]) {
+        let Some(head) = &mut self.head else {
+            return;
+        };
+        head.extend_from_slice(bytes);
+        if let Some(end) = memchr::memmem::find(head, b"\r\n\r\n") {
+            self.framing.observe(head.get(..end).unwrap_or_default());
+            self.head = None;
+            self.deadline = None;
+            self.awaiting_answer = true;
+        } else if head.len() > MAX_SNIFFED_HEAD {
+            // hyper refuses heads this large itself (431).
+            self.head = None;
+            self.deadline = None;
+            self.awaiting_answer = true;
+        }
+    }
+
+    /// The head deadline passed: answer a started head with a JSON 408, then end the connection.
+    fn expire(&mut self) {
+        let started = self.head.as_ref().is_some_and(|head| !head.is_empty());
+        self.ended = true;
+        self.head = None;
+        self.deadline = None;
+        if !started {
+            tracing::debug!("Idle connection closed");
+            return;
+        }
+        let id = audit_connection_refusal(&self.state, "header_read_timeout", 408);
+        tracing::info!(request.id = %id, "Request head not completed in time");
+        let answer = json_answer(
+            408,
+            "the request head was not received in time",
+            id.as_str(),
+        );
+        // Best effort: a client that does not read gets nothing more.
+        let _ = self.inner.try_write(&answer);
+    }
+
+    /// Notes an answer head going out: the next bytes read start the next request head (a
+    /// `100 Continue` is followed by the body, not by a head).
+    fn on_write(&mut self, first: &[u8]) {
+        if !first.starts_with(b"HTTP/1.") || first.get(9) == Some(&b'1') {
+            return;
+        }
+        self.awaiting_answer = false;
+        if self.head.is_none() {
+            self.head = Some(Vec::new());
+            self.deadline = Some(Box::pin(tokio::time::sleep(self.header_timeout)));
+        }
+    }
+
+    /// Starts replacing hyper's answer when `first` is one: a 4xx head written while a request
+    /// head is pending or unanswered, without `mint-request-id`.
+    fn intercept(&mut self, first: &[u8], total: usize) {
+        let pending = self.awaiting_answer || self.head.as_ref().is_some_and(|h| !h.is_empty());
+        if self.replacement.is_some() || !pending {
+            return;
+        }
+        let Some(status) = hyper_error_status(first) else {
+            return;
+        };
+        let (reason, message) = match status {
+            431 => ("header_too_large", "the request head is too large"),
+            414 => ("uri_too_long", "the request target is too long"),
+            _ => (
+                "malformed_http",
+                "the request is not valid HTTP/1.1 (request line, header syntax or framing)",
+            ),
+        };
+        let id = audit_connection_refusal(&self.state, reason, status);
+        tracing::info!(request.id = %id, status, reason, "Request that cannot be parsed refused");
+        self.replacement = Some(Replacement {
+            bytes: json_answer(status, message, id.as_str()),
+            written: 0,
+            claimed: total,
+            done: false,
+        });
+    }
+
+    /// Writes the replacement; `None` when none is in progress.
+    fn poll_replacement(&mut self, cx: &mut Context<'_>) -> Option<Poll<io::Result<usize>>> {
+        let replacement = self.replacement.as_mut().filter(|r| !r.done)?;
+        while replacement.written < replacement.bytes.len() {
+            let rest = replacement
+                .bytes
+                .get(replacement.written..)
+                .unwrap_or_default();
+            match Pin::new(&mut self.inner).poll_write(cx, rest) {
+                Poll::Ready(Ok(0)) => return Some(Poll::Ready(Ok(0))),
+                Poll::Ready(Ok(n)) => replacement.written += n,
+                Poll::Ready(Err(error)) => return Some(Poll::Ready(Err(error))),
+                Poll::Pending => return Some(Poll::Pending),
+            }
+        }
+        replacement.done = true;
+        Some(Poll::Ready(Ok(replacement.claimed)))
+    }
+
+    /// What a write of `first` (of `total` bytes) does before reaching the socket: `Some` when
+    /// it is answered here.
+    fn before_write(
+        &mut self,
+        cx: &mut Context<'_>,
+        first: &[u8],
+        total: usize,
+    ) -> Option<Poll<io::Result<usize>>> {
+        if self.ended {
+            return Some(Poll::Ready(Ok(total)));
+        }
+        self.intercept(first, total);
+        self.on_write(first);
+        self.poll_replacement(cx)
+    }
+}
+
+/// A complete HTTP/1.1 answer with Mint's JSON error body; the connection closes after it.
+fn json_answer(status: u16, message: &str, request_id: &str) -> Vec<u8> {
+    let body = serde_json::json!({
+        "error": {
+            "code": "invalid_request",
+            "message": message,
+            "rules": [],
+            "request_id": request_id,
+        }
+    })
+    .to_string();
+    let reason = http::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("Bad Request");
+    format!(
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nmint-request-id: {request_id}\r\nmint-outcome: invalid\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// The status of hyper's automatic error answer, when `bytes` start with one.
+fn hyper_error_status(bytes: &[u8]) -> Option<u16> {
+    let rest = bytes
+        .strip_prefix(b"HTTP/1.1 ")
+        .or_else(|| bytes.strip_prefix(b"HTTP/1.0 "))?;
+    let code = std::str::from_utf8(rest.get(..3)?)
+        .ok()?
+        .parse::<u16>()
+        .ok()?;
+    if !(400..500).contains(&code) {
+        return None;
+    }
+    let end = memchr::memmem::find(bytes, b"\r\n\r\n").unwrap_or(bytes.len());
+    let head = bytes.get(..end)?.to_ascii_lowercase();
+    (memchr::memmem::find(&head, b"\r\nmint-request-id:").is_none()).then_some(code)
+}
+
+impl AsyncRead for ConnectionIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.ended {
+            return Poll::Ready(Ok(()));
+        }
+        let before = buf.filled().len();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                this.sniff(buf.filled().get(before..).unwrap_or_default());
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
+            Poll::Pending => {
+                let expired = this
+                    .deadline
+                    .as_mut()
+                    .is_some_and(|deadline| deadline.as_mut().poll(cx).is_ready());
+                if expired {
+                    this.expire();
+                    // End of file: hyper stops reading and closes the connection.
+                    return Poll::Ready(Ok(()));
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl AsyncWrite for ConnectionIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if let Some(poll) = this.before_write(cx, buf, buf.len()) {
+            return poll;
+        }
+        Pin::new(&mut this.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if let Some(first) = bufs.iter().find(|b| !b.is_empty()) {
+            let total = bufs.iter().map(|b| b.len()).sum();
+            if let Some(poll) = this.before_write(cx, first, total) {
+                return poll;
+            }
+        }
+        Pin::new(&mut this.inner).poll_write_vectored(cx, bufs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    #[test]
+    fn recognizes_hyper_error_heads_only() {
+        assert_eq!(
+            hyper_error_status(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n"),
+            Some(400)
+        );
+        assert_eq!(
+            hyper_error_status(b"HTTP/1.1 431 Request Header Fields Too Large\r\n\r\n"),
+            Some(431)
+        );
+        assert_eq!(
+            hyper_error_status(b"HTTP/1.1 403 Forbidden\r\nmint-request-id: x\r\n\r\n"),
+            None
+        );
+        assert_eq!(hyper_error_status(b"HTTP/1.1 200 OK\r\n\r\n"), None);
+        assert_eq!(hyper_error_status(b"{\"not\": \"a head\"}"), None);
+    }
+
+    #[test]
+    fn json_answers_are_complete_and_carry_the_id() {
+        let answer = String::from_utf8(json_answer(408, "late", "r-1")).unwrap();
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 408 Request Timeout\r\n"));
+        assert!(head.contains("mint-request-id: r-1"));
+        assert!(head.contains(&format!("content-length: {}", body.len())));
+        let json: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(json["error"]["request_id"], "r-1");
+    }
+}

@@ -1,0 +1,97 @@
+//! The agent's connections themselves: idle ones are closed without a word, a connection that
+//! never sends a byte cannot be held forever, and an answer body that looks like an HTTP status
+//! line is passed through untouched (only hyper's own error answers are replaced by Mint's).
+
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use mint_tests::broker::{MintHome, ScriptedUpstream};
+use mint_tests::echo_peer;
+use mint_tests::echo_upstream::EchoConfig;
+
+const CANARY: &str = "canary-conn-Vb6Qw2Ze8Lp4Kx9";
+
+/// Reads until the broker closes the connection (a 20 s hang guard, not a timing assertion).
+fn read_until_closed(stream: &mut TcpStream) -> Vec<u8> {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return answer,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+            Err(error) => panic!("the broker kept the connection open: {error}"),
+        }
+    }
+}
+
+#[test]
+fn a_silent_connection_is_closed_without_an_answer_or_an_audit_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let peer = echo_peer(dir.path(), EchoConfig::default());
+    let home = MintHome::new(
+        "version: 1\ndefault: deny\nrules: []\n",
+        "aliases: []\n",
+        &[],
+    );
+    let broker = home.serve(&peer.ca_file, &["--header-read-timeout", "1s"]);
+    let mut silent = TcpStream::connect(broker.addr()).unwrap();
+    assert!(read_until_closed(&mut silent).is_empty());
+    // A keep-alive connection that goes quiet after an answer is closed the same way.
+    let mut kept = TcpStream::connect(broker.addr()).unwrap();
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: mint\r\n\r\n")
+        .unwrap();
+    let answer = String::from_utf8(read_until_closed(&mut kept)).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    assert_eq!(answer.matches("HTTP/1.1").count(), 1, "{answer}");
+    assert!(broker.audit_text().is_empty(), "{}", broker.audit_text());
+}
+
+#[test]
+fn an_answer_body_that_looks_like_a_status_line_is_passed_through() {
+    // The upstream's body starts like an HTTP error head: an agent speaking HTTP/1.0 gets the
+    // body raw (no chunking), and it must arrive as the upstream sent it.
+    let upstream = ScriptedUpstream::start(Box::new(|_, _| {
+        let body = "HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n";
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    }));
+    let port = upstream.port();
+    let dir = tempfile::tempdir().unwrap();
+    let peer = echo_peer(dir.path(), EchoConfig::default());
+    let policy = format!(
+        "version: 1\ndefault: deny\nrules:\n  - id: plain\n    effect: allow\n    match:\n      alias: [echo]\n      scheme: [http]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [GET]\n"
+    );
+    let home = MintHome::new(
+        &policy,
+        "aliases:\n  - name: echo\n    hosts: [127.0.0.1]\n    source: file:$SECRETS/echo\n",
+        &[("echo", CANARY)],
+    );
+    let cap = home.issue_capability("mino", &[]);
+    let broker = home.serve(&peer.ca_file, &[]);
+    let mut stream = TcpStream::connect(broker.addr()).unwrap();
+    let request = format!(
+        "GET /v1/proxy/http/127.0.0.1:{port}/x HTTP/1.0\r\nHost: mint\r\nMint-Capability: {cap}\r\nAuthorization: Bearer {{{{mint:echo}}}}\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let answer = String::from_utf8(read_until_closed(&mut stream)).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    assert!(
+        head.starts_with("HTTP/1.0 200 OK") || head.starts_with("HTTP/1.1 200 OK"),
+        "{head}"
+    );
+    assert_eq!(body, "HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n");
+    // One request, one decision and one outcome: no refusal was made up for the body.
+    let records = broker.audit_records();
+    assert_eq!(records.len(), 2, "{records:?}");
+    assert!(!broker.audit_text().contains("malformed_http"));
+    assert!(!answer.contains(CANARY));
+}
