@@ -5,8 +5,8 @@
 //! their results to the `out` they are given (stdout in production) and never print errors
 //! themselves: they return them.
 //!
-//! Only implemented commands are declared. DESIGN.md lists the rest (`policy explain`); each
-//! becomes a variant of [`Command`] or [`PolicyCommand`] when it exists.
+//! Only implemented commands are declared; every command DESIGN.md lists, `policy explain`
+//! included, is a variant of [`Command`] or [`PolicyCommand`].
 
 use std::io::Write;
 use std::path::PathBuf;

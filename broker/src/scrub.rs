@@ -81,6 +81,9 @@ pub const REDACTED: &str = "[mint:redacted]";
 /// Streaming redaction for one answer. Cheap to build for a few secrets; build one per request.
 pub struct Scrubber {
     engine: Option<Arc<Engine>>,
+    /// Every pattern, matched ignoring ASCII case: header names arrive lowercased, so a secret
+    /// reflected into a name must be found whatever its case.
+    names: Option<Arc<aho_corasick::AhoCorasick>>,
     /// Answer bytes received but not yet emitted (they may hold the start of a secret).
     carry: Zeroizing<Vec<u8>>,
     /// Scratch space: the carry followed by the start of the next chunk.
@@ -113,6 +116,7 @@ impl Scrubber {
     pub fn empty() -> Scrubber {
         Scrubber {
             engine: None,
+            names: None,
             carry: Zeroizing::new(Vec::new()),
             seam: Zeroizing::new(Vec::new()),
         }
@@ -125,8 +129,18 @@ impl Scrubber {
     ) -> Result<Scrubber, ScrubError> {
         let (patterns, count) = all_patterns(secrets);
         let engine = Engine::new(&patterns, count).map_err(|_| ScrubError)?;
+        let names = if patterns.is_empty() {
+            None
+        } else {
+            let automaton = aho_corasick::AhoCorasick::builder()
+                .ascii_case_insensitive(true)
+                .build(patterns.iter().map(|p| &p.bytes[..]))
+                .map_err(|_| ScrubError)?;
+            Some(Arc::new(automaton))
+        };
         Ok(Scrubber {
             engine: engine.map(Arc::new),
+            names,
             ..Scrubber::empty()
         })
     }
@@ -136,6 +150,7 @@ impl Scrubber {
     pub fn fresh(&self) -> Scrubber {
         Scrubber {
             engine: self.engine.clone(),
+            names: self.names.clone(),
             ..Scrubber::empty()
         }
     }
@@ -241,14 +256,18 @@ impl Scrubber {
     }
 
     /// Redacts every header value (`Location` and `Set-Cookie` included) and drops every header
-    /// whose name holds a secret.
+    /// whose name holds a secret in any letter case (names arrive lowercased).
     pub fn scrub_headers(&self, headers: &mut HeaderMap) {
         if self.engine.is_none() {
             return;
         }
         let mut doomed = Vec::new();
         for (name, value) in headers.iter_mut() {
-            if matches!(self.scrub(name.as_str().as_bytes()), Cow::Owned(_)) {
+            let name_holds_secret = self
+                .names
+                .as_ref()
+                .is_some_and(|names| names.is_match(name.as_str()));
+            if name_holds_secret || matches!(self.scrub(name.as_str().as_bytes()), Cow::Owned(_)) {
                 doomed.push(name.clone());
                 continue;
             }

@@ -95,3 +95,42 @@ fn an_answer_body_that_looks_like_a_status_line_is_passed_through() {
     assert!(!broker.audit_text().contains("malformed_http"));
     assert!(!answer.contains(CANARY));
 }
+
+#[test]
+fn an_answer_that_streams_longer_than_the_head_deadline_arrives_whole() {
+    // The head deadline is for the agent's request heads; an answer streaming for longer (an
+    // SSE stream: four events 800 ms apart against a 1 s head deadline) must not be cut.
+    let dir = tempfile::tempdir().unwrap();
+    let peer = echo_peer(dir.path(), EchoConfig::default());
+    let port = peer.server.port();
+    let policy = format!(
+        "version: 1\ndefault: deny\nrules:\n  - id: sse\n    effect: allow\n    match:\n      alias: [echo]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [GET]\n"
+    );
+    let home = MintHome::new(
+        &policy,
+        "aliases:\n  - name: echo\n    hosts: [127.0.0.1]\n    source: file:$SECRETS/echo\n",
+        &[("echo", CANARY)],
+    );
+    let cap = home.issue_capability("mino", &[]);
+    let broker = home.serve(&peer.ca_file, &["--header-read-timeout", "1s"]);
+    let response = mint_tests::broker::curl(&[
+        "-H",
+        &format!("Mint-Capability: {cap}"),
+        "-H",
+        "Authorization: Bearer {{mint:echo}}",
+        &broker.proxy_url(port, "/sse?n=4&interval_ms=800&echo=authorization"),
+    ]);
+    assert_eq!(response.exit, 0, "{response:?}");
+    assert_eq!(response.status, 200);
+    assert_eq!(
+        response.body.matches("data:").count(),
+        4,
+        "{}",
+        response.body
+    );
+    assert!(!response.everything().contains(CANARY));
+    let id = response.header("mint-request-id").unwrap().to_owned();
+    let outcome = broker.outcome_of(&id);
+    assert_eq!(outcome["outcome"], "completed");
+    assert!(outcome.get("reason").is_none(), "{outcome}");
+}

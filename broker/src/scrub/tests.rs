@@ -308,6 +308,25 @@ fn headers_are_scrubbed_and_a_secret_header_name_is_dropped() {
 }
 
 #[test]
+fn a_mixed_case_secret_in_a_header_name_is_dropped_lowercased() {
+    // Header names arrive lowercased: `Tok3N-Mixed-Case-Secret` comes back as
+    // `tok3n-mixed-case-secret`, which still gives the secret away but for its case.
+    let s = scrubber(&[b"Tok3N-Mixed-Case-Secret"]);
+    let mut headers = http::HeaderMap::new();
+    headers.insert(
+        http::HeaderName::from_static("x-tok3n-mixed-case-secret"),
+        HeaderValue::from_static("1"),
+    );
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain"),
+    );
+    s.scrub_headers(&mut headers);
+    assert!(!headers.contains_key("x-tok3n-mixed-case-secret"));
+    assert_eq!(headers.len(), 1);
+}
+
+#[test]
 fn the_empty_scrubber_passes_everything() {
     let mut s = Scrubber::empty();
     assert!(s.is_empty());

@@ -7,10 +7,13 @@
 //!   and after each answer's head goes out) and records in a [`FramingWatch`] whether the head
 //!   had Content-Length with Transfer-Encoding or several Content-Length headers; hyper settles
 //!   both silently, and the proxy refuses such a request.
-//! - **Head deadline.** A request head must be complete within the header read timeout of its
-//!   first expected byte. A client that started a head and did not finish it (slowloris) gets a
-//!   JSON 408 and an audit record; a connection that sent nothing (idle, or idle between
-//!   keep-alive requests) is closed silently. Either way hyper reads end-of-file.
+//! - **Head deadline.** The first request head must be complete within the header read timeout
+//!   of the connection's start, and every later head within it of its first byte. A client that
+//!   started a head and did not finish it (slowloris) gets a JSON 408 and an audit record; a
+//!   connection that never sent a byte is closed silently. Either way hyper reads end-of-file. A
+//!   connection idle between keep-alive requests is closed by hyper's own header read timeout
+//!   (set to twice this one), which starts only once the previous answer is complete, so a long
+//!   answer (an SSE stream) is never cut by a head deadline.
 //! - **hyper's own answers.** When hyper cannot parse a head it writes a bare `400`, `414` or
 //!   `431`; that answer is replaced by Mint's JSON error with `Mint-Request-Id`, and audited. Only
 //!   an answer written while a request head is pending (none of Mint's answers has started for
@@ -94,6 +97,10 @@ impl ConnectionIo {
         let Some(head) = &mut self.head else {
             return;
         };
+        if head.is_empty() && !bytes.is_empty() && self.deadline.is_none() {
+            // The first byte of a head after an answer: the head must now complete in time.
+            self.deadline = Some(Box::pin(tokio::time::sleep(self.header_timeout)));
+        }
         head.extend_from_slice(bytes);
         if let Some(end) = memchr::memmem::find(head, b"\r\n\r\n") {
             self.framing.observe(head.get(..end).unwrap_or_default());
@@ -137,8 +144,10 @@ impl ConnectionIo {
         }
         self.awaiting_answer = false;
         if self.head.is_none() {
+            // No deadline yet: the answer's body may stream for a long time, and hyper reads the
+            // socket meanwhile. The deadline starts with the next head's first byte; a connection
+            // left idle after its answer is closed by hyper's own keep-alive timeout.
             self.head = Some(Vec::new());
-            self.deadline = Some(Box::pin(tokio::time::sleep(self.header_timeout)));
         }
     }
 
