@@ -1210,3 +1210,41 @@ rules:
     assert_eq!(one.json()["error"]["data"]["rules"][0], "mcp-tools");
     assert_eq!(peer.server.requests().len(), 1);
 }
+
+/// The capability in the proxy URL (`http://agent:<token>@mint`), as clients configured only by
+/// `http_proxy` send it (`Proxy-Authorization: Basic`): no header to add by hand.
+#[test]
+fn a_capability_in_the_proxy_url_is_accepted() {
+    let lab = ForwardLab::start();
+    let authority = lab.broker.base.strip_prefix("http://").unwrap().to_owned();
+    let proxy = format!("http://mino:{}@{authority}", lab.cap);
+    let env = [("http_proxy", proxy.as_str())];
+    let target = format!("http://127.0.0.1:{}/echo?x=1", lab.port());
+    let response = curl_with_env_proxy(
+        &env,
+        &["-H", "Authorization: Bearer {{mint:echo}}", "-g", &target],
+    );
+    assert_eq!(
+        (response.exit, response.status),
+        (0, 200),
+        "{}",
+        response.body
+    );
+    let seen = lab.peer.server.requests().last().unwrap();
+    assert_eq!(
+        seen.header("authorization"),
+        Some(format!("Bearer {CANARY_ECHO}").as_str())
+    );
+    assert!(seen.header_names_starting_with("proxy-").is_empty());
+    assert!(!response.everything().contains(CANARY_ECHO));
+    // A wrong password is the same 401 as no capability.
+    let wrong = format!("http://mino:mint_cap_nope_nope@{authority}");
+    let env = [("http_proxy", wrong.as_str())];
+    let refused = curl_with_env_proxy(&env, &["-g", &target]);
+    assert_eq!(refused.status, 401, "{}", refused.body);
+    assert!(
+        refused.body.contains("Proxy-Authorization"),
+        "{}",
+        refused.body
+    );
+}
