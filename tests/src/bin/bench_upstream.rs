@@ -1,0 +1,205 @@
+//! The upstream of the comparison benchmark (`bench/run.sh`, docs/performance.md): one small,
+//! cheap HTTP/1.1 server that every contender (direct, nginx, mitmproxy, Mint) forwards to, on
+//! plain HTTP and on TLS, so that they all pay the same upstream.
+//!
+//! Usage: `bench_upstream --ca-out FILE [--require-auth VALUE] [--max-seconds N]`. It generates a
+//! throwaway CA (ECDSA P-256, rcgen) and a leaf for `localhost`, `127.0.0.1` and `::1`, writes the
+//! CA certificate to FILE, listens on two free loopback ports, prints `http PORT` and
+//! `https PORT` on stdout, then serves until killed or for at most `--max-seconds` (default 3600),
+//! so a benchmark that dies leaves nothing running for long.
+//!
+//! Routes: `GET /1k` and `GET /64k` answer 200 with 1,024 or 65,536 bytes (`text/plain`, from one
+//! shared buffer: no allocation per answer besides hyper's own). With `--require-auth`, a request
+//! whose `Authorization` is not exactly VALUE gets 401, so a contender that failed to add or
+//! substitute the secret shows up as non-2xx answers in wrk's summary. Anything else is 404.
+//! TLS offers ALPN `http/1.1` only, so every contender speaks the same protocol upstream.
+//!
+//! One thread (a current-thread runtime): the benchmark pins it to one core with `taskset`, and
+//! its CPU time per request is the yardstick the benchmark divides the proxies' CPU by. Not part
+//! of Mint; it never leaves loopback.
+
+use std::convert::Infallible;
+use std::io::Write as _;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode, header};
+use hyper_util::rt::TokioIo;
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose,
+};
+use rustls::ServerConfig;
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
+
+/// What every connection shares.
+struct Answers {
+    small: Bytes,
+    large: Bytes,
+    require_auth: Option<Bytes>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let mut ca_out: Option<PathBuf> = None;
+    let mut require_auth: Option<String> = None;
+    let mut max_seconds: u64 = 3600;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--ca-out" => ca_out = args.next().map(PathBuf::from),
+            "--require-auth" => require_auth = args.next(),
+            "--max-seconds" => {
+                max_seconds = args
+                    .next()
+                    .context("--max-seconds needs a value")?
+                    .parse()
+                    .context("--max-seconds")?;
+            }
+            other => bail!(
+                "unknown argument `{other}`; usage: bench_upstream --ca-out FILE [--require-auth VALUE] [--max-seconds N]"
+            ),
+        }
+    }
+    let ca_out = ca_out.context("--ca-out FILE is required")?;
+    let (ca_pem, tls) = tls_config()?;
+    std::fs::write(&ca_out, ca_pem)
+        .with_context(|| format!("cannot write {}", ca_out.display()))?;
+    let answers = Arc::new(Answers {
+        small: Bytes::from(pattern(1024)),
+        large: Bytes::from(pattern(64 * 1024)),
+        require_auth: require_auth.map(Bytes::from),
+    });
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let loopback = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+        let plain = TcpListener::bind(loopback).await?;
+        let secure = TcpListener::bind(loopback).await?;
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "http {}", plain.local_addr()?.port())?;
+        writeln!(out, "https {}", secure.local_addr()?.port())?;
+        out.flush()?;
+        drop(out);
+        let acceptor = TlsAcceptor::from(tls);
+        tokio::spawn(accept(plain, None, Arc::clone(&answers)));
+        tokio::spawn(accept(secure, Some(acceptor), answers));
+        tokio::time::sleep(Duration::from_secs(max_seconds)).await;
+        anyhow::Ok(())
+    })
+}
+
+async fn accept(listener: TcpListener, tls: Option<TlsAcceptor>, answers: Arc<Answers>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::spawn(serve(stream, tls.clone(), Arc::clone(&answers)));
+            }
+            // Out of file descriptors: back off instead of spinning.
+            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+}
+
+async fn serve(stream: TcpStream, tls: Option<TlsAcceptor>, answers: Arc<Answers>) {
+    let _ = stream.set_nodelay(true);
+    let service = service_fn(move |request| {
+        let answers = Arc::clone(&answers);
+        async move { Ok::<_, Infallible>(respond(&answers, &request)) }
+    });
+    let builder = http1::Builder::new();
+    let _ = match tls {
+        None => {
+            builder
+                .serve_connection(TokioIo::new(stream), service)
+                .await
+        }
+        Some(acceptor) => {
+            let Ok(stream) = acceptor.accept(stream).await else {
+                return;
+            };
+            builder
+                .serve_connection(TokioIo::new(stream), service)
+                .await
+        }
+    };
+}
+
+fn respond<B>(answers: &Answers, request: &Request<B>) -> Response<Full<Bytes>> {
+    if let Some(expected) = &answers.require_auth {
+        let given = request.headers().get(header::AUTHORIZATION);
+        if given.is_none_or(|value| value.as_bytes() != expected.as_ref()) {
+            return status(StatusCode::UNAUTHORIZED);
+        }
+    }
+    let body = match request.uri().path() {
+        "/1k" => answers.small.clone(),
+        "/64k" => answers.large.clone(),
+        _ => return status(StatusCode::NOT_FOUND),
+    };
+    let mut response = Response::new(Full::new(body));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain"),
+    );
+    response
+}
+
+fn status(code: StatusCode) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::new()));
+    *response.status_mut() = code;
+    response
+}
+
+/// `len` bytes of printable text (lines of the alphabet), with no secret-like content.
+fn pattern(len: usize) -> Vec<u8> {
+    let line = b"abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ-_\n";
+    line.iter().copied().cycle().take(len).collect()
+}
+
+/// A CA and a leaf it signs; returns the CA's PEM and the server configuration.
+fn tls_config() -> anyhow::Result<(String, Arc<ServerConfig>)> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "Mint benchmark upstream CA");
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate()?)?;
+    let ca_pem = issuer.pem();
+
+    let names = ["localhost", "127.0.0.1", "::1"]
+        .map(str::to_owned)
+        .to_vec();
+    let mut params = CertificateParams::new(names)?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "Mint benchmark upstream");
+    params.is_ca = IsCa::ExplicitNoCa;
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    params.use_authority_key_identifier_extension = true;
+    let key = KeyPair::generate()?;
+    let leaf = params.signed_by(&key, &issuer)?;
+    let chain = vec![leaf.der().clone(), issuer.der().clone()];
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok((ca_pem, Arc::new(config)))
+}
