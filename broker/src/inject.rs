@@ -134,7 +134,11 @@ impl Secrets {
     pub fn absorb(&mut self, other: &Secrets) {
         let mut n = self.entries.len();
         for entry in other.entries.values() {
-            if self.entries.values().any(|held| held.bytes() == entry.bytes()) {
+            if self
+                .entries
+                .values()
+                .any(|held| held.bytes() == entry.bytes())
+            {
                 continue;
             }
             while self.entries.contains_key(&format!("retired:{n}")) {
