@@ -2,7 +2,7 @@
 //! never sends a byte cannot be held forever, and an answer body that looks like an HTTP status
 //! line is passed through untouched (only hyper's own error answers are replaced by Mint's).
 
-#![allow(clippy::unwrap_used, reason = "tests")]
+#![allow(clippy::unwrap_used, clippy::panic, reason = "tests")]
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
