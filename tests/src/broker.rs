@@ -49,8 +49,8 @@ pub struct Broker {
 
 impl MintHome {
     /// A home with `policy` and `aliases` written (0600) and secrets written to
-    /// `<home>/secrets/<name>` (0600) for each `(name, value)`; refer to them in the alias file
-    /// as `source: file:<home>/secrets/<name>` through [`MintHome::secret_source`].
+    /// `<home>/secrets/<name>` (0600) for each `(name, value)`; the alias file refers to them as
+    /// `source: file:$SECRETS/<name>` (`$SECRETS` is replaced by that directory).
     #[track_caller]
     pub fn new(policy: &str, aliases: &str, secrets: &[(&str, &str)]) -> MintHome {
         let dir = tempfile::tempdir().unwrap();
