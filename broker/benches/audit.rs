@@ -5,7 +5,13 @@
 //!
 //! Criterion measures latency per record (and throughput with 4 producer threads). After it, a
 //! plain run measures CPU time per record from `/proc/self/stat` (all threads of the process,
-//! the flusher included) and prints a table; docs/audit.md quotes both.
+//! the flusher included) and prints a table; docs/audit.md quotes both. Each row of the table is
+//! the best of [`REPEATS`] runs, the baseline's too, so that other work on a shared machine
+//! inflates the figures as little as possible; a request is a decision and an outcome record.
+//!
+//! `cargo bench -p mint-broker --bench audit -- no_criterion` (a filter no benchmark matches)
+//! runs the CPU table alone; with `MINT_AUDIT_BENCH_QUICK=1` in the environment the table stops
+//! before the `always` and channel rows (for comparing builds back to back).
 
 #![expect(clippy::unwrap_used, reason = "benchmark")]
 
@@ -18,10 +24,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput};
-use mint_broker::audit::{AuditConfig, AuditLog, Durability, LineHash};
+use mint_broker::audit::{AuditConfig, AuditLog, Durability, LineHash, encode_line};
 use mint_policy::audit::{
-    AgentName, AliasName, AuditDecision, AuditRecord, CapabilityId, ChainHash, Host, Method,
-    QueryKey, RequestId, RuleId, Scheme, Timestamp, UrlPath,
+    AgentName, AliasName, AuditDecision, AuditRecord, CapabilityId, ChainHash, Host, HttpStatus,
+    Method, Outcome, QueryKey, RequestId, RuleId, Scheme, Timestamp, UrlPath,
 };
 
 /// A decision record shaped like the first line of `examples/audit.log`.
@@ -45,6 +51,31 @@ fn sample() -> AuditRecord {
     ];
     record.aliases = vec![AliasName::new("github").unwrap()];
     record.rule = Some(vec![RuleId::new("github-read").unwrap()]);
+    record
+}
+
+/// The outcome record of the same request, as `audit::facts::outcome_record` builds it.
+fn sample_outcome() -> AuditRecord {
+    let decision = sample();
+    let mut record = AuditRecord::outcome(
+        Timestamp::from_unix_millis(1_795_995_560_311).unwrap(),
+        decision.id.clone(),
+        Outcome::Completed,
+        ChainHash::genesis(),
+    );
+    record.agent = decision.agent;
+    record.capability = decision.capability;
+    record.method = decision.method;
+    record.scheme = decision.scheme;
+    record.host = decision.host;
+    record.port = decision.port;
+    record.path = decision.path;
+    record.query_keys = decision.query_keys;
+    record.aliases = decision.aliases;
+    record.status = Some(HttpStatus::new(200).unwrap());
+    record.bytes_up = Some(0);
+    record.bytes_down = Some(18_431);
+    record.duration_ms = Some(188);
     record
 }
 
@@ -86,8 +117,15 @@ fn latency(c: &mut Criterion) {
     let record = sample();
     // The record is built (cloned) outside the timed part: the proxy builds one per request
     // whatever the log costs.
-    group.bench_function("serialize_only", |b| {
+    group.bench_function("serialize_serde_to_line", |b| {
         b.iter_batched(|| record.clone(), |r| r.to_line(), BatchSize::SmallInput)
+    });
+    group.bench_function("serialize_writer_encoder", |b| {
+        b.iter_batched(
+            || record.clone(),
+            |r| encode_line(&r),
+            BatchSize::SmallInput,
+        )
     });
     for durability in [Durability::Never, Durability::Interval] {
         let log = open_log(&dir.path().join(format!("{durability}.log")), durability);
@@ -247,39 +285,66 @@ fn process_cpu() -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
-/// Runs `records` records of `work` on `threads` threads; returns (wall, process CPU).
+/// Runs `records` records of `work` on `threads` threads, [`REPEATS`] times; returns the
+/// (wall, process CPU) of the run that used the least CPU.
 fn measure(threads: u64, records: u64, work: impl Fn(u64) + Sync) -> (Duration, Duration) {
-    let cpu = process_cpu();
-    let wall = run_threads(threads, records, work);
-    (wall, process_cpu() - cpu)
+    (0..REPEATS)
+        .map(|_| {
+            let cpu = process_cpu();
+            let wall = run_threads(threads, records, &work);
+            (wall, process_cpu() - cpu)
+        })
+        .min_by_key(|&(_, cpu)| cpu)
+        .unwrap()
+}
+
+/// Fsyncs `file` every [`FLUSH_INTERVAL`] on another thread while `body` runs, as the flusher
+/// does in `interval` mode.
+fn with_interval_fsync<T>(file: &File, body: impl FnOnce() -> T) -> T {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(mint_broker::audit::FLUSH_INTERVAL);
+                file.sync_data().unwrap();
+            }
+        });
+        let result = body();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        result
+    })
 }
 
 /// CPU time and throughput per mode, outside criterion, printed as a table.
 fn cpu_report() {
     let dir = tempfile::tempdir().unwrap();
     let record = sample();
+    let outcome = sample_outcome();
     let line = sample_line();
+    let mut outcome_line = outcome.to_line().into_bytes();
+    outcome_line.push(b'\n');
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
         "\naudit CPU report (process CPU time of all threads, flusher included, from USER_HZ \
-         ticks; each record is built by cloning a sample, as the proxy builds one)\n\
-         {:<36} {:>8} {:>10} {:>12} {:>12} {:>8}",
-        "case", "threads", "records", "records/s", "CPU/record", "vs write"
+         ticks; best of {REPEATS} runs per row; each record is built by cloning a sample, as the \
+         proxy builds one; a request is a decision and an outcome record)\n\
+         {:<44} {:>7} {:>9} {:>11} {:>12} {:>8}",
+        "case", "threads", "items", "items/s", "CPU/item", "vs write"
     )
     .unwrap();
     let mut baseline = None;
     let mut row = |out: &mut dyn Write,
                    name: &str,
                    threads: u64,
-                   records: u64,
+                   items: u64,
                    (wall, cpu): (Duration, Duration)| {
-        let per = cpu.as_secs_f64() * 1e6 / records as f64;
+        let per = cpu.as_secs_f64() * 1e6 / items as f64;
         let base = *baseline.get_or_insert(per);
         writeln!(
             out,
-            "{name:<36} {threads:>8} {records:>10} {:>12.0} {:>10.2}us {:>7.1}x",
-            records as f64 / wall.as_secs_f64(),
+            "{name:<44} {threads:>7} {items:>9} {:>11.0} {:>10.2}us {:>7.2}x",
+            items as f64 / wall.as_secs_f64(),
             per,
             per / base
         )
@@ -288,11 +353,23 @@ fn cpu_report() {
     let file = append_file(&dir.path().join("plain.log"));
     row(
         &mut out,
-        "baseline write(2) of the same bytes",
+        "baseline: write(2) of the same bytes",
         1,
         N,
         measure(1, N, |_| {
             (&file).write_all(&line).unwrap();
+        }),
+    );
+    let synced = append_file(&dir.path().join("plain-synced.log"));
+    row(
+        &mut out,
+        "baseline: write(2), fdatasync every 20 ms",
+        1,
+        N,
+        with_interval_fsync(&synced, || {
+            measure(1, N, |_| {
+                (&synced).write_all(&line).unwrap();
+            })
         }),
     );
     row(
@@ -302,6 +379,33 @@ fn cpu_report() {
         N,
         measure(1, N, |_| {
             black_box(record.clone());
+        }),
+    );
+    row(
+        &mut out,
+        "serializing: serde_json (to_line)",
+        1,
+        N,
+        measure(1, N, |_| {
+            black_box(record.clone().to_line());
+        }),
+    );
+    row(
+        &mut out,
+        "serializing: the writer's encoder",
+        1,
+        N,
+        measure(1, N, |_| {
+            black_box(encode_line(&record.clone()));
+        }),
+    );
+    row(
+        &mut out,
+        "hashing the line (SHA-256)",
+        1,
+        N,
+        measure(1, N, |_| {
+            black_box(LineHash::of(black_box(&line[..line.len() - 1])));
         }),
     );
     for durability in [Durability::Never, Durability::Interval] {
@@ -321,6 +425,66 @@ fn cpu_report() {
             );
         }
     }
+    let requests = N / 2;
+    let plain = append_file(&dir.path().join("plain-requests.log"));
+    row(
+        &mut out,
+        "request baseline: 2 write(2), fdatasync/20 ms",
+        1,
+        requests,
+        with_interval_fsync(&plain, || {
+            measure(1, requests, |_| {
+                (&plain).write_all(&line).unwrap();
+                (&plain).write_all(&outcome_line).unwrap();
+            })
+        }),
+    );
+    let mut both_lines = line.clone();
+    both_lines.extend_from_slice(&outcome_line);
+    let joined = append_file(&dir.path().join("plain-joined.log"));
+    row(
+        &mut out,
+        "request baseline: 1 write(2) of both lines",
+        1,
+        requests,
+        with_interval_fsync(&joined, || {
+            measure(1, requests, |_| {
+                (&joined).write_all(&both_lines).unwrap();
+            })
+        }),
+    );
+    row(
+        &mut out,
+        "request: building both records only",
+        1,
+        requests,
+        measure(1, requests, |_| {
+            black_box(record.clone());
+            black_box(outcome.clone());
+        }),
+    );
+    for durability in [Durability::Never, Durability::Interval] {
+        for threads in [1, THREADS] {
+            let log = open_log(
+                &dir.path()
+                    .join(format!("requests-{durability}-{threads}.log")),
+                durability,
+            );
+            row(
+                &mut out,
+                &format!("request (decision + outcome), {durability}"),
+                threads,
+                requests,
+                measure(threads, requests, |_| {
+                    log.record(record.clone()).unwrap();
+                    log.append(outcome.clone()).unwrap();
+                }),
+            );
+        }
+    }
+    if std::env::var_os("MINT_AUDIT_BENCH_QUICK").is_some() {
+        return;
+    }
     for threads in [1, 16, 64] {
         let log = open_log(
             &dir.path().join(format!("always-{threads}.log")),
@@ -339,7 +503,7 @@ fn cpu_report() {
         let stats = log.stats();
         writeln!(
             out,
-            "{:<36} {:>8} {:>10} fsyncs: {} ({:.1} records per fsync)",
+            "{:<44} {:>7} {:>9} fsyncs: {} ({:.1} records per fsync)",
             "",
             "",
             "",
@@ -380,3 +544,5 @@ const THREADS: u64 = 4;
 /// Records per CPU measurement: long enough (seconds) for 10 ms ticks to be precise.
 const N: u64 = 400_000;
 const N_ALWAYS: u64 = 200;
+/// Runs per row of the CPU table; the one that used the least CPU is reported.
+const REPEATS: usize = 3;

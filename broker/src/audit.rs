@@ -12,12 +12,14 @@
 //! request id, never a record's content. No record can hold a header value, a query value, a
 //! body or a secret: `mint_policy::audit` has no field for one.
 //!
-//! Layout: [`chain`] hashes and reads lines; `writer` owns the file; `durability` runs the
-//! flusher; [`rotation`] names and finds rotated files; [`verify`] and [`tail`] read logs back
-//! for `mint audit verify` and `mint audit tail`; [`facts`] turns request facts into records;
-//! [`MemorySink`] stands in for the file in tests.
+//! Layout: [`chain`] hashes and reads lines; `line` serializes a record; `writer` owns the file;
+//! `durability` runs the flusher; `file` opens every audit file (no symbolic links, no FIFOs,
+//! no files others may write); [`rotation`] names and finds rotated files; [`verify`] and
+//! [`tail`] read logs back for `mint audit verify` and `mint audit tail`; [`facts`] turns request
+//! facts into records; [`MemorySink`] stands in for the file in tests.
 
 use std::fmt;
+use std::fs::File;
 use std::future::Future;
 use std::io;
 use std::num::ParseIntError;
@@ -35,6 +37,8 @@ use mint_policy::audit::{
 pub mod chain;
 mod durability;
 pub mod facts;
+mod file;
+mod line;
 mod memory_sink;
 pub mod rotation;
 pub mod tail;
@@ -43,10 +47,11 @@ mod writer;
 
 pub use chain::LineHash;
 pub use durability::{Durability, FLUSH_INTERVAL, ROTATION_POLL, UnknownDurability};
+pub use file::{FileKind, UnsafeFile};
 pub use memory_sink::MemorySink;
 pub use writer::TORN_LINE_REASON;
 
-use durability::{Durable, SyncFailure, lock_sync, run_flusher, wait_durable};
+use durability::{Durable, SyncFailure, SyncFile, lock_sync, run_flusher, wait_durable};
 use writer::Shared;
 
 /// How an [`AuditLog`] writes.
@@ -125,6 +130,16 @@ pub enum AuditError {
         #[source]
         source: io::Error,
     },
+    /// A file of the log (the log, its lock file or a rotated predecessor) is a symbolic link,
+    /// not a regular file, another user's, or (log and lock file) writable by group or others:
+    /// refused before anything was read from or written to it.
+    #[error("refusing audit file `{}`: {problem}", path.display())]
+    Unsafe {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: UnsafeFile,
+    },
     /// Another process (or another `AuditLog` in this one) is writing this log.
     #[error("audit log `{}` is in use by another process", path.display())]
     Locked {
@@ -177,6 +192,38 @@ pub enum AuditError {
     /// An internal invariant failed; nothing was written.
     #[error("audit log internal error")]
     Internal,
+}
+
+// === impl AuditError ===
+
+impl AuditError {
+    /// `path` could not be opened (or created): refused as unsafe, or an I/O error.
+    fn open(path: &Path, source: io::Error) -> AuditError {
+        match file::unsafe_file(&source) {
+            Some(problem) => AuditError::Unsafe {
+                path: path.to_path_buf(),
+                problem,
+            },
+            None => AuditError::Open {
+                path: path.to_path_buf(),
+                source,
+            },
+        }
+    }
+
+    /// The end of `path` could not be read: refused as unsafe, or an I/O error.
+    fn read_tail(path: &Path, source: io::Error) -> AuditError {
+        match file::unsafe_file(&source) {
+            Some(problem) => AuditError::Unsafe {
+                path: path.to_path_buf(),
+                problem,
+            },
+            None => AuditError::ReadTail {
+                path: path.to_path_buf(),
+                source,
+            },
+        }
+    }
 }
 
 /// Proof that a record is in the log: its sequence number in this process and its line hash
@@ -238,12 +285,41 @@ impl AuditLog {
     /// Opens the log at `path` (creating it 0600), takes the writer lock (`<path>.lock`) and
     /// continues the chain from the last line of the file, or of its newest rotated
     /// predecessor, or from genesis. A torn last line is recovered (see `writer`).
+    ///
+    /// The log and its lock file are opened without following a symbolic link and must be
+    /// regular files owned by Mint's user that group and others cannot write; a rotated
+    /// predecessor read to continue the chain must be a regular file. Anything else is refused
+    /// with [`AuditError::Unsafe`].
     pub fn open(path: &Path, config: AuditConfig) -> Result<AuditLog, AuditError> {
-        let shared = Arc::new(Shared::open(path, &config)?);
+        AuditLog::open_with_sync(path, config, Arc::new(|file: &File| file.sync_data()))
+    }
+
+    /// [`AuditLog::open`] with the function that makes the file durable replaced, so unit tests
+    /// can make an fsync fail. Not reachable from any configuration: outside unit tests every
+    /// log uses `fdatasync(2)`.
+    #[cfg(test)]
+    pub(crate) fn open_failing_sync(
+        path: &Path,
+        config: AuditConfig,
+        sync: impl Fn(&File) -> io::Result<()> + Send + Sync + 'static,
+    ) -> Result<AuditLog, AuditError> {
+        AuditLog::open_with_sync(path, config, Arc::new(sync))
+    }
+
+    fn open_with_sync(
+        path: &Path,
+        config: AuditConfig,
+        sync: SyncFile,
+    ) -> Result<AuditLog, AuditError> {
+        let shared = Arc::new(Shared::open(path, &config, sync)?);
         let for_thread = Arc::clone(&shared);
+        // The flusher reports a failed fsync: it logs to whatever subscriber the opener uses.
+        let dispatch = tracing::dispatcher::get_default(tracing::Dispatch::clone);
         let thread = std::thread::Builder::new()
             .name("mint-audit-flush".to_owned())
-            .spawn(move || run_flusher(&for_thread))
+            .spawn(move || {
+                tracing::dispatcher::with_default(&dispatch, || run_flusher(&for_thread));
+            })
             .map_err(|source| AuditError::Open {
                 path: path.to_path_buf(),
                 source,
@@ -391,16 +467,17 @@ pub(crate) struct PreparedLine {
 // === impl PreparedLine ===
 
 impl PreparedLine {
-    /// Checks `record` (fail closed) and serializes it with a genesis placeholder as `prev`.
-    pub(crate) fn new(mut record: AuditRecord) -> Result<PreparedLine, AuditError> {
-        record.prev = ChainHash::genesis();
+    /// Checks `record` (fail closed) and serializes it with a genesis placeholder as `prev`
+    /// (whatever `record.prev` holds), byte for byte as `AuditRecord::to_line` would.
+    pub(crate) fn new(record: AuditRecord) -> Result<PreparedLine, AuditError> {
         record.check().map_err(AuditError::Shape)?;
-        let mut bytes = record.to_line().into_bytes();
+        let mut bytes = Vec::with_capacity(LINE_CAPACITY);
+        line::encode(&record, GENESIS_PREV, &mut bytes);
         if bytes.len() > MAX_LINE_BYTES {
             return Err(AuditError::TooLong);
         }
-        // `prev` is the last field `to_line` writes; a line that does not end with it (or an
-        // empty line from a failed serialization) is refused rather than mis-chained.
+        // `prev` is the last field written; a line that does not end with it is refused rather
+        // than mis-chained.
         if !ends_with_genesis_prev(&bytes) {
             return Err(AuditError::Internal);
         }
@@ -410,6 +487,16 @@ impl PreparedLine {
             bytes,
         })
     }
+}
+
+/// The record's line as the writer serializes it, without the newline and with the record's own
+/// `prev`: byte for byte `AuditRecord::to_line`, without serde. Public for the benchmark, which
+/// compares the two.
+#[doc(hidden)]
+pub fn encode_line(record: &AuditRecord) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(LINE_CAPACITY);
+    line::encode(record, record.prev.as_str(), &mut bytes);
+    bytes
 }
 
 /// The current time as a record timestamp (the clock is read here, never in `mint-policy`).
@@ -453,6 +540,9 @@ fn ends_with_genesis_prev(line: &[u8]) -> bool {
     rest.ends_with(b"\"prev\":\"")
 }
 
+/// The line buffer allocated per record: a typical request's record fits without growing it.
+const LINE_CAPACITY: usize = 1024;
+
 /// The default size bound: 64 MiB.
 pub const DEFAULT_ROTATE_BYTES: u64 = 64 * 1024 * 1024;
 
@@ -460,73 +550,4 @@ pub const DEFAULT_ROTATE_BYTES: u64 = 64 * 1024 * 1024;
 const MAX_TIMESTAMP_MILLIS: u64 = 253_402_300_799_999;
 
 #[cfg(test)]
-mod tests {
-    use mint_policy::audit::{AuditDecision, Field, parse_record};
-
-    use super::*;
-
-    #[test]
-    fn config_from_the_environment() {
-        let lookup = |vars: &'static [(&'static str, &'static str)]| {
-            move |name: &str| {
-                vars.iter()
-                    .find(|(k, _)| *k == name)
-                    .map(|(_, v)| (*v).to_owned())
-            }
-        };
-        assert_eq!(
-            AuditConfig::from_lookup(lookup(&[])).unwrap(),
-            AuditConfig::default()
-        );
-        let config = AuditConfig::from_lookup(lookup(&[
-            ("MINT_AUDIT_DURABILITY", "always"),
-            ("MINT_AUDIT_ROTATE_BYTES", "4096"),
-        ]))
-        .unwrap();
-        assert_eq!(config.durability, Durability::Always);
-        assert_eq!(config.rotate_bytes, Some(4096));
-        let off = AuditConfig::from_lookup(lookup(&[("MINT_AUDIT_ROTATE_BYTES", "0")])).unwrap();
-        assert_eq!(off.rotate_bytes, None);
-        assert!(
-            AuditConfig::from_lookup(lookup(&[("MINT_AUDIT_DURABILITY", "sometimes")])).is_err()
-        );
-        assert!(AuditConfig::from_lookup(lookup(&[("MINT_AUDIT_ROTATE_BYTES", "64MiB")])).is_err());
-    }
-
-    #[test]
-    fn prepared_lines_end_with_a_genesis_prev_to_splice() {
-        let record = AuditRecord::decision(
-            now(),
-            RequestId::new("r1").unwrap(),
-            AuditDecision::Allow,
-            ChainHash::of_line("anything the caller put here"),
-        );
-        let line = PreparedLine::new(record).unwrap();
-        let text = std::str::from_utf8(&line.bytes).unwrap();
-        assert!(text.ends_with(&format!("\"prev\":\"{GENESIS_PREV}\"}}\n")));
-        assert!(parse_record(text.trim_end()).is_ok());
-        assert!(!ends_with_genesis_prev(b""));
-        assert!(!ends_with_genesis_prev(b"{\"prev\":\"sha256:00\"}"));
-    }
-
-    #[test]
-    fn refuses_records_that_do_not_fit() {
-        let record = AuditRecord::decision(
-            now(),
-            RequestId::new("r1").unwrap(),
-            AuditDecision::Deny,
-            ChainHash::genesis(),
-        );
-        match PreparedLine::new(record) {
-            Err(AuditError::Shape(error)) => assert_eq!(error.field(), Field::Reason),
-            other => panic!("expected a shape error, got {:?}", other.map(|l| l.bytes)),
-        }
-    }
-
-    #[test]
-    fn clock_and_event_ids_fit_their_grammar() {
-        assert_eq!(now().as_str().len(), "2026-11-30T05:39:20.123Z".len());
-        let id = event_id(u64::MAX);
-        assert!(id.as_str().starts_with("ev-"));
-    }
-}
+mod tests;

@@ -1,6 +1,7 @@
 //! Mint's end-to-end tests: one test binary, one module per area.
 
 mod audit_crash;
+mod audit_disk_full;
 mod demo;
 mod examples;
 mod proxy;

@@ -8,10 +8,15 @@
 //! every record written before it started (group commit).
 //!
 //! An fsync failure is permanent for the open log: after one, Linux may have dropped the dirty
-//! pages and a retried fsync can falsely succeed, so the log refuses every later record (fail
-//! closed) until it is opened again.
+//! pages and a retried fsync can falsely succeed (PostgreSQL's "fsyncgate"), so nothing is ever
+//! reported durable again. Every caller waiting for that fsync gets an error
+//! (`AuditError::NotDurable`), every later record is refused (`AuditError::Unavailable`, so the
+//! proxy answers 503 `audit_unavailable`), and Mint's log says why once. Only opening the log
+//! again (restarting Mint) ends it. Unit tests replace the fsync through a seam that exists only
+//! under `cfg(test)`.
 
 use std::fmt;
+use std::fs::File;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -21,6 +26,10 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use super::writer::Shared;
+
+/// How the log makes a file durable: `fdatasync(2)` (`File::sync_data`); unit tests put a
+/// failing stand-in here.
+pub(super) type SyncFile = Arc<dyn Fn(&File) -> io::Result<()> + Send + Sync>;
 
 /// When `fdatasync(2)` runs. In every mode the record is written to the file before `record`
 /// returns; the modes differ only in surviving a power loss or kernel crash.
@@ -151,7 +160,7 @@ fn flush(shared: &Shared) {
     let Some((file, seq)) = shared.current_file() else {
         return;
     };
-    let result = file.sync_data();
+    let result = (shared.sync_file)(&file);
     let mut state = lock_sync(shared);
     state.syncs += 1;
     match result {
@@ -161,18 +170,20 @@ fn flush(shared: &Shared) {
         Err(error) => {
             drop(state);
             shared.poison(&error);
-            mark_failed(shared, error.kind());
             return;
         }
     }
     wake_all(&mut state, shared);
 }
 
-/// Records that an fsync failed: every waiter, now and later, gets the failure.
-pub(super) fn mark_failed(shared: &Shared, kind: io::ErrorKind) {
+/// Records that an fsync failed: every waiter, now and later, gets the failure. Returns whether
+/// this was the first failure (the one Mint's log reports).
+pub(super) fn mark_failed(shared: &Shared, kind: io::ErrorKind) -> bool {
     let mut state = lock_sync(shared);
+    let first = state.failure.is_none();
     state.failure.get_or_insert(SyncFailure::Io(kind));
     wake_all(&mut state, shared);
+    first
 }
 
 /// Marks records up to `seq` durable (the writer fsynced them itself, at a rotation).

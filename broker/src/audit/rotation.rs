@@ -10,16 +10,20 @@
 //! the same way; a running writer notices within one flusher tick that the path now names
 //! another file (or none), flushes the renamed file, and starts a new one at the path, chained
 //! from the last line it wrote. Records written in between land in the renamed file, still in
-//! chain order, so none is lost or mis-chained. Nothing here ever deletes or truncates a file.
+//! chain order, so none is lost or mis-chained. Nothing here ever deletes or truncates a file,
+//! and nothing here renames or locks through a symbolic link: the lock file is opened like the
+//! log (see `audit::file`), and `mint audit rotate` refuses a log that is not a regular file.
 
 use std::ffi::OsString;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rustix::fs::{CWD, FlockOperation, RenameFlags};
+
+use super::file::{UnsafeFile, open_lock, open_read, unsafe_file};
 
 /// The lock file next to `log` (`audit.log.lock`): the writer holds an exclusive `flock` on it
 /// for as long as the log is open, so two processes can never append to one chain.
@@ -40,7 +44,8 @@ pub fn rotated_files(log: &Path) -> io::Result<Vec<PathBuf>> {
 /// the files that exist. This is what `mint audit verify` reads when given no file.
 pub fn log_set(log: &Path) -> io::Result<Vec<PathBuf>> {
     let mut files = rotated_files(log)?;
-    match fs::metadata(log) {
+    // A symbolic link at the path is listed, so that reading it is refused rather than skipped.
+    match fs::symlink_metadata(log) {
         Ok(_) => files.push(log.to_path_buf()),
         Err(error) if error.kind() == io::ErrorKind::NotFound => {}
         Err(error) => return Err(error),
@@ -113,11 +118,14 @@ pub enum RotateError {
         /// The log.
         path: PathBuf,
     },
-    /// The log is not a regular file.
-    #[error("`{}` is not a regular file", path.display())]
-    NotRegularFile {
-        /// The path.
+    /// The log or its lock file is a symbolic link, not a regular file, another user's, or
+    /// (lock file) writable by group or others.
+    #[error("refusing audit file `{}`: {problem}", path.display())]
+    Unsafe {
+        /// The file.
         path: PathBuf,
+        /// What is wrong with it.
+        problem: UnsafeFile,
     },
     /// An I/O failure.
     #[error("cannot {action} `{}`", path.display())]
@@ -137,13 +145,16 @@ pub enum RotateError {
 pub fn rotate(log: &Path, wait: Duration) -> Result<RotateOutcome, RotateError> {
     let io_error = |action, path: &Path| {
         let path = path.to_path_buf();
-        move |source| RotateError::Io {
-            action,
-            path,
-            source,
+        move |source: io::Error| match unsafe_file(&source) {
+            Some(problem) => RotateError::Unsafe { path, problem },
+            None => RotateError::Io {
+                action,
+                path,
+                source,
+            },
         }
     };
-    let file = match File::open(log) {
+    let file = match open_read(log) {
         Ok(file) => file,
         Err(error) if error.kind() == io::ErrorKind::NotFound => {
             return Ok(RotateOutcome::NothingToRotate);
@@ -151,11 +162,6 @@ pub fn rotate(log: &Path, wait: Duration) -> Result<RotateOutcome, RotateError> 
         Err(error) => return Err(io_error("open", log)(error)),
     };
     let meta = file.metadata().map_err(io_error("inspect", log))?;
-    if !meta.is_file() {
-        return Err(RotateError::NotRegularFile {
-            path: log.to_path_buf(),
-        });
-    }
     if meta.len() == 0 {
         return Ok(RotateOutcome::NothingToRotate);
     }
@@ -178,7 +184,7 @@ pub fn rotate(log: &Path, wait: Duration) -> Result<RotateOutcome, RotateError> 
     }
     let deadline = Instant::now() + wait;
     loop {
-        match fs::metadata(log) {
+        match fs::symlink_metadata(log) {
             Ok(now) if (now.dev(), now.ino()) != (meta.dev(), meta.ino()) => {
                 return Ok(RotateOutcome::RotatedLive { to });
             }
@@ -190,15 +196,10 @@ pub fn rotate(log: &Path, wait: Duration) -> Result<RotateOutcome, RotateError> 
 
 /// Tries to take the exclusive lock on `lock` without waiting. `Ok(None)` when another process
 /// holds it; the returned file holds the lock until dropped. Creates the lock file (0600) if
-/// it is missing.
+/// it is missing; refuses a symbolic link, anything but a regular file, and a file another user
+/// owns or group or others may write (the error then carries an [`UnsafeFile`]).
 pub fn try_lock(lock: &Path) -> io::Result<Option<File>> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(LOCK_FILE_MODE)
-        .open(lock)?;
+    let file = open_lock(lock)?;
     match rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => Ok(Some(file)),
         Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
@@ -278,7 +279,6 @@ fn parent(path: &Path) -> &Path {
 }
 
 const RENAME_ATTEMPTS: usize = 64;
-const LOCK_FILE_MODE: u32 = 0o600;
 
 #[cfg(test)]
 mod tests {

@@ -7,7 +7,9 @@
 //! by line number and kind only. Following polls the file; when the path comes to name another
 //! file (rotation), it reads the old file to its end for a grace period and continues with the
 //! new one from its start, so no line is missed. Memory stays bounded: a window of the file,
-//! at most [`MAX_OPEN_REQUESTS`] requests waiting for their outcome, one partial line.
+//! at most [`MAX_OPEN_REQUESTS`] requests waiting for their outcome, one partial line. Files are
+//! opened without following a symbolic link and must be regular files: a FIFO or a link planted
+//! at the log's path is refused, never waited on or followed.
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
@@ -19,6 +21,7 @@ use std::time::{Duration, Instant};
 use mint_policy::audit::{AuditRecord, MAX_LINE_BYTES, Phase, RequestId};
 
 use super::chain::{Line, LineDefect, LineHash, LineReader, parse_line};
+use super::file::{open_read, unsafe_file};
 
 /// One row of the table: a request (its decision, and its outcome once there is one), an
 /// event, or an outcome whose decision is not in the part of the log read.
@@ -104,15 +107,10 @@ pub enum TailMode {
 }
 
 /// Reads the last `n` rows (or record lines) of the log at `path`.
+/// Refuses a symbolic link and anything but a regular file (see `audit::file`).
 pub fn read_tail(path: &Path, n: usize, mode: TailMode) -> io::Result<Snapshot> {
-    let file = File::open(path)?;
+    let file = open_read(path)?;
     let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
-    }
     let size = meta.len();
     let id = (meta.dev(), meta.ino());
     let mut window = (n as u64)
@@ -363,9 +361,12 @@ impl Follower {
         &mut self,
         emit: &mut dyn FnMut(FollowItem) -> io::Result<()>,
     ) -> io::Result<()> {
-        let Ok(file) = File::open(&self.path) else {
+        let file = match open_read(&self.path) {
+            Ok(file) => file,
+            // Something planted at the path that is not a regular file: stop, do not wait.
+            Err(error) if unsafe_file(&error).is_some() => return Err(error),
             // Renamed away and not recreated yet: keep reading the old file.
-            return Ok(());
+            Err(_) => return Ok(()),
         };
         let meta = file.metadata()?;
         let id = (meta.dev(), meta.ino());

@@ -13,7 +13,9 @@
 //! line points at a line elsewhere; a line cut short is `truncated`. Deleting the last lines of
 //! the newest file leaves no trace in the chain; the chain is not keyed, so someone able to
 //! rewrite the whole file can recompute it. Never reads out a line's content: problems are
-//! reported by position and kind.
+//! reported by position and kind. Files are opened without following a symbolic link and must
+//! be regular files, so a FIFO or a link planted at a rotated file's name cannot hang or
+//! redirect a verification.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -24,6 +26,7 @@ use std::path::{Path, PathBuf};
 use mint_policy::audit::{AuditRecord, Phase, RequestId};
 
 use super::chain::{Line, LineDefect, LineHash, LineReader, parse_line};
+use super::file::open_read;
 use super::writer::TORN_LINE_REASON;
 
 /// A line in one of the files verified.
@@ -378,14 +381,7 @@ fn open_lines(path: &Path) -> Result<LineReader<BufReader<File>>, VerifyError> {
         path: path.to_path_buf(),
         source,
     };
-    let file = File::open(path).map_err(error)?;
-    let meta = file.metadata().map_err(error)?;
-    if !meta.is_file() {
-        return Err(error(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not a regular file",
-        )));
-    }
+    let file = open_read(path).map_err(error)?;
     Ok(LineReader::new(
         BufReader::with_capacity(READ_BUFFER, file),
         0,

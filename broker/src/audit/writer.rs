@@ -7,16 +7,23 @@
 //! is taken; only the splice, the hash and the write are inside it. An exclusive `flock` on
 //! `<log>.lock` keeps any other process (or a second `AuditLog` in this one) from appending.
 //!
-//! A torn end (a line cut short by a crash, a full disk or an I/O error) is never truncated
-//! away: the writer ends it with a newline, so the fragment becomes a line of its own that the
-//! chain covers, and then writes an `audit_torn_line` event chained from the fragment. `mint
-//! audit verify` reports that pattern as a recovered torn line, not as tampering.
+//! A write that fails part-way (disk full, file size limit, I/O error) is undone at once: the
+//! writer cuts the file back to the end of its last whole line, but only when the file ends
+//! exactly with the bytes it just wrote (nothing else was appended since), so the refused record
+//! leaves no trace and the file keeps whole lines only. A torn end that cannot be undone that
+//! way (a crash in the middle of a write, or a failed undo) is never truncated: the writer ends
+//! it with a newline, so the fragment becomes a line of its own that the chain covers, and then
+//! writes an `audit_torn_line` event chained from the fragment. `mint audit verify` reports that
+//! pattern as a recovered torn line, not as tampering.
+//!
+//! The log and its lock file are opened through `file`: never through a symbolic link, and only
+//! regular files owned by Mint's user that group and others cannot write.
 //!
 //! Never logs a record's content: only the log's path, sequence numbers and request ids.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -25,7 +32,8 @@ use std::time::{Duration, Instant};
 use mint_policy::audit::{AuditRecord, ChainHash, ReasonCode};
 
 use super::chain::{LineHash, read_last_line};
-use super::durability::{Durability, SyncState, mark_failed, mark_synced};
+use super::durability::{Durability, SyncFile, SyncState, mark_failed, mark_synced};
+use super::file;
 use super::rotation::{lock_path, rename_to_next, rotated_files, sync_dir, try_lock};
 use super::{AuditConfig, AuditError, PreparedLine, now};
 
@@ -33,6 +41,8 @@ use super::{AuditConfig, AuditError, PreparedLine, now};
 pub(super) struct Shared {
     pub(super) path: PathBuf,
     pub(super) durability: Durability,
+    /// Makes the current file durable: `fdatasync(2)`, or a failing stand-in in unit tests.
+    pub(super) sync_file: SyncFile,
     writer: Mutex<Writer>,
     /// The sequence number of the last record written (0 before the first).
     written: AtomicU64,
@@ -60,6 +70,8 @@ struct Writer {
     poisoned: Option<io::ErrorKind>,
     rotate_bytes: Option<u64>,
     rotation_retry_at: Option<Instant>,
+    /// A failure to start a new file at the path was logged; not again until one succeeds.
+    switch_failure_logged: bool,
     /// Holds the exclusive `flock` on `<log>.lock` for as long as the writer lives.
     _lock: File,
 }
@@ -77,22 +89,19 @@ enum Torn {
 
 impl Shared {
     /// Opens (or creates) the log at `path`, takes the writer lock and continues the chain.
-    pub(super) fn open(path: &Path, config: &AuditConfig) -> Result<Shared, AuditError> {
+    pub(super) fn open(
+        path: &Path,
+        config: &AuditConfig,
+        sync_file: SyncFile,
+    ) -> Result<Shared, AuditError> {
         let lock = take_lock(path)?;
-        let file = open_log_file(path).map_err(|source| AuditError::Open {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let meta = file.metadata().map_err(|source| AuditError::Open {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let file = file::open_log(path).map_err(|source| AuditError::open(path, source))?;
+        let meta = file
+            .metadata()
+            .map_err(|source| AuditError::open(path, source))?;
         if meta.len() == 0 && config.durability != Durability::Never {
             // A new (or empty) log: make its directory entry durable too.
-            sync_dir(path).map_err(|source| AuditError::Open {
-                path: path.to_path_buf(),
-                source,
-            })?;
+            sync_dir(path).map_err(|source| AuditError::open(path, source))?;
         }
         let (last, torn) = chain_tail(path, &file, meta.len())?;
         let mut writer = Writer {
@@ -106,6 +115,7 @@ impl Shared {
             poisoned: None,
             rotate_bytes: config.rotate_bytes.filter(|&bytes| bytes > 0),
             rotation_retry_at: None,
+            switch_failure_logged: false,
             _lock: lock,
         };
         let shared_events = AtomicU64::new(0);
@@ -124,6 +134,7 @@ impl Shared {
         Ok(Shared {
             path: path.to_path_buf(),
             durability: config.durability,
+            sync_file,
             written: AtomicU64::new(writer.seq),
             writer: Mutex::new(writer),
             sync: Mutex::new(SyncState::default()),
@@ -192,15 +203,14 @@ impl Shared {
         Some((Arc::clone(&writer.file), writer.seq))
     }
 
-    /// Refuses every later append after a failed fsync.
+    /// Refuses every later append after a failed fsync, and wakes every waiter with the
+    /// failure. Mint's log says why once, for the first failure.
     pub(super) fn poison(&self, error: &io::Error) {
-        tracing::error!(
-            audit.path = %self.path.display(),
-            error = %error,
-            "Audit log fsync failed; refusing every further record until Mint restarts"
-        );
         if let Ok(mut writer) = self.lock_writer() {
             writer.poisoned.get_or_insert(error.kind());
+        }
+        if mark_failed(self, error.kind()) {
+            log_sync_failure(&self.path, error);
         }
     }
 
@@ -211,7 +221,9 @@ impl Shared {
         let Ok(mut writer) = self.lock_writer() else {
             return;
         };
-        let now = match fs::metadata(&self.path) {
+        // `symlink_metadata`: a symbolic link planted at the path is another file, which
+        // `switch_file` then refuses to open.
+        let now = match fs::symlink_metadata(&self.path) {
             Ok(meta) => Some((meta.dev(), meta.ino())),
             Err(error) if error.kind() == io::ErrorKind::NotFound => None,
             Err(_) => return,
@@ -219,17 +231,24 @@ impl Shared {
         if now == Some(writer.file_id) || writer.poisoned.is_some() {
             return;
         }
-        tracing::info!(audit.path = %self.path.display(), "Audit log was moved; starting a new file");
-        if let Err(error) = writer.finish_file(self) {
-            tracing::error!(audit.path = %self.path.display(), error = %error, "Audit log fsync failed");
+        if !writer.switch_failure_logged {
+            tracing::info!(audit.path = %self.path.display(), "Audit log was moved; starting a new file");
+        }
+        if writer.finish_file(self).is_err() {
+            // The log is poisoned now, and `finish_file` said so.
             return;
         }
-        if let Err(error) = writer.switch_file(self) {
-            tracing::warn!(
-                audit.path = %self.path.display(),
-                error = %error,
-                "Cannot start a new audit log file; still appending to the moved one"
-            );
+        match writer.switch_file(self) {
+            Ok(()) => writer.switch_failure_logged = false,
+            Err(error) if !writer.switch_failure_logged => {
+                writer.switch_failure_logged = true;
+                tracing::warn!(
+                    audit.path = %self.path.display(),
+                    error = %AuditError::open(&self.path, error),
+                    "Cannot start a new audit log file; still appending to the moved one"
+                );
+            }
+            Err(_) => {}
         }
     }
 
@@ -269,9 +288,10 @@ impl Writer {
         Ok(())
     }
 
-    /// Records that the first `done` bytes of `line` reached the file and the rest did not.
+    /// Records that the first `done` bytes of `line` reached the file and the rest did not:
+    /// undoes them if it safely can, else leaves a torn end to repair before the next record.
     fn torn_by(&mut self, line: &[u8], done: usize, error: io::Error) -> io::Error {
-        if done > 0 {
+        if done > 0 && !self.undo_partial_write(done) {
             let fragment = line.get(..done.min(line.len() - 1)).unwrap_or_default();
             self.size += done as u64;
             self.last = LineHash::of(fragment);
@@ -279,6 +299,17 @@ impl Writer {
             self.torn = Some(Torn::InFile);
         }
         error
+    }
+
+    /// Cuts the file back to where the failed line started, so it keeps whole lines only. Only
+    /// when the file ends exactly with the `done` bytes just written: a file that grew otherwise
+    /// (another process appended despite the lock) is never cut, and keeps a torn end instead.
+    fn undo_partial_write(&mut self, done: usize) -> bool {
+        let expected = self.size + done as u64;
+        match self.file.metadata() {
+            Ok(meta) if meta.len() == expected => self.file.set_len(self.size).is_ok(),
+            _ => false,
+        }
     }
 
     /// Ends a torn fragment with a newline and records an `audit_torn_line` event chained
@@ -331,7 +362,7 @@ impl Writer {
             return;
         }
         let result = self.finish_file(shared).and_then(|()| {
-            match fs::metadata(&shared.path) {
+            match fs::symlink_metadata(&shared.path) {
                 // Only rename the path while it still names this writer's file.
                 Ok(meta) if (meta.dev(), meta.ino()) == self.file_id => {
                     rename_to_next(&shared.path).map(drop)
@@ -361,14 +392,11 @@ impl Writer {
         if shared.durability == Durability::Never {
             return Ok(());
         }
-        if let Err(error) = self.file.sync_data() {
+        if let Err(error) = (shared.sync_file)(&self.file) {
             self.poisoned.get_or_insert(error.kind());
-            tracing::error!(
-                audit.path = %shared.path.display(),
-                error = %error,
-                "Audit log fsync failed; refusing every further record until Mint restarts"
-            );
-            mark_failed(shared, error.kind());
+            if mark_failed(shared, error.kind()) {
+                log_sync_failure(&shared.path, &error);
+            }
             return Err(error);
         }
         mark_synced(shared, self.seq);
@@ -378,7 +406,7 @@ impl Writer {
     /// Opens (or creates) the file now at the path and makes it current. An empty file
     /// continues this writer's chain; a file someone else filled continues from its last line.
     fn switch_file(&mut self, shared: &Shared) -> io::Result<()> {
-        let file = open_log_file(&shared.path)?;
+        let file = file::open_log(&shared.path)?;
         let meta = file.metadata()?;
         if shared.durability != Durability::Never {
             sync_dir(&shared.path)?;
@@ -417,28 +445,18 @@ fn take_lock(path: &Path) -> Result<File, AuditError> {
                     path: path.to_path_buf(),
                 });
             }
-            Err(source) => return Err(AuditError::Open { path: lock, source }),
+            Err(source) => return Err(AuditError::open(&lock, source)),
         }
     }
 }
 
-/// Opens the log for appending (and positioned reads), creating it 0600. Refuses anything but
-/// a regular file; `O_NONBLOCK` keeps a FIFO at the path from hanging the open.
-fn open_log_file(path: &Path) -> io::Result<File> {
-    let file = OpenOptions::new()
-        .read(true)
-        .append(true)
-        .create(true)
-        .mode(LOG_FILE_MODE)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
-    }
-    Ok(file)
+/// Says once, in Mint's log, why the log now refuses every record.
+fn log_sync_failure(path: &Path, error: &io::Error) {
+    tracing::error!(
+        audit.path = %path.display(),
+        error = %error,
+        "Audit log fsync failed; refusing every further record until Mint restarts"
+    );
 }
 
 /// Where the chain continues: the last line of the current file, else of the newest rotated
@@ -446,7 +464,7 @@ fn open_log_file(path: &Path) -> io::Result<File> {
 fn chain_tail(path: &Path, file: &File, size: u64) -> Result<(LineHash, Option<Torn>), AuditError> {
     let read_error = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| AuditError::ReadTail { path, source }
+        move |source| AuditError::read_tail(&path, source)
     };
     if size > 0 {
         let last = read_last_line(file, size).map_err(read_error(path))?;
@@ -461,7 +479,8 @@ fn chain_tail(path: &Path, file: &File, size: u64) -> Result<(LineHash, Option<T
     }
     let predecessors = rotated_files(path).map_err(read_error(path))?;
     for previous in predecessors.iter().rev() {
-        let file = File::open(previous).map_err(read_error(previous))?;
+        // A FIFO or a symbolic link planted at a rotated name is refused, never waited on.
+        let file = file::open_read(previous).map_err(read_error(previous))?;
         let len = file.metadata().map_err(read_error(previous))?.len();
         if let Some(last) = read_last_line(&file, len).map_err(read_error(previous))? {
             warn_if_not_record(previous, &last.line);
@@ -490,7 +509,6 @@ pub const TORN_LINE_REASON: &str = "audit_torn_line";
 /// Bytes from the end of a prepared line to the start of its `prev` hex digits:
 /// 64 digits, then `"}` and the newline.
 const PREV_FROM_END: usize = 64 + 3;
-const LOG_FILE_MODE: u32 = 0o600;
 const LOCK_WAIT: Duration = Duration::from_millis(500);
 const LOCK_RETRY: Duration = Duration::from_millis(10);
 const ROTATION_RETRY: Duration = Duration::from_secs(10);
