@@ -94,10 +94,7 @@ impl TestCa {
 
     /// Issues a leaf certificate for `localhost`, `127.0.0.1`, `::1` and `extra_names`, and
     /// builds the server configuration that presents it (ALPN `h2`, `http/1.1`).
-    pub(super) fn server_config(
-        &self,
-        extra_names: &[String],
-    ) -> Result<Arc<ServerConfig>, EchoError> {
+    pub fn server_config(&self, extra_names: &[String]) -> Result<Arc<ServerConfig>, EchoError> {
         let names: Vec<String> = LEAF_NAMES
             .iter()
             .map(|name| (*name).to_owned())

@@ -3,7 +3,7 @@
 //! plain HTTP and on TLS, so that they all pay the same upstream.
 //!
 //! Usage: `bench_upstream --ca-out FILE [--require-auth VALUE] [--max-seconds N]`. It generates a
-//! throwaway CA (ECDSA P-256, rcgen) and a leaf for `localhost`, `127.0.0.1` and `::1`, writes the
+//! throwaway CA (the echo upstream's `TestCa`) and a leaf for `localhost`, `127.0.0.1` and `::1`, writes the
 //! CA certificate to FILE, listens on two free loopback ports, prints `http PORT` and
 //! `https PORT` on stdout, then serves until killed or for at most `--max-seconds` (default 3600),
 //! so a benchmark that dies leaves nothing running for long.
@@ -32,12 +32,8 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode, header};
 use hyper_util::rt::TokioIo;
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
-};
+use mint_broker::echo_upstream::TestCa;
 use rustls::ServerConfig;
-use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 
@@ -168,38 +164,11 @@ fn pattern(len: usize) -> Vec<u8> {
 
 /// A CA and a leaf it signs; returns the CA's PEM and the server configuration.
 fn tls_config() -> anyhow::Result<(String, Arc<ServerConfig>)> {
-    let mut params = CertificateParams::new(Vec::<String>::new())?;
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "Mint benchmark upstream CA");
-    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate()?)?;
-    let ca_pem = issuer.pem();
-
-    let names = ["localhost", "127.0.0.1", "::1"]
-        .map(str::to_owned)
-        .to_vec();
-    let mut params = CertificateParams::new(names)?;
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "Mint benchmark upstream");
-    params.is_ca = IsCa::ExplicitNoCa;
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    params.use_authority_key_identifier_extension = true;
-    let key = KeyPair::generate()?;
-    let leaf = params.signed_by(&key, &issuer)?;
-    let chain = vec![leaf.der().clone(), issuer.der().clone()];
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)?;
+    // The echo upstream's CA and leaf (localhost, 127.0.0.1, ::1); HTTP/1.1 only, as every
+    // contender speaks to the upstream.
+    let ca = TestCa::generate()?;
+    let shared = ca.server_config(&[])?;
+    let mut config = ServerConfig::clone(&shared);
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok((ca_pem, Arc::new(config)))
+    Ok((ca.cert_pem().to_owned(), Arc::new(config)))
 }
