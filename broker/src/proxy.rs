@@ -35,7 +35,7 @@ use axum::routing::{any, get};
 use axum::{Json, Router};
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
-use http::{Method, Version};
+use http::{Method, StatusCode, Version};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use mint_policy::audit::{
     AgentName, AliasName, AuditDecision, CapabilityId, Outcome, ReasonCode, RequestId, RuleId,
@@ -64,6 +64,7 @@ pub use pipeline::JSONRPC_REFUSED;
 
 use answer::OutcomeWriter;
 use error::describe_part;
+pub(crate) use error::error_body;
 use pipeline::{Allowed, JsonRpcIds, RawTarget};
 
 /// The capability header of `/v1/proxy` requests.
@@ -288,8 +289,8 @@ async fn front_door(State(state): State<AppState>, mut request: Request, next: N
     let id = state.next_request_id();
     request.extensions_mut().insert(RequestIdExt(id.clone()));
     let mut response = if request.method() == Method::CONNECT {
-        let mut exchange = Exchange::new(&state, id.clone(), request.method());
-        exchange.refuse(&state, ProxyError::ConnectUnsupported)
+        let mut exchange = Exchange::new(&state, id.clone(), Some(request.method()));
+        exchange.refuse(ProxyError::ConnectUnsupported)
     } else if request.uri().scheme().is_some() && request.version() <= Version::HTTP_11 {
         // HTTP/1.x absolute-form is a forward-proxy request; HTTP/2 always carries a scheme and
         // authority (Mint's own), so it is routed by path like origin-form.
@@ -358,10 +359,10 @@ async fn proxy_route(State(state): State<AppState>, request: Request) -> Respons
 
 /// One request through the pipeline; every refusal is audited and answered here.
 async fn proxy(state: &AppState, id: RequestId, mode: Mode, request: Request) -> Response {
-    let mut exchange = Exchange::new(state, id, request.method());
+    let mut exchange = Exchange::new(state, id, Some(request.method()));
     match forward(state, &mut exchange, mode, request).await {
         Ok(response) => response,
-        Err(error) => exchange.refuse(state, error),
+        Err(error) => exchange.refuse(error),
     }
 }
 
@@ -382,7 +383,7 @@ struct Exchange {
 // === impl Exchange ===
 
 impl Exchange {
-    fn new(state: &AppState, id: RequestId, method: &Method) -> Exchange {
+    fn new(state: &AppState, id: RequestId, method: Option<&Method>) -> Exchange {
         Exchange {
             audit: state.audit().clone(),
             outcome_written: false,
@@ -390,7 +391,7 @@ impl Exchange {
                 id,
                 agent: None,
                 capability: None,
-                method: mint_policy::audit::Method::new(method.as_str()).ok(),
+                method: method.and_then(|m| mint_policy::audit::Method::new(m.as_str()).ok()),
                 target: None,
                 aliases: Vec::new(),
                 mcp_tool: None,
@@ -404,7 +405,7 @@ impl Exchange {
 
     /// Writes the decision record of a request that is refused here, then its outcome record,
     /// and answers with the error.
-    fn refuse(&mut self, state: &AppState, error: ProxyError) -> Response {
+    fn refuse(&mut self, error: ProxyError) -> Response {
         let id = self.facts.id.clone();
         match error.fault() {
             error::Fault::Client => {
@@ -417,40 +418,22 @@ impl Exchange {
                 tracing::error!(request.id = %id, code = error.code(), error = %error, "Request failed");
             }
         }
-        if !self.decided {
-            let decision = match error {
-                ProxyError::Limited { .. } => AuditDecision::Limited,
-                _ => AuditDecision::Deny,
-            };
-            let rules = match &error {
-                ProxyError::PolicyDenied { rules, .. } | ProxyError::Limited { rules, .. } => {
-                    Some(rule_ids(rules))
-                }
-                _ => None,
-            };
-            let facts = DecisionFacts {
-                decision,
-                rules,
-                reason: ReasonCode::new(error.reason()).ok(),
-            };
-            let record = decision_record(now(), &self.facts, &facts);
-            if let Err(audit_error) = state.audit().append(record) {
-                tracing::error!(request.id = %id, error = %audit_error, "Decision record not written");
-            }
-            self.decided = true;
-        }
-        self.outcome_written = true;
-        let outcome = OutcomeWriter {
-            audit: state.audit().clone(),
-            facts: self.facts.clone(),
-            received: self.received,
-            bytes_up: self.bytes_up.unwrap_or(0),
+        let decision = match error {
+            ProxyError::Limited { .. } => AuditDecision::Limited,
+            _ => AuditDecision::Deny,
         };
-        outcome.write(
+        let rules = match &error {
+            ProxyError::PolicyDenied { rules, .. } | ProxyError::Limited { rules, .. } => {
+                Some(rule_ids(rules))
+            }
+            _ => None,
+        };
+        self.record_refusal(
+            decision,
+            rules,
+            error.reason(),
             error.outcome(),
-            Some(error.status()),
-            Some(0),
-            Some(error.reason()),
+            error.status(),
         );
         let mut response = error.to_response(id.as_str());
         if let Some(jsonrpc) = &self.jsonrpc {
@@ -458,6 +441,38 @@ impl Exchange {
             response.headers_mut().remove(header::CONTENT_LENGTH);
         }
         response
+    }
+
+    /// Writes the refusal's `decision` record (unless one is written already) and its `outcome`
+    /// record. A failure to write is logged: nothing is forwarded either way.
+    fn record_refusal(
+        &mut self,
+        decision: AuditDecision,
+        rules: Option<Vec<RuleId>>,
+        reason: &'static str,
+        outcome: Outcome,
+        status: StatusCode,
+    ) {
+        if !self.decided {
+            let facts = DecisionFacts {
+                decision,
+                rules,
+                reason: ReasonCode::new(reason).ok(),
+            };
+            let record = decision_record(now(), &self.facts, &facts);
+            if let Err(audit_error) = self.audit.append(record) {
+                tracing::error!(request.id = %self.facts.id, error = %audit_error, "Decision record not written");
+            }
+            self.decided = true;
+        }
+        self.outcome_written = true;
+        let writer = OutcomeWriter {
+            audit: self.audit.clone(),
+            facts: self.facts.clone(),
+            received: self.received,
+            bytes_up: self.bytes_up.unwrap_or(0),
+        };
+        writer.write(outcome, Some(status), Some(0), Some(reason));
     }
 
     /// Writes the `allow` decision record; the request goes nowhere if it cannot be written.
@@ -475,6 +490,19 @@ impl Exchange {
         self.decided = true;
         Ok(())
     }
+}
+
+/// Audits a request refused before it could be read at all (a head that never completed, or one
+/// hyper could not parse): a `deny` decision and an `invalid` outcome with `status`, holding no
+/// fact of the request. Returns its id, for the answer.
+pub(crate) fn audit_unread_refusal(
+    state: &AppState,
+    reason: &'static str,
+    status: StatusCode,
+) -> RequestId {
+    let mut exchange = Exchange::new(state, state.next_request_id(), None);
+    exchange.record_refusal(AuditDecision::Deny, None, reason, Outcome::Invalid, status);
+    exchange.facts.id.clone()
 }
 
 impl Drop for Exchange {

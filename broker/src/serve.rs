@@ -20,15 +20,11 @@ use std::time::Duration;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use mint_policy::audit::{AuditDecision, HttpStatus, Outcome, ReasonCode, RequestId};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tower::Service as _;
 
-use crate::audit::facts::{
-    DecisionFacts, OutcomeFacts, RequestFacts, decision_record, outcome_record,
-};
-use crate::audit::{AuditConfig, AuditConfigError, AuditError, AuditLog, now};
+use crate::audit::{AuditConfig, AuditConfigError, AuditError, AuditLog};
 use crate::capability::{CapabilityFileError, CapabilityStore};
 use crate::credential_store::{CredentialSources, KeyringConfig, KeyringConfigError};
 use crate::declarations::DeclarationsError;
@@ -219,49 +215,6 @@ pub async fn run(
     state.audit().sync().map_err(io::Error::other)?;
     tracing::info!("Audit log synced; stopped");
     Ok(())
-}
-
-/// Audits a request refused before it could be read (decision `deny`, outcome `invalid`) and
-/// returns its id.
-pub(crate) fn audit_connection_refusal(state: &AppState, reason: &str, status: u16) -> RequestId {
-    let id = state.next_request_id();
-    let facts = RequestFacts {
-        id: id.clone(),
-        agent: None,
-        capability: None,
-        method: None,
-        target: None,
-        aliases: Vec::new(),
-        mcp_tool: None,
-    };
-    let reason = ReasonCode::new(reason).ok();
-    let decision = decision_record(
-        now(),
-        &facts,
-        &DecisionFacts {
-            decision: AuditDecision::Deny,
-            rules: None,
-            reason: reason.clone(),
-        },
-    );
-    let outcome = outcome_record(
-        now(),
-        &facts,
-        &OutcomeFacts {
-            outcome: Outcome::Invalid,
-            status: HttpStatus::new(status).ok(),
-            bytes_up: Some(0),
-            bytes_down: Some(0),
-            duration_ms: None,
-            reason,
-        },
-    );
-    for record in [decision, outcome] {
-        if let Err(error) = state.audit().append(record) {
-            tracing::error!(error = %error, "Audit record not written");
-        }
-    }
-    id
 }
 
 /// Binds, serves until Ctrl-C or SIGTERM, and returns once the audit log is synced. Writes

@@ -290,14 +290,7 @@ impl ProxyError {
 
     /// The JSON error answer, with `Mint-Request-Id`, `Mint-Outcome` and, for 429, `Retry-After`.
     pub fn to_response(&self, request_id: &str) -> Response {
-        let mut body = serde_json::json!({
-            "error": {
-                "code": self.code(),
-                "message": self.to_string(),
-                "rules": self.rules(),
-                "request_id": request_id,
-            }
-        });
+        let mut body = error_body(self.code(), &self.to_string(), self.rules(), request_id);
         if let (ProxyError::Limited { retry_after, .. }, Some(error)) =
             (self, body.get_mut("error"))
         {
@@ -326,6 +319,25 @@ impl From<Invalid> for ProxyError {
     fn from(invalid: Invalid) -> Self {
         ProxyError::Invalid(invalid)
     }
+}
+
+/// Mint's error body: `{"error":{"code","message","rules","request_id"}}`, the one shape of every
+/// error Mint answers itself (see also `serve/connection.rs` for answers written before hyper
+/// parsed a request).
+pub(crate) fn error_body(
+    code: &str,
+    message: &str,
+    rules: &[String],
+    request_id: &str,
+) -> serde_json::Value {
+    serde_json::json!({
+        "error": {
+            "code": code,
+            "message": message,
+            "rules": rules,
+            "request_id": request_id,
+        }
+    })
 }
 
 /// Describes a place of a request for a message.

@@ -27,12 +27,12 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use http::StatusCode;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
-use super::audit_connection_refusal;
-use crate::proxy::{AppState, FramingWatch};
+use crate::proxy::{AppState, FramingWatch, audit_unread_refusal, error_body};
 
 /// The most bytes of a request head kept for the framing check (hyper refuses larger heads).
 const MAX_SNIFFED_HEAD: usize = 1 << 20;
@@ -125,7 +125,11 @@ impl ConnectionIo {
             tracing::debug!("Idle connection closed");
             return;
         }
-        let id = audit_connection_refusal(&self.state, "header_read_timeout", 408);
+        let id = audit_unread_refusal(
+            &self.state,
+            "header_read_timeout",
+            StatusCode::REQUEST_TIMEOUT,
+        );
         tracing::info!(request.id = %id, "Request head not completed in time");
         let answer = json_answer(
             408,
@@ -169,7 +173,11 @@ impl ConnectionIo {
                 "the request is not valid HTTP/1.1 (request line, header syntax or framing)",
             ),
         };
-        let id = audit_connection_refusal(&self.state, reason, status);
+        let id = audit_unread_refusal(
+            &self.state,
+            reason,
+            StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
+        );
         tracing::info!(request.id = %id, status, reason, "Request that cannot be parsed refused");
         self.replacement = Some(Replacement {
             bytes: json_answer(status, message, id.as_str()),
@@ -217,16 +225,8 @@ impl ConnectionIo {
 
 /// A complete HTTP/1.1 answer with Mint's JSON error body; the connection closes after it.
 fn json_answer(status: u16, message: &str, request_id: &str) -> Vec<u8> {
-    let body = serde_json::json!({
-        "error": {
-            "code": "invalid_request",
-            "message": message,
-            "rules": [],
-            "request_id": request_id,
-        }
-    })
-    .to_string();
-    let reason = http::StatusCode::from_u16(status)
+    let body = error_body("invalid_request", message, &[], request_id).to_string();
+    let reason = StatusCode::from_u16(status)
         .ok()
         .and_then(|s| s.canonical_reason())
         .unwrap_or("Bad Request");
