@@ -46,7 +46,7 @@ mod render;
 pub use budget::BudgetSource;
 
 /// Arguments of `mint policy explain`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct ExplainArgs {
     /// The agent name, as the capability would carry it.
     #[arg(long, value_name = "AGENT")]
@@ -92,6 +92,22 @@ pub struct ExplainArgs {
     /// Print one JSON object instead of the report.
     #[arg(long)]
     pub json: bool,
+}
+
+impl std::fmt::Debug for ExplainArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL's query and the header values may hold a real token typed by mistake: only
+        // their sizes are shown.
+        f.debug_struct("ExplainArgs")
+            .field("agent", &self.agent)
+            .field("method", &self.method)
+            .field("url_len", &self.url.len())
+            .field("headers", &self.headers.len())
+            .field("tool", &self.tool)
+            .field("body_json", &self.body_json)
+            .field("json", &self.json)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The request to explain. `Debug` shows header names and sizes only.

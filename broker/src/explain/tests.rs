@@ -1147,3 +1147,25 @@ async fn explain_answers_as_the_proxy_router_does() {
         assert_eq!((status, code), expected, "{method} {url} {headers:?}");
     }
 }
+
+#[test]
+fn explain_arguments_never_show_header_or_query_values_in_debug() {
+    use clap::Parser as _;
+    let cli = crate::cli::Cli::try_parse_from([
+        "mint",
+        "policy",
+        "explain",
+        "--agent",
+        "mino",
+        "--method",
+        "GET",
+        "--url",
+        "https://api.example.com/x?token=canary-explain-args-9f3",
+        "--header",
+        "Authorization: Bearer canary-explain-args-9f3",
+    ])
+    .unwrap();
+    let shown = format!("{cli:?}");
+    assert!(!shown.contains("canary-explain-args"), "{shown}");
+    assert!(shown.contains("mino"), "{shown}");
+}
