@@ -60,7 +60,8 @@ pub struct ForwardProxy {
 pub struct Placeholder {
     /// As written in headers and JSON bodies: `{{mint:ALIAS}}`.
     pub syntax: &'static str,
-    /// As written in URL paths and queries: `%7B%7Bmint%3AALIAS%7D%7D`.
+    /// As written in a query string: `%7B%7Bmint%3AALIAS%7D%7D` (a placeholder in a path is
+    /// refused).
     pub percent_encoded: &'static str,
     /// Which aliases exist and where they may go.
     pub note: &'static str,
@@ -95,8 +96,10 @@ pub fn usage(listen: &str) -> Usage {
         capability_header: CAPABILITY_HEADER,
         forward_proxy: ForwardProxy {
             proxy_url: base_url.clone(),
-            header: "Proxy-Authorization: Bearer <capability>",
-            note: "set HTTP_PROXY to the proxy URL; Mint sends the request upstream over https",
+            header: "Proxy-Authorization: Bearer <capability>, or the capability as the proxy \
+                     URL's password (http://agent:<capability>@HOST:PORT)",
+            note: "set http_proxy (not https_proxy: CONNECT is refused) and write http:// URLs; \
+                   Mint sends them upstream over https (plain http only to loopback hosts)",
         },
         placeholder: Placeholder {
             syntax: "{{mint:ALIAS}}",
@@ -107,7 +110,8 @@ pub fn usage(listen: &str) -> Usage {
         sites: vec![
             SiteUsage {
                 site: "header",
-                when: "default: a placeholder in a request header value",
+                when: "default: a placeholder in a request header value, written as is \
+                       (percent-encoded in a header, it is refused)",
             },
             SiteUsage {
                 site: "query",
@@ -115,7 +119,8 @@ pub fn usage(listen: &str) -> Usage {
             },
             SiteUsage {
                 site: "body",
-                when: "only as a JSON string value, when the alias and the policy rule allow body",
+                when: "only as a JSON string value written as is, in a body sent as \
+                       application/json (or +json), when the alias and the policy rule allow body",
             },
         ],
         tools: TOOLS,
@@ -167,7 +172,7 @@ impl Usage {
         let _ = writeln!(out, "  syntax:         {}", self.placeholder.syntax);
         let _ = writeln!(
             out,
-            "  in URLs:        {}",
+            "  in queries:     {}",
             self.placeholder.percent_encoded
         );
         let _ = writeln!(out, "  aliases:        {}", self.placeholder.note);
@@ -234,7 +239,8 @@ mod tests {
         );
         assert_eq!(
             value["forward_proxy"]["header"],
-            "Proxy-Authorization: Bearer <capability>"
+            "Proxy-Authorization: Bearer <capability>, or the capability as the proxy URL's \
+             password (http://agent:<capability>@HOST:PORT)"
         );
         let sites: Vec<&str> = value["sites"]
             .as_array()
@@ -313,7 +319,8 @@ mod tests {
         for needle in [
             "http://127.0.0.1:8700/v1/proxy/{scheme}/{authority}/{path}",
             "Mint-Capability: <capability>",
-            "HTTP_PROXY=http://127.0.0.1:8700 with Proxy-Authorization: Bearer <capability>",
+            "HTTP_PROXY=http://127.0.0.1:8700 with Proxy-Authorization: Bearer <capability>, or",
+            "CONNECT is refused",
             "{{mint:ALIAS}}",
             "%7B%7Bmint%3AALIAS%7D%7D",
             "header:",
