@@ -186,3 +186,75 @@ fn sighup_reloads_and_a_request_in_flight_finishes_under_the_policy_that_admitte
     assert_no_canary(&broker);
     assert!(!text.contains(CANARY));
 }
+
+#[test]
+fn a_rotated_secret_stays_scrubbed_after_the_reload() {
+    use mint_tests::broker::ScriptedUpstream;
+
+    // An upstream that remembers every Authorization it was sent and hands them all back.
+    let upstream = ScriptedUpstream::start(Box::new(|request, earlier| {
+        let authorization = |raw: &[u8]| {
+            String::from_utf8_lossy(raw)
+                .lines()
+                .find_map(|line| {
+                    let (name, value) = line.split_once(':')?;
+                    name.eq_ignore_ascii_case("authorization")
+                        .then(|| value.trim().to_owned())
+                })
+                .unwrap_or_default()
+        };
+        let mut body: Vec<String> = earlier.iter().map(|r| authorization(r)).collect();
+        body.push(authorization(request));
+        let body = body.join("\n");
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    }));
+    let port = upstream.port();
+    let dir = tempfile::tempdir().unwrap();
+    let peer = echo_peer(dir.path(), EchoConfig::default());
+    let policy = format!(
+        "version: 1\ndefault: deny\nrules:\n  - id: remember\n    effect: allow\n    match:\n      alias: [echo]\n      scheme: [http]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [GET]\n"
+    );
+    const OLD: &str = "canary-rotated-old-4Ws8Yq2Nf";
+    const NEW: &str = "canary-rotated-new-7Hd3Kp9Lx";
+    let home = MintHome::new(&policy, ALIASES, &[("echo", OLD)]);
+    let cap = home.issue_capability("mino", &[]);
+    let broker = home.serve(&peer.ca_file, &[]);
+    let get = || {
+        curl(&[
+            "-H",
+            &format!("Mint-Capability: {cap}"),
+            "-H",
+            "Authorization: Bearer {{mint:echo}}",
+            &format!("{}/v1/proxy/http/127.0.0.1:{port}/x", broker.base),
+        ])
+    };
+    assert_eq!(get().status, 200);
+    // Rotate the secret and reload: the upstream now holds both values.
+    home.write_private("secrets/echo", NEW);
+    let pid = broker.pid().unwrap();
+    assert!(
+        Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    wait_for_events(&broker, "policy_reloaded", 1);
+    let second = get();
+    assert_eq!(second.status, 200, "{}", second.body);
+    assert_eq!(
+        second.body.matches("[mint:redacted]").count(),
+        2,
+        "{}",
+        second.body
+    );
+    for secret in [OLD, NEW] {
+        assert!(!second.everything().contains(secret), "{}", second.body);
+        assert!(!broker.audit_text().contains(secret));
+        assert!(!broker.stderr().contains(secret));
+    }
+}
