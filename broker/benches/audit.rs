@@ -463,6 +463,8 @@ fn cpu_report() {
             black_box(outcome.clone());
         }),
     );
+    // As the proxy does: the decision written before forwarding, the outcome deferred to the
+    // next write. The last rows write the outcome at once instead, for comparison.
     for durability in [Durability::Never, Durability::Interval] {
         for threads in [1, THREADS] {
             let log = open_log(
@@ -477,10 +479,26 @@ fn cpu_report() {
                 requests,
                 measure(threads, requests, |_| {
                     log.record(record.clone()).unwrap();
-                    log.append(outcome.clone()).unwrap();
+                    log.defer(outcome.clone()).unwrap();
                 }),
             );
         }
+    }
+    for threads in [1, THREADS] {
+        let log = open_log(
+            &dir.path().join(format!("requests-at-once-{threads}.log")),
+            Durability::Interval,
+        );
+        row(
+            &mut out,
+            "request, outcome written at once, interval",
+            threads,
+            requests,
+            measure(threads, requests, |_| {
+                log.record(record.clone()).unwrap();
+                log.append(outcome.clone()).unwrap();
+            }),
+        );
     }
     if std::env::var_os("MINT_AUDIT_BENCH_QUICK").is_some() {
         return;

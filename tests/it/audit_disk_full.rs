@@ -1,8 +1,9 @@
 //! A real process whose audit log cannot grow (a file size limit, `prlimit --fsize`, with
 //! `SIGXFSZ` ignored so that `write(2)` fails with `EFBIG` as on a full disk) refuses every record
 //! from the first one that does not fit, in every durability mode; the line cut short by the
-//! limit is undone, so the file holds whole lines only; and the real `mint audit verify` finds
-//! the chain intact. The writer is `src/bin/audit_fill.rs`.
+//! limit is undone, so the file holds whole lines only, also when one `write(2)` carries a
+//! deferred outcome record with the next decision; and the real `mint audit verify` finds the
+//! chain intact. The writer is `src/bin/audit_fill.rs`.
 //!
 //! Needs `prlimit` (util-linux) and `sh`; without `prlimit` the test says so on stderr and passes
 //! without checking.
@@ -15,7 +16,7 @@ use std::process::Command;
 use std::time::SystemTime;
 
 use mint_broker::audit::verify::{VerifyOptions, verify_files};
-use mint_policy::audit::parse_record;
+use mint_policy::audit::{Phase, parse_record};
 use mint_tests::repo_root;
 
 /// The size limit: not a multiple of the line length, so the record that crosses it is cut
@@ -37,23 +38,34 @@ fn issue_5_a_full_file_refuses_records_and_keeps_whole_lines() {
         return;
     }
     for durability in ["interval", "always", "never"] {
-        let dir = tempfile::tempdir().unwrap();
-        fill_once(&dir.path().join("audit.log"), durability);
+        for deferred in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            fill_once(&dir.path().join("audit.log"), durability, deferred);
+        }
     }
 }
 
-fn fill_once(log: &Path, durability: &str) {
+/// Runs the writer until the limit stops it and checks what it left. With `deferred`, every
+/// decision written is followed by a deferred outcome record, so a refused `write(2)` carries
+/// the previous outcome and the next decision (both refused, both undone), unless the flusher
+/// wrote the outcome alone first.
+fn fill_once(log: &Path, durability_name: &str, deferred: bool) {
+    let durability = &format!(
+        "{durability_name}{}",
+        if deferred { " (deferred outcomes)" } else { "" }
+    );
     // `trap '' XFSZ` sets SIGXFSZ to ignored, which survives both `exec`s: the writer sees
     // EFBIG instead of being killed.
     let output = Command::new("sh")
         .arg("-c")
-        .arg(r#"trap '' XFSZ; exec prlimit --fsize="$1" -- "$2" "$3" "$4" "$5""#)
+        .arg(r#"trap '' XFSZ; l="$1"; shift; exec prlimit --fsize="$l" -- "$@""#)
         .arg("sh")
         .arg(LIMIT.to_string())
         .arg(env!("CARGO_BIN_EXE_audit_fill"))
         .arg(log)
-        .arg(durability)
+        .arg(durability_name)
         .arg(REFUSALS.to_string())
+        .args(deferred.then_some("deferred"))
         .output()
         .unwrap();
     let stdout = String::from_utf8(output.stdout).unwrap();
@@ -105,13 +117,43 @@ fn fill_once(log: &Path, durability: &str) {
     assert_eq!(bytes.last(), Some(&b'\n'), "{durability}");
     let text = String::from_utf8(bytes).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), written, "{durability}");
-    for line in &lines {
-        parse_record(line).unwrap();
+    let records: Vec<_> = lines
+        .iter()
+        .map(|line| parse_record(line).unwrap())
+        .collect();
+    let decisions = records
+        .iter()
+        .filter(|r| r.phase == Phase::Decision)
+        .count();
+    assert_eq!(decisions, written, "{durability}");
+    if deferred {
+        // Each written decision's outcome follows it, except perhaps the last one's, which was
+        // refused with the next decision unless the flusher wrote it alone first.
+        assert!(
+            lines.len() == 2 * written - 1 || lines.len() == 2 * written,
+            "{durability}: {} lines for {written} decisions",
+            lines.len()
+        );
+        for pair in records.chunks(2) {
+            if let [decision, outcome] = pair {
+                assert_eq!(outcome.phase, Phase::Outcome, "{durability}");
+                assert_eq!(outcome.id, decision.id, "{durability}");
+            }
+        }
+    } else {
+        assert_eq!(lines.len(), written, "{durability}");
     }
-    // The next record really did not fit: the file is within one line of the limit.
-    let line_len = size / written as u64;
-    assert!(size + line_len > LIMIT, "{durability}: {size} + {line_len}");
+    // The next write really did not fit: the file is within one write of the limit.
+    let longest = lines
+        .iter()
+        .map(|line| line.len() as u64 + 1)
+        .max()
+        .unwrap();
+    let per_write = if deferred { 2 * longest } else { longest };
+    assert!(
+        size + per_write > LIMIT,
+        "{durability}: {size} + {per_write}"
+    );
 
     // The chain is intact, by the library and by the real `mint audit verify`.
     let report = verify_files(&[log.to_path_buf()], VerifyOptions::default()).unwrap();
@@ -121,7 +163,7 @@ fn fill_once(log: &Path, durability: &str) {
         report.recovered.is_empty(),
         "{durability}: a torn line was left"
     );
-    assert_eq!(report.records as usize, written);
+    assert_eq!(report.records as usize, lines.len());
     let verify = Command::new(mint_binary())
         .args(["audit", "verify"])
         .arg(log)
@@ -136,7 +178,7 @@ fn fill_once(log: &Path, durability: &str) {
         String::from_utf8_lossy(&verify.stderr)
     );
     assert!(
-        verify_out.contains(&format!("intact: {written} lines")),
+        verify_out.contains(&format!("intact: {} lines", lines.len())),
         "{durability}: {verify_out}"
     );
 }

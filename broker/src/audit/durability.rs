@@ -110,14 +110,16 @@ pub(super) enum SyncFailure {
 
 /// The flusher thread's body. Runs until the log closes.
 pub(super) fn run_flusher(shared: &Shared) {
+    // Deferred lines (`interval` and `never`) reach the file within a tick.
     let tick = match shared.durability {
-        Durability::Interval => FLUSH_INTERVAL,
-        Durability::Always | Durability::Never => ROTATION_POLL,
+        Durability::Interval | Durability::Never => FLUSH_INTERVAL,
+        Durability::Always => ROTATION_POLL,
     };
     let mut state = lock_sync(shared);
     loop {
         if state.shutdown {
             drop(state);
+            shared.write_pending();
             if shared.durability != Durability::Never {
                 flush(shared);
             }
@@ -142,6 +144,7 @@ pub(super) fn run_flusher(shared: &Shared) {
         let wanted = state.requested > state.synced;
         let synced = state.synced;
         drop(state);
+        shared.write_pending();
         shared.check_path();
         let dirty = shared.written() > synced;
         if dirty && (wanted || shared.durability != Durability::Never) {
@@ -269,7 +272,8 @@ impl fmt::Debug for Durable {
 /// How often the flusher fsyncs in `interval` mode, at most.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(20);
 
-/// How often the flusher checks, in the other modes, whether the log was renamed away.
+/// How often the flusher checks, in `always` mode, whether the log was renamed away (in the
+/// other modes it checks every [`FLUSH_INTERVAL`]).
 pub const ROTATION_POLL: Duration = Duration::from_millis(100);
 
 #[cfg(test)]

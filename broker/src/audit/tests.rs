@@ -11,6 +11,7 @@ use mint_policy::audit::{AuditDecision, Field, parse_record};
 use tracing_subscriber::fmt::MakeWriter;
 
 use super::file::testing::{make_fifo, without_hanging};
+use super::verify::verify_files;
 use super::*;
 
 #[test]
@@ -537,4 +538,148 @@ fn a_running_writer_never_follows_a_symbolic_link_planted_at_its_path() {
     assert_eq!(line_count(&moved), 2);
     let report = verify::verify_files(&[moved], verify::VerifyOptions::default()).unwrap();
     assert!(report.is_intact(), "{:?}", report.first_break);
+}
+
+fn outcome(n: usize) -> AuditRecord {
+    let mut record = AuditRecord::outcome(
+        now(),
+        RequestId::new(format!("req-{n}")).unwrap(),
+        mint_policy::audit::Outcome::Completed,
+        ChainHash::genesis(),
+    );
+    record.status = Some(mint_policy::audit::HttpStatus::new(200).unwrap());
+    record
+}
+
+/// The phase and id of every line of `path`, in order.
+fn phases_and_ids(path: &Path) -> Vec<(String, String)> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let record = parse_record(line).unwrap();
+            (record.phase.as_str().to_owned(), record.id.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn deferred_records_go_out_before_the_next_record_and_chain_across_rotations() {
+    for durability in [Durability::Interval, Durability::Never] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        let log = AuditLog::open(
+            &path,
+            AuditConfig {
+                durability,
+                rotate_bytes: Some(4096),
+            },
+        )
+        .unwrap();
+        for n in 0..40 {
+            log.record(decision(n)).unwrap();
+            log.defer(outcome(n)).unwrap();
+        }
+        log.sync().unwrap();
+        let mut files = rotation::rotated_files(&path).unwrap();
+        assert!(files.len() >= 3, "{durability}: {files:?}");
+        files.push(path.clone());
+        let report = verify_files(&files, verify::VerifyOptions::default()).unwrap();
+        assert!(report.is_intact(), "{durability}: {:?}", report.first_break);
+        assert_eq!(report.records, 80, "{durability}");
+        // Each outcome follows its own decision: deferring never reorders a request's records.
+        let lines: Vec<_> = files.iter().flat_map(|f| phases_and_ids(f)).collect();
+        for (n, pair) in lines.chunks(2).enumerate() {
+            let id = format!("req-{n}");
+            assert_eq!(
+                pair,
+                [
+                    ("decision".to_owned(), id.clone()),
+                    ("outcome".to_owned(), id)
+                ],
+                "{durability}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_deferred_record_reaches_the_file_within_the_flusher_tick_without_another_record() {
+    for durability in [Durability::Interval, Durability::Never] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        let log = AuditLog::open(&path, config(durability)).unwrap();
+        log.defer(outcome(1)).unwrap();
+        wait_until("the flusher to write the deferred record", || {
+            line_count(&path) == 1
+        });
+        assert_eq!(log.stats().records, 1);
+    }
+}
+
+#[test]
+fn sync_and_close_write_deferred_records_and_always_mode_writes_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sync.log");
+    let log = AuditLog::open(&path, config(Durability::Never)).unwrap();
+    log.defer(outcome(1)).unwrap();
+    log.sync().unwrap();
+    assert_eq!(line_count(&path), 1, "sync writes the queue first");
+
+    for durability in [Durability::Interval, Durability::Never] {
+        let path = dir.path().join(format!("close-{durability}.log"));
+        let log = AuditLog::open(&path, config(durability)).unwrap();
+        for n in 0..5 {
+            log.defer(outcome(n)).unwrap();
+        }
+        drop(log);
+        assert_eq!(
+            line_count(&path),
+            5,
+            "{durability}: closing writes the queue"
+        );
+    }
+
+    let path = dir.path().join("always.log");
+    let log = AuditLog::open(&path, config(Durability::Always)).unwrap();
+    log.defer(outcome(1)).unwrap();
+    assert_eq!(line_count(&path), 1, "`always` never defers");
+}
+
+#[test]
+fn the_deferred_queue_is_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.log");
+    let log = AuditLog::open(&path, config(Durability::Never)).unwrap();
+    let line_len = PreparedLine::new(outcome(0)).unwrap().bytes.len();
+    let mut queued = 0;
+    for n in 0..(4 * writer::PENDING_MAX_BYTES / line_len) {
+        log.defer(outcome(n % 10)).unwrap();
+        queued += line_len;
+        // However the flusher's ticks fall, no more than the bound waits in memory.
+        let in_file = std::fs::metadata(&path).unwrap().len() as usize;
+        assert!(
+            queued - in_file <= writer::PENDING_MAX_BYTES,
+            "{} bytes queued",
+            queued - in_file
+        );
+    }
+}
+
+#[test]
+fn deferring_after_a_failed_fsync_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.log");
+    let calls = Arc::new(AtomicUsize::new(0));
+    let log =
+        AuditLog::open_failing_sync(&path, config(Durability::Interval), failing_sync(&calls))
+            .unwrap();
+    log.record(decision(1)).unwrap();
+    wait_until("the log to refuse records", || {
+        matches!(log.defer(outcome(1)), Err(AuditError::Unavailable { .. }))
+    });
+    assert!(matches!(
+        log.defer(outcome(2)),
+        Err(AuditError::Unavailable { .. })
+    ));
 }

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use mint_policy::audit::{AuditRecord, ChainHash, ReasonCode};
+use mint_policy::audit::{AuditRecord, ChainHash, ReasonCode, RequestId};
 
 use super::chain::{LineHash, read_last_line};
 use super::durability::{Durability, SyncFile, SyncState, mark_failed, mark_synced};
@@ -72,6 +72,16 @@ struct Writer {
     rotation_retry_at: Option<Instant>,
     /// A failure to start a new file at the path was logged; not again until one succeeds.
     switch_failure_logged: bool,
+    /// Lines handed to [`Shared::defer`], not chained yet: they go to the file, in order and
+    /// before it, with the next line written, or when the flusher calls
+    /// [`Shared::write_pending`].
+    pending: Vec<PreparedLine>,
+    /// The bytes in `pending`, at most [`PENDING_MAX_BYTES`].
+    pending_bytes: usize,
+    /// Scratch space for one `write(2)`: the chained lines of a batch, end to end.
+    batch: Vec<u8>,
+    /// Where each line of `batch` ends, and its hash.
+    ends: Vec<(usize, LineHash)>,
     /// Holds the exclusive `flock` on `<log>.lock` for as long as the writer lives.
     _lock: File,
 }
@@ -116,6 +126,10 @@ impl Shared {
             rotate_bytes: config.rotate_bytes.filter(|&bytes| bytes > 0),
             rotation_retry_at: None,
             switch_failure_logged: false,
+            pending: Vec::new(),
+            pending_bytes: 0,
+            batch: Vec::new(),
+            ends: Vec::new(),
             _lock: lock,
         };
         let shared_events = AtomicU64::new(0);
@@ -144,8 +158,60 @@ impl Shared {
         })
     }
 
-    /// Appends one prepared line: the only path by which a record reaches the file.
-    pub(super) fn append(&self, mut line: PreparedLine) -> Result<(u64, LineHash), AuditError> {
+    /// Appends one prepared line, after any deferred ones, with one `write(2)`: the line is in
+    /// the file when this returns. With [`Shared::defer`] and [`Shared::write_pending`], the
+    /// only paths by which a record reaches the file.
+    pub(super) fn append(&self, line: PreparedLine) -> Result<(u64, LineHash), AuditError> {
+        let mut writer = self.writable(&line.id)?;
+        let written = writer.write_batch(self, Some(line));
+        self.written.store(writer.seq, Ordering::Release);
+        written
+    }
+
+    /// Queues one prepared line to be written (and chained) with the next line appended, or by
+    /// the flusher within its tick, whichever comes first: no `write(2)` of its own. Written at
+    /// once when the queue is full. An error means the line will never be written.
+    pub(super) fn defer(&self, line: PreparedLine) -> Result<(), AuditError> {
+        let mut writer = self.writable(&line.id)?;
+        if writer.pending_bytes + line.bytes.len() <= PENDING_MAX_BYTES {
+            writer.pending_bytes += line.bytes.len();
+            writer.pending.push(line);
+            return Ok(());
+        }
+        let written = writer.write_batch(self, Some(line));
+        self.written.store(writer.seq, Ordering::Release);
+        written.map(drop)
+    }
+
+    /// Writes the deferred lines, if any. A failure is logged (the lines are lost: their
+    /// requests read as `unknown`); the next record meets the same failure and is refused.
+    pub(super) fn write_pending(&self) {
+        let id = match self.lock_writer() {
+            Ok(writer) => match writer.pending.last() {
+                Some(line) => line.id.clone(),
+                None => return,
+            },
+            Err(_) => return,
+        };
+        match self.writable(&id) {
+            Ok(mut writer) => {
+                if !writer.pending.is_empty() {
+                    // A failure is logged by `write_batch`.
+                    let _ = writer.write_batch(self, None);
+                    self.written.store(writer.seq, Ordering::Release);
+                }
+            }
+            Err(_) => {
+                if let Ok(mut writer) = self.lock_writer() {
+                    writer.drop_pending(&self.path);
+                }
+            }
+        }
+    }
+
+    /// The writer, ready for a line: refused after a failed fsync, and with a torn end
+    /// repaired first. `id` names the record in Mint's log if the repair fails.
+    fn writable(&self, id: &RequestId) -> Result<MutexGuard<'_, Writer>, AuditError> {
         let mut writer = self.lock_writer()?;
         if let Some(kind) = writer.poisoned {
             return Err(AuditError::Unavailable {
@@ -153,43 +219,17 @@ impl Shared {
                 kind,
             });
         }
-        let fail = |source: io::Error| {
-            tracing::error!(
-                audit.path = %self.path.display(),
-                request.id = %line.id,
-                error = %source,
-                "Audit record not written"
-            );
-            AuditError::Write {
-                path: self.path.clone(),
-                source,
-            }
-        };
         if writer.torn.is_some() {
-            writer.repair(&self.path, &self.events).map_err(fail)?;
+            writer.repair(&self.path, &self.events).map_err(|source| {
+                log_write_failure(&self.path, id, 0, &source);
+                AuditError::Write {
+                    path: self.path.clone(),
+                    source,
+                }
+            })?;
             self.written.store(writer.seq, Ordering::Release);
         }
-        writer.rotate_if_due(self, line.bytes.len());
-        if let Some(kind) = writer.poisoned {
-            // The rotation's fsync failed just now.
-            return Err(AuditError::Unavailable {
-                path: self.path.clone(),
-                kind,
-            });
-        }
-        let end = line.bytes.len();
-        // INVARIANT: `PreparedLine` ends with `<64 hex digits>"}\n`, checked when it was built.
-        let Some(hex) = end
-            .checked_sub(PREV_FROM_END)
-            .and_then(|start| line.bytes.get_mut(start..end - 3))
-        else {
-            return Err(AuditError::Internal);
-        };
-        hex.copy_from_slice(&writer.last_hex);
-        let hash = LineHash::of(line.bytes.get(..end - 1).unwrap_or_default());
-        writer.write_line(&line.bytes, hash).map_err(fail)?;
-        self.written.store(writer.seq, Ordering::Release);
-        Ok((writer.seq, hash))
+        Ok(writer)
     }
 
     /// The sequence number of the last record written.
@@ -267,38 +307,133 @@ impl Shared {
 // === impl Writer ===
 
 impl Writer {
-    /// Writes `line` (ending in a newline) with one `write(2)`, or more only if the kernel
-    /// wrote part of it. A failure after part of it was written leaves a torn end to repair.
-    fn write_line(&mut self, line: &[u8], hash: LineHash) -> io::Result<()> {
+    /// Writes the deferred lines and then `line` (if any), chained in that order, with one
+    /// `write(2)` (more only if the kernel writes part of it), after rotating if the file is
+    /// due. Returns the last line's sequence number and hash. On failure every line of the
+    /// batch is refused (and logged) and the file keeps whole lines only, or a torn end to
+    /// repair before the next record.
+    fn write_batch(
+        &mut self,
+        shared: &Shared,
+        line: Option<PreparedLine>,
+    ) -> Result<(u64, LineHash), AuditError> {
+        let incoming = self.pending_bytes + line.as_ref().map_or(0, |l| l.bytes.len());
+        self.rotate_if_due(shared, incoming);
+        let mut lines = std::mem::take(&mut self.pending);
+        self.pending_bytes = 0;
+        let deferred = lines.len();
+        lines.extend(line);
+        let result = match self.poisoned {
+            // The rotation's fsync failed just now.
+            Some(kind) => Err(AuditError::Unavailable {
+                path: shared.path.clone(),
+                kind,
+            }),
+            None => self.write_lines(&mut lines).map_err(|source| {
+                if let Some(last) = lines.last() {
+                    log_write_failure(&shared.path, &last.id, deferred, &source);
+                }
+                AuditError::Write {
+                    path: shared.path.clone(),
+                    source,
+                }
+            }),
+        };
+        // Keep the queue's allocation for the next deferred lines.
+        lines.clear();
+        self.pending = lines;
+        result
+    }
+
+    /// Chains `lines` from the last line written and writes them end to end: one `write(2)`,
+    /// or more only if the kernel wrote part of it. A failure after part of it was written
+    /// leaves the lines written whole, and a torn end to repair if it cannot be undone.
+    fn write_lines(&mut self, lines: &mut [PreparedLine]) -> io::Result<(u64, LineHash)> {
+        let mut batch = std::mem::take(&mut self.batch);
+        let mut ends = std::mem::take(&mut self.ends);
+        batch.clear();
+        ends.clear();
+        let mut prev = self.last_hex;
+        for line in lines.iter_mut() {
+            // INVARIANT: `PreparedLine` ends with `<64 hex digits>"}\n`, checked when built.
+            let hash = splice(&mut line.bytes, &prev).ok_or(io::ErrorKind::InvalidData)?;
+            batch.extend_from_slice(&line.bytes);
+            ends.push((batch.len(), hash));
+            prev = hash.hex();
+        }
+        let result = self.write_all(&batch, &ends);
+        self.batch = batch;
+        self.ends = ends;
+        result
+    }
+
+    /// Writes `batch` (whole lines ending at `ends`) and advances the chain past it.
+    fn write_all(
+        &mut self,
+        batch: &[u8],
+        ends: &[(usize, LineHash)],
+    ) -> io::Result<(u64, LineHash)> {
+        let Some(&(_, last)) = ends.last() else {
+            return Ok((self.seq, self.last));
+        };
         let mut done = 0;
-        while let Some(rest) = line.get(done..).filter(|rest| !rest.is_empty()) {
+        while let Some(rest) = batch.get(done..).filter(|rest| !rest.is_empty()) {
             match (&*self.file).write(rest) {
                 Ok(0) => {
-                    return Err(self.torn_by(line, done, io::ErrorKind::WriteZero.into()));
+                    return Err(self.torn_by(batch, ends, done, io::ErrorKind::WriteZero.into()));
                 }
                 Ok(n) => done += n,
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-                Err(error) => return Err(self.torn_by(line, done, error)),
+                Err(error) => return Err(self.torn_by(batch, ends, done, error)),
             }
         }
-        self.size += line.len() as u64;
-        self.last = hash;
-        self.last_hex = hash.hex();
-        self.seq += 1;
-        Ok(())
+        self.size += batch.len() as u64;
+        self.last = last;
+        self.last_hex = last.hex();
+        self.seq += ends.len() as u64;
+        Ok((self.seq, last))
     }
 
-    /// Records that the first `done` bytes of `line` reached the file and the rest did not:
-    /// undoes them if it safely can, else leaves a torn end to repair before the next record.
-    fn torn_by(&mut self, line: &[u8], done: usize, error: io::Error) -> io::Error {
+    /// Records that the first `done` bytes of `batch` reached the file and the rest did not:
+    /// undoes them if it safely can; else the lines written whole stay in the chain and a
+    /// fragment of the next one is a torn end to repair before the next record.
+    fn torn_by(
+        &mut self,
+        batch: &[u8],
+        ends: &[(usize, LineHash)],
+        done: usize,
+        error: io::Error,
+    ) -> io::Error {
         if done > 0 && !self.undo_partial_write(done) {
-            let fragment = line.get(..done.min(line.len() - 1)).unwrap_or_default();
-            self.size += done as u64;
-            self.last = LineHash::of(fragment);
+            let mut start = 0;
+            for &(end, hash) in ends.iter().take_while(|(end, _)| *end <= done) {
+                self.seq += 1;
+                self.last = hash;
+                start = end;
+            }
+            if done > start {
+                // The fragment never holds its line's newline: that line is not whole.
+                self.last = LineHash::of(batch.get(start..done).unwrap_or_default());
+                self.torn = Some(Torn::InFile);
+            }
             self.last_hex = self.last.hex();
-            self.torn = Some(Torn::InFile);
+            self.size += done as u64;
         }
         error
+    }
+
+    /// Forgets the deferred lines after a failure that refuses every record, saying so.
+    fn drop_pending(&mut self, path: &Path) {
+        if let Some(last) = self.pending.last() {
+            tracing::error!(
+                audit.path = %path.display(),
+                request.id = %last.id,
+                records = self.pending.len(),
+                "Deferred audit records not written: the log refuses every record"
+            );
+        }
+        self.pending.clear();
+        self.pending_bytes = 0;
     }
 
     /// Cuts the file back to where the failed line started, so it keeps whole lines only. Only
@@ -333,17 +468,8 @@ impl Writer {
             Ok(reason) => AuditRecord::event(now(), id, reason, ChainHash::genesis()),
             Err(_) => return Err(io::ErrorKind::InvalidData.into()),
         };
-        let mut line = PreparedLine::new(record).map_err(|_| io::ErrorKind::InvalidData)?;
-        let end = line.bytes.len();
-        let Some(hex) = end
-            .checked_sub(PREV_FROM_END)
-            .and_then(|start| line.bytes.get_mut(start..end - 3))
-        else {
-            return Err(io::ErrorKind::InvalidData.into());
-        };
-        hex.copy_from_slice(&self.last_hex);
-        let hash = LineHash::of(line.bytes.get(..end - 1).unwrap_or_default());
-        self.write_line(&line.bytes, hash)?;
+        let line = PreparedLine::new(record).map_err(|_| io::ErrorKind::InvalidData)?;
+        self.write_lines(&mut [line])?;
         self.torn = None;
         tracing::warn!(audit.path = %path.display(), "Recovered an incomplete audit line");
         Ok(())
@@ -450,6 +576,27 @@ fn take_lock(path: &Path) -> Result<File, AuditError> {
     }
 }
 
+/// Says in Mint's log that the record `id` (and the `deferred` records queued before it) could
+/// not be written. Never a record's content.
+fn log_write_failure(path: &Path, id: &RequestId, deferred: usize, error: &io::Error) {
+    tracing::error!(
+        audit.path = %path.display(),
+        request.id = %id,
+        deferred,
+        error = %error,
+        "Audit record not written"
+    );
+}
+
+/// Sets the `prev` hex digits at the end of a prepared line to `prev_hex` and returns the
+/// line's hash (of the line without its newline). `None` if the line is too short to be one.
+fn splice(line: &mut [u8], prev_hex: &[u8; 64]) -> Option<LineHash> {
+    let end = line.len();
+    let start = end.checked_sub(PREV_FROM_END)?;
+    line.get_mut(start..end - 3)?.copy_from_slice(prev_hex);
+    Some(LineHash::of(line.get(..end - 1)?))
+}
+
 /// Says once, in Mint's log, why the log now refuses every record.
 fn log_sync_failure(path: &Path, error: &io::Error) {
     tracing::error!(
@@ -509,6 +656,112 @@ pub const TORN_LINE_REASON: &str = "audit_torn_line";
 /// Bytes from the end of a prepared line to the start of its `prev` hex digits:
 /// 64 digits, then `"}` and the newline.
 const PREV_FROM_END: usize = 64 + 3;
+/// The most bytes of deferred lines held in memory: about a hundred outcome records. A line
+/// that would pass it is written at once, with those before it.
+pub(super) const PENDING_MAX_BYTES: usize = 64 * 1024;
 const LOCK_WAIT: Duration = Duration::from_millis(500);
 const LOCK_RETRY: Duration = Duration::from_millis(10);
 const ROTATION_RETRY: Duration = Duration::from_secs(10);
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic, reason = "tests")]
+
+    use mint_policy::audit::{AuditDecision, HttpStatus, Outcome};
+
+    use super::*;
+    use crate::audit::verify::{VerifyOptions, verify_files};
+
+    fn prepared(n: usize, decision: bool) -> PreparedLine {
+        let id = RequestId::new(format!("req-{n}")).unwrap();
+        let record = if decision {
+            AuditRecord::decision(now(), id, AuditDecision::Allow, ChainHash::genesis())
+        } else {
+            let mut record =
+                AuditRecord::outcome(now(), id, Outcome::Completed, ChainHash::genesis());
+            record.status = Some(HttpStatus::new(200).unwrap());
+            record
+        };
+        PreparedLine::new(record).unwrap()
+    }
+
+    fn open(path: &Path) -> Shared {
+        let config = AuditConfig {
+            durability: Durability::Never,
+            rotate_bytes: None,
+        };
+        Shared::open(path, &config, Arc::new(|file: &File| file.sync_data())).unwrap()
+    }
+
+    /// `lines` chained from the writer's last line as `write_lines` chains them: the batch's
+    /// bytes and where each line ends.
+    fn chained(writer: &Writer, lines: &mut [PreparedLine]) -> (Vec<u8>, Vec<(usize, LineHash)>) {
+        let mut batch = Vec::new();
+        let mut ends = Vec::new();
+        let mut prev = writer.last_hex;
+        for line in lines {
+            let hash = splice(&mut line.bytes, &prev).unwrap();
+            batch.extend_from_slice(&line.bytes);
+            ends.push((batch.len(), hash));
+            prev = hash.hex();
+        }
+        (batch, ends)
+    }
+
+    /// A batch cut short by the kernel is undone whole: the file keeps only what it held.
+    #[test]
+    fn a_batch_written_in_part_is_undone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        let shared = open(&path);
+        shared.append(prepared(0, true)).unwrap();
+        let before = fs::read(&path).unwrap();
+        let mut writer = shared.writer.lock().unwrap();
+        let (seq, last) = (writer.seq, writer.last);
+        let mut lines = [prepared(0, false), prepared(1, true)];
+        // Chain the batch as `write_lines` does, then write it only part-way into line 2.
+        let (batch, ends) = chained(&writer, &mut lines);
+        let done = ends[0].0 + 10;
+        (&*writer.file).write_all(&batch[..done]).unwrap();
+        let error = writer.torn_by(&batch, &ends, done, io::ErrorKind::StorageFull.into());
+        assert_eq!(error.kind(), io::ErrorKind::StorageFull);
+        assert_eq!(fs::read(&path).unwrap(), before);
+        assert_eq!((writer.seq, writer.last, writer.torn), (seq, last, None));
+    }
+
+    /// A batch that cannot be undone (the file grew otherwise meanwhile) keeps its whole lines
+    /// in the chain, and the fragment after them becomes the torn end to repair.
+    #[test]
+    fn a_batch_that_cannot_be_undone_keeps_its_whole_lines_in_the_chain() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        let shared = open(&path);
+        let mut writer = shared.writer.lock().unwrap();
+        let mut lines = [prepared(0, false), prepared(1, false), prepared(2, true)];
+        let (batch, ends) = chained(&writer, &mut lines);
+        let done = ends[1].0 + 25;
+        (&*writer.file).write_all(&batch[..done]).unwrap();
+        // Another writer's byte: the file no longer ends with exactly this batch's bytes.
+        fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(b"x")
+            .unwrap();
+        let _ = writer.torn_by(&batch, &ends, done, io::ErrorKind::StorageFull.into());
+        assert_eq!(writer.seq, 2, "the two whole lines count");
+        assert_eq!(writer.torn, Some(Torn::InFile));
+        assert_eq!(
+            writer.last,
+            LineHash::of(&batch[ends[1].0..done]),
+            "the chain continues from the fragment"
+        );
+        assert_eq!(writer.size, done as u64);
+        // The whole lines are a valid chain on their own.
+        let whole = dir.path().join("whole.log");
+        fs::write(&whole, &batch[..ends[1].0]).unwrap();
+        let report = verify_files(&[whole], VerifyOptions::default()).unwrap();
+        assert!(report.is_intact(), "{:?}", report.first_break);
+        assert_eq!(report.records, 2);
+    }
+}

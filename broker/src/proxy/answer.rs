@@ -93,7 +93,7 @@ impl OutcomeWriter {
             reason: reason.and_then(|r| ReasonCode::new(r).ok()),
         };
         let record = outcome_record(now(), &self.facts, &facts);
-        if let Err(error) = self.audit.append(record) {
+        if let Err(error) = self.audit.defer(record) {
             tracing::error!(request.id = %self.facts.id, error = %error, "Outcome record not written");
         }
     }
