@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Body;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
@@ -29,7 +30,7 @@ use crate::capability::{CapabilityFileError, CapabilityStore};
 use crate::credential_store::{CredentialSources, KeyringConfig, KeyringConfigError};
 use crate::declarations::DeclarationsError;
 use crate::env::Paths;
-use crate::proxy::{AppState, ProxyLimits, router};
+use crate::proxy::{self, AppState, ProxyLimits, router};
 use crate::reload::Reloader;
 use crate::tls::{TlsConfigError, upstream_client_config};
 use crate::upstream::UpstreamClient;
@@ -180,10 +181,19 @@ pub async fn run(
                 let framing = io.framing();
                 let io = TokioIo::new(io);
                 let routes = routes.clone();
+                let state = state.clone();
                 let service = hyper::service::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
                     request.extensions_mut().insert(framing.clone());
-                    let mut routes = routes.clone();
-                    async move { routes.call(request).await }
+                    // Proxy requests skip the router's matching and middleware (the same
+                    // destination, by `proxy::proxy_mode`); everything else goes through it.
+                    let mode = proxy::proxy_mode(&request);
+                    let (state, mut routes) = (state.clone(), routes.clone());
+                    async move {
+                        match mode {
+                            Some(mode) => Ok(proxy::proxy_shortcut(&state, mode, request.map(Body::new)).await),
+                            None => routes.call(request).await,
+                        }
+                    }
                 });
                 let connection = builder.serve_connection(io, service).into_owned();
                 let connection = graceful.watch(connection);

@@ -922,25 +922,22 @@ fn replay_refuses_a_log_that_is_not_a_regular_file() {
 
 /// Sends each request through the real router (nothing listens on the loopback target, so an
 /// allowed request ends as 502 `upstream_failed`) and checks that explain gives the same answer.
-#[tokio::test]
-async fn explain_answers_as_the_proxy_router_does() {
-    use tower::ServiceExt;
-
+/// A broker's state for router tests: the policy and aliases above (the local rule on `port`),
+/// a capability for `mino`, an audit log in `dir`. Returns the state and the token.
+fn router_state(dir: &std::path::Path) -> (crate::proxy::AppState, String, u16) {
     use crate::audit::{AuditConfig, AuditLog};
     use crate::capability::{CapabilityFile, CapabilityStore, IssueRequest};
     use crate::credential_store::{
         CredentialSources, CredentialStore, CredentialValue, MemoryStore,
     };
     use crate::declarations::Declarations;
-    use crate::proxy::{AppState, router};
+    use crate::proxy::AppState;
     use crate::upstream::UpstreamClient;
 
-    let dir = tempfile::tempdir().unwrap();
     let port = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.local_addr().unwrap().port()
     };
-    let policy = policy_with_port(port);
     let aliases = aliases();
     let keyring = MemoryStore::new();
     for alias in &aliases.aliases {
@@ -971,18 +968,31 @@ async fn explain_answers_as_the_proxy_router_does() {
         use secrecy::ExposeSecret;
         token.as_secret().expose_secret().to_owned()
     };
-    let caps_path = dir.path().join("capabilities.yaml");
+    let caps_path = dir.join("capabilities.yaml");
     capabilities.save(&caps_path).unwrap();
     let state = AppState::new(
         crate::proxy::ProxyLimits::default(),
         declarations,
         CapabilityStore::open(&caps_path).unwrap(),
-        AuditLog::open(&dir.path().join("audit.log"), AuditConfig::default()).unwrap(),
+        AuditLog::open(&dir.join("audit.log"), AuditConfig::default()).unwrap(),
         UpstreamClient::new(
             crate::tls::upstream_client_config(None).unwrap(),
             Duration::from_secs(2),
         ),
     );
+    (state, token, port)
+}
+
+#[tokio::test]
+async fn explain_answers_as_the_proxy_router_does() {
+    use tower::ServiceExt;
+
+    use crate::proxy::router;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (state, token, port) = router_state(dir.path());
+    let policy = policy_with_port(port);
+    let aliases = aliases();
     let local = format!("http://127.0.0.1:{port}");
     let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"query-docs"}}"#;
     // (method, URL, headers, body)
@@ -1145,6 +1155,122 @@ async fn explain_answers_as_the_proxy_router_does() {
             .unwrap_or_default()
             .to_owned();
         assert_eq!((status, code), expected, "{method} {url} {headers:?}");
+    }
+}
+
+/// `proxy::proxy_mode` and `proxy_shortcut` (how `mint serve` sends proxy requests past the
+/// router) agree with the router on every kind of request: a request goes to the proxy (and is
+/// audited) through the router exactly when the shortcut takes it, with the same answer.
+#[tokio::test]
+async fn the_proxy_shortcut_agrees_with_the_router() {
+    use http::Version;
+    use tower::ServiceExt;
+
+    use crate::proxy::{proxy_mode, proxy_shortcut, router};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (state, token, port) = router_state(dir.path());
+    let log = dir.path().join("audit.log");
+    let lines = || std::fs::read(&log).map_or(0, |b| b.iter().filter(|&&c| c == b'\n').count());
+    let forward = format!("http://127.0.0.1:{port}/x");
+    // (method, target, HTTP version, expected to be proxied)
+    let cases: Vec<(&str, String, Version, bool)> = vec![
+        (
+            "GET",
+            "/v1/proxy/https/api.github.com/user".into(),
+            Version::HTTP_11,
+            true,
+        ),
+        (
+            "GET",
+            format!("/v1/proxy/http/127.0.0.1:{port}/x?q=1"),
+            Version::HTTP_11,
+            true,
+        ),
+        ("PURGE", "/v1/proxy/x".into(), Version::HTTP_11, true),
+        ("POST", "/v1/proxy//".into(), Version::HTTP_11, true),
+        (
+            "GET",
+            "/v1/proxy/%2e%2e/healthz".into(),
+            Version::HTTP_11,
+            true,
+        ),
+        ("GET", "/v1/proxy/".into(), Version::HTTP_11, false),
+        ("GET", "/v1/proxy".into(), Version::HTTP_11, false),
+        ("GET", "/v1/proxyx/https/a".into(), Version::HTTP_11, false),
+        ("GET", "/v1/PROXY/https/a/b".into(), Version::HTTP_11, false),
+        (
+            "GET",
+            "//v1/proxy/https/a/b".into(),
+            Version::HTTP_11,
+            false,
+        ),
+        ("GET", "/healthz".into(), Version::HTTP_11, false),
+        ("GET", "/v1/aliases".into(), Version::HTTP_11, false),
+        ("GET", "/elsewhere".into(), Version::HTTP_11, false),
+        ("GET", forward.clone(), Version::HTTP_11, true),
+        ("GET", forward.clone(), Version::HTTP_10, true),
+        (
+            "GET",
+            format!("http://127.0.0.1:{port}/healthz"),
+            Version::HTTP_2,
+            false,
+        ),
+        (
+            "GET",
+            format!("http://127.0.0.1:{port}/v1/proxy/https/api.github.com/user"),
+            Version::HTTP_2,
+            true,
+        ),
+        (
+            "CONNECT",
+            "api.github.com:443".into(),
+            Version::HTTP_11,
+            true,
+        ),
+    ];
+    let build = |method: &str, target: &str, version: Version| {
+        http::Request::builder()
+            .method(Method::from_bytes(method.as_bytes()).unwrap())
+            .uri(target)
+            .version(version)
+            .header("mint-capability", token.as_str())
+            .header("proxy-authorization", format!("Bearer {token}"))
+            .body(axum::body::Body::empty())
+            .unwrap()
+    };
+    let answer = |response: axum::response::Response| async move {
+        let status = response.status();
+        let has_id = response.headers().contains_key("mint-request-id");
+        let bytes = http_body_util::BodyExt::collect(response.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        (status, body["error"]["code"].clone(), has_id)
+    };
+    for (method, target, version, proxied) in cases {
+        let case = format!("{method} {target} {version:?}");
+        let before = lines();
+        let routed = answer(
+            router(state.clone())
+                .oneshot(build(method, &target, version))
+                .await
+                .unwrap(),
+        )
+        .await;
+        let audited = lines() > before;
+        // CONNECT is refused and audited by the front door; the shortcut leaves it to the router.
+        assert_eq!(audited, proxied, "{case}: audited by the router");
+        let mode = proxy_mode(&build(method, &target, version));
+        assert_eq!(mode.is_some(), proxied && method != "CONNECT", "{case}");
+        if let Some(mode) = mode {
+            let before = lines();
+            let short =
+                answer(proxy_shortcut(&state, mode, build(method, &target, version)).await).await;
+            assert!(lines() > before, "{case}: audited by the shortcut");
+            assert_eq!(short, routed, "{case}");
+        }
     }
 }
 
