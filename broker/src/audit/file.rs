@@ -46,6 +46,23 @@ pub enum UnsafeFile {
         /// The file's permission bits.
         mode: u32,
     },
+    /// The log's directory lets group or others rename or delete the log (writable by them,
+    /// without the sticky bit).
+    #[error(
+        "group or others may replace the audit log in it (mode {mode:03o}); run `chmod 700` on it"
+    )]
+    DirectoryWritableByOthers {
+        /// The directory's permission bits.
+        mode: u32,
+    },
+    /// Another user (not root) owns the log's directory, and could replace the log.
+    #[error("it is owned by uid {owner}, neither root nor uid {uid} that Mint runs as")]
+    ForeignDirectory {
+        /// The directory's owner.
+        owner: u32,
+        /// Mint's effective uid.
+        uid: u32,
+    },
 }
 
 /// What a refused path is, when it is not a regular file.
@@ -101,6 +118,32 @@ impl fmt::Display for FileKind {
 /// The [`UnsafeFile`] behind an error from this module's functions, if that was the reason.
 pub(super) fn unsafe_file(error: &io::Error) -> Option<UnsafeFile> {
     error.get_ref()?.downcast_ref::<UnsafeFile>().copied()
+}
+
+/// Checks the directory the log is in: owned by Mint's user or root, and writable by group or
+/// others only with the sticky bit (as `/tmp`), so that no other user can rename, delete or
+/// replace the log. Follows symbolic links: what matters is the directory the log's name
+/// resolves in.
+pub(super) fn check_log_dir(dir: &Path) -> io::Result<()> {
+    let meta = fs::metadata(dir)?;
+    if !meta.is_dir() {
+        return Err(refused(UnsafeFile::NotRegular {
+            kind: FileKind::of(meta.file_type()),
+        }));
+    }
+    let uid = rustix::process::geteuid().as_raw();
+    if meta.uid() != uid && meta.uid() != 0 {
+        return Err(refused(UnsafeFile::ForeignDirectory {
+            owner: meta.uid(),
+            uid,
+        }));
+    }
+    if meta.mode() & WRITABLE_BY_OTHERS != 0 && meta.mode() & STICKY == 0 {
+        return Err(refused(UnsafeFile::DirectoryWritableByOthers {
+            mode: meta.mode() & 0o7777,
+        }));
+    }
+    Ok(())
 }
 
 /// Opens (or creates, 0600) the log for appending and positioned reads, and checks it.
@@ -203,6 +246,7 @@ fn refused(problem: UnsafeFile) -> io::Error {
 const OPEN_FLAGS: i32 = libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY;
 const OWNED_FILE_MODE: u32 = 0o600;
 const WRITABLE_BY_OTHERS: u32 = 0o022;
+const STICKY: u32 = 0o1000;
 
 /// Helpers for the tests of the modules that open audit files.
 #[cfg(test)]

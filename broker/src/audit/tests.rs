@@ -683,3 +683,49 @@ fn deferring_after_a_failed_fsync_is_refused() {
         Err(AuditError::Unavailable { .. })
     ));
 }
+
+#[test]
+fn the_writer_refuses_a_log_directory_others_may_write_or_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = |sub: &str, mode: u32| {
+        let path = dir.path().join(sub);
+        std::fs::create_dir(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        (
+            AuditLog::open(&path.join("audit.log"), AuditConfig::default()),
+            path,
+        )
+    };
+    let (opened, path) = open("shared", 0o770);
+    match opened {
+        Err(error @ AuditError::Unsafe { .. }) => {
+            assert!(matches!(
+                error,
+                AuditError::Unsafe {
+                    problem: UnsafeFile::DirectoryWritableByOthers { mode: 0o770 },
+                    ..
+                }
+            ));
+            let message = error.to_string();
+            assert!(message.contains(&path.display().to_string()), "{message}");
+            assert!(message.contains("chmod 700"), "{message}");
+        }
+        other => panic!("expected Unsafe, got {other:?}"),
+    }
+    assert!(!path.join("audit.log").exists(), "nothing created in it");
+    // Writable by everyone but sticky (as /tmp): no one else can rename or delete the log.
+    assert!(open("sticky", 0o1777).0.is_ok());
+    assert!(open("private", 0o700).0.is_ok());
+    // Owned by another user (only root can arrange that here).
+    if rustix::process::geteuid().is_root() {
+        let (_, path) = open("foreign", 0o700);
+        std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
+        assert!(matches!(
+            AuditLog::open(&path.join("audit.log"), AuditConfig::default()),
+            Err(AuditError::Unsafe {
+                problem: UnsafeFile::ForeignDirectory { owner: 65534, .. },
+                ..
+            })
+        ));
+    }
+}

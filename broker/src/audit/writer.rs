@@ -104,6 +104,11 @@ impl Shared {
         config: &AuditConfig,
         sync_file: SyncFile,
     ) -> Result<Shared, AuditError> {
+        let dir = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        file::check_log_dir(dir).map_err(|source| AuditError::open(dir, source))?;
         let lock = take_lock(path)?;
         let file = file::open_log(path).map_err(|source| AuditError::open(path, source))?;
         let meta = file
