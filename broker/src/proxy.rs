@@ -436,6 +436,20 @@ impl Exchange {
         }
     }
 
+    /// Hands the facts over to whoever writes the outcome, leaving only the id behind.
+    fn take_facts(&mut self) -> RequestFacts {
+        let emptied = RequestFacts {
+            id: self.facts.id.clone(),
+            agent: None,
+            capability: None,
+            method: None,
+            target: None,
+            aliases: Vec::new(),
+            mcp_tool: None,
+        };
+        std::mem::replace(&mut self.facts, emptied)
+    }
+
     /// Writes the decision record of a request that is refused here, then its outcome record,
     /// and answers with the error.
     fn refuse(&mut self, error: ProxyError) -> Response {
@@ -501,7 +515,7 @@ impl Exchange {
         self.outcome_written = true;
         let writer = OutcomeWriter {
             audit: self.audit.clone(),
-            facts: self.facts.clone(),
+            facts: self.take_facts(),
             received: self.received,
             bytes_up: self.bytes_up.unwrap_or(0),
         };
@@ -547,7 +561,7 @@ impl Drop for Exchange {
         }
         let outcome = OutcomeWriter {
             audit: self.audit.clone(),
-            facts: self.facts.clone(),
+            facts: self.take_facts(),
             received: self.received,
             bytes_up: self.bytes_up.unwrap_or(0),
         };
@@ -762,14 +776,18 @@ async fn send(
         Ok(Ok(response)) => response,
     };
     tracing::debug!(request.id = %exchange.facts.id, status = response.status().as_u16(), "Upstream answered");
-    exchange.outcome_written = true;
-    let outcome = OutcomeWriter {
-        audit: state.audit().clone(),
-        facts: exchange.facts.clone(),
-        received: exchange.received,
-        bytes_up: exchange.bytes_up.unwrap_or(0),
-    };
     let id = exchange.facts.id.clone();
+    // Only once the answer is accepted does the body take over the outcome, and with it the
+    // facts (moved, not copied); a refused answer leaves both to `refuse`.
+    let outcome = || {
+        exchange.outcome_written = true;
+        OutcomeWriter {
+            audit: state.audit().clone(),
+            facts: exchange.take_facts(),
+            received: exchange.received,
+            bytes_up: exchange.bytes_up.unwrap_or(0),
+        }
+    };
     match answer::answer(
         response,
         declarations.scrubber(),

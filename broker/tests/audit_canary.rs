@@ -146,8 +146,8 @@ fn no_canary_reaches_the_log() {
     let _substituted = request.headers[1].1.replace("{{mint:github}}", SECRET);
     let outcome = outcome_record(
         now(),
-        &facts,
-        &OutcomeFacts {
+        facts.clone(),
+        OutcomeFacts {
             outcome: Outcome::Completed,
             status: Some(HttpStatus::new(201).unwrap()),
             bytes_up: Some(request.body.len() as u64),

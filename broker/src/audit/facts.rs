@@ -150,16 +150,36 @@ pub fn decision_record(
     record
 }
 
-/// The `outcome` record of a request. Its `prev` is set by the log.
-pub fn outcome_record(ts: Timestamp, request: &RequestFacts, facts: &OutcomeFacts) -> AuditRecord {
-    let mut record =
-        AuditRecord::outcome(ts, request.id.clone(), facts.outcome, ChainHash::genesis());
-    fill_request(&mut record, request);
+/// The `outcome` record of a request. Its `prev` is set by the log. Takes the facts by value:
+/// the outcome is the request's last record, so they move into it instead of being copied.
+pub fn outcome_record(ts: Timestamp, request: RequestFacts, facts: OutcomeFacts) -> AuditRecord {
+    let RequestFacts {
+        id,
+        agent,
+        capability,
+        method,
+        target,
+        aliases,
+        mcp_tool,
+    } = request;
+    let mut record = AuditRecord::outcome(ts, id, facts.outcome, ChainHash::genesis());
+    record.agent = agent;
+    record.capability = capability;
+    record.method = method;
+    if let Some(target) = target {
+        record.scheme = Some(target.scheme);
+        record.host = Some(target.host);
+        record.port = Some(target.port);
+        record.path = Some(target.path);
+        record.query_keys = target.query_keys;
+    }
+    record.aliases = aliases;
+    record.mcp_tool = mcp_tool;
     record.status = facts.status;
     record.bytes_up = facts.bytes_up;
     record.bytes_down = facts.bytes_down;
     record.duration_ms = facts.duration_ms;
-    record.reason.clone_from(&facts.reason);
+    record.reason = facts.reason;
     record
 }
 

@@ -92,9 +92,10 @@ impl OutcomeWriter {
             ),
             reason: reason.and_then(|r| ReasonCode::new(r).ok()),
         };
-        let record = outcome_record(now(), &self.facts, &facts);
+        let id = self.facts.id.clone();
+        let record = outcome_record(now(), self.facts, facts);
         if let Err(error) = self.audit.defer(record) {
-            tracing::error!(request.id = %self.facts.id, error = %error, "Outcome record not written");
+            tracing::error!(request.id = %id, error = %error, "Outcome record not written");
         }
     }
 }
@@ -108,7 +109,7 @@ pub(crate) fn answer(
     request_id: &str,
     limit: u64,
     idle: Duration,
-    outcome: OutcomeWriter,
+    outcome: impl FnOnce() -> OutcomeWriter,
 ) -> Result<http::Response<AnswerBody>, ProxyError> {
     let (mut parts, incoming) = response.into_parts();
     // hyper keeps an upstream's non-standard reason phrase as an extension and would write it
@@ -168,7 +169,7 @@ pub(crate) fn answer(
         sleep: Box::pin(tokio::time::sleep(idle)),
         upstream_done: false,
         status,
-        outcome: Some(outcome),
+        outcome: Some(outcome()),
     };
     Ok(http::Response::from_parts(parts, body))
 }
