@@ -1,8 +1,8 @@
-//! Streaming scrub throughput for 16 secrets with all their encodings, against one plain
-//! Aho-Corasick `find_iter` pass (DFA, leftmost-longest) over the same patterns and bytes.
+//! Streaming scrub throughput for 16 secrets, and for one, with all their encodings, against one
+//! plain Aho-Corasick `find_iter` pass (DFA, leftmost-longest) over the same patterns and bytes.
 //!
 //! Run with `cargo bench -p mint-broker --bench scrub`. Compare `scrub/aho_corasick_find_iter`
-//! with the `scrub/stream_*` lines of the same run: the ratio is the figure to watch, the absolute
+//! with the `scrub/stream_*` lines of the same run (and `scrub_1_secret/…` likewise): the ratio is the figure to watch, the absolute
 //! numbers depend on the machine.
 
 #![expect(
@@ -69,8 +69,8 @@ fn answer(len: usize) -> Vec<u8> {
     out
 }
 
-fn bench(c: &mut Criterion) {
-    let secrets_text = secrets();
+/// `secrets_text` loaded as header-site aliases.
+fn loaded(secrets_text: &[String]) -> Secrets {
     let mut secrets = Secrets::new();
     for (i, secret) in secrets_text.iter().enumerate() {
         secrets.insert(
@@ -79,12 +79,14 @@ fn bench(c: &mut Criterion) {
             SiteSet::HEADER,
         );
     }
-    let baseline = secrets.baseline().unwrap();
-    let clean = Bytes::from(answer(4 << 20));
-    // The same answer with a secret (raw or an encoding of it) every 64 KiB.
+    secrets
+}
+
+/// `clean` with one of `secrets_text` (raw, hex or base64, in turn) every 64 KiB.
+fn with_secrets(clean: &Bytes, secrets_text: &[String]) -> Bytes {
     let mut dirty = clean.to_vec();
     for (n, at) in (0..dirty.len() - 256).step_by(64 << 10).enumerate() {
-        let secret = secrets_text[n % 16].as_bytes();
+        let secret = secrets_text[n % secrets_text.len()].as_bytes();
         let form = match n % 3 {
             0 => secret.to_vec(),
             1 => hex::encode(secret).into_bytes(),
@@ -97,21 +99,28 @@ fn bench(c: &mut Criterion) {
         };
         dirty[at..at + form.len()].copy_from_slice(&form);
     }
-    let dirty = Bytes::from(dirty);
+    Bytes::from(dirty)
+}
 
-    let mut group = c.benchmark_group("scrub");
+/// The streaming scrubber of `secrets_text` (every encoding of each) against one plain
+/// Aho-Corasick pass over the same patterns and bytes, in group `name`.
+fn throughput(c: &mut Criterion, name: &str, secrets_text: &[String], clean: &Bytes) {
+    let secrets = loaded(secrets_text);
+    let baseline = secrets.baseline().unwrap();
+    let dirty = with_secrets(clean, secrets_text);
+    let mut group = c.benchmark_group(name);
     group
         .throughput(Throughput::Bytes(clean.len() as u64))
         .sample_size(20)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(6));
     group.bench_function("aho_corasick_find_iter", |b| {
-        b.iter(|| black_box(baseline.count(black_box(&clean))));
+        b.iter(|| black_box(baseline.count(black_box(clean))));
     });
     for (name, data, chunk) in [
-        ("stream_clean_16k", &clean, 16 << 10),
-        ("stream_clean_64k", &clean, 64 << 10),
-        ("stream_clean_4k", &clean, 4 << 10),
+        ("stream_clean_16k", clean, 16 << 10),
+        ("stream_clean_64k", clean, 64 << 10),
+        ("stream_clean_4k", clean, 4 << 10),
         ("stream_dirty_16k", &dirty, 16 << 10),
     ] {
         group.bench_function(name, |b| {
@@ -129,21 +138,25 @@ fn bench(c: &mut Criterion) {
     }
     group.bench_function("one_shot_clean", |b| {
         let scrubber = secrets.scrubber().unwrap();
-        b.iter(|| black_box(scrubber.scrub(black_box(&clean)).len()));
+        b.iter(|| black_box(scrubber.scrub(black_box(clean)).len()));
     });
     group.finish();
+}
+
+fn bench(c: &mut Criterion) {
+    let secrets_text = secrets();
+    let clean = Bytes::from(answer(4 << 20));
+    // `scrub`: 16 secrets; `scrub_1_secret`: the first of them alone.
+    throughput(c, "scrub", &secrets_text, &clean);
+    throughput(c, "scrub_1_secret", &secrets_text[..1], &clean);
 
     let mut build = c.benchmark_group("scrub_build");
     build.sample_size(20);
+    let secrets = loaded(&secrets_text);
     build.bench_function("scrubber_16_secrets", |b| {
         b.iter(|| black_box(secrets.scrubber().unwrap()));
     });
-    let mut one = Secrets::new();
-    one.insert(
-        "gh",
-        SecretString::from(secrets_text[0].as_str()),
-        SiteSet::HEADER,
-    );
+    let one = loaded(&secrets_text[..1]);
     build.bench_function("scrubber_1_secret", |b| {
         b.iter(|| black_box(one.scrubber().unwrap()));
     });
