@@ -5,6 +5,7 @@
 //! decision, and anything the policy does not clearly allow is denied. Rule order never matters:
 //! all matching rules are collected, then deny beats allow beats default.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use rustc_hash::FxHashMap;
@@ -14,7 +15,7 @@ use crate::host::{Host, HostPattern};
 use crate::limits::{Budget, Charge, Limited, Limiter};
 use crate::normalize::{Scheme, Target};
 use crate::policy::{
-    CallLimitKey, DefaultEffect, Effect, LEGACY_WINDOW, LimitKey, Match, Policy, Rule,
+    CallLimit, CallLimitKey, DefaultEffect, Effect, LEGACY_WINDOW, LimitKey, Match, Policy, Rule,
 };
 use crate::site::SiteSet;
 
@@ -98,11 +99,16 @@ pub enum DenyReason {
     DefaultAllowLoopback,
 }
 
-/// A policy compiled for evaluation: rules indexed by the hosts they name.
+/// A policy compiled for evaluation: rules indexed by the hosts they name, and the names of
+/// their counters built once, so evaluating a request only copies them.
 #[derive(Debug)]
 pub struct CompiledPolicy {
     policy: Policy,
     index: HostIndex,
+    /// Per rule, per limit: the head of its counter key, `{rule id}#{limit index}`.
+    limit_heads: Vec<Box<[String]>>,
+    /// Per legacy call limit: its rule name and counter key, `call_limits:{key}`.
+    legacy_names: Vec<String>,
 }
 
 /// Rule indices by exact host, by wildcard suffix, and those without `host`. Keys come from the
@@ -111,7 +117,18 @@ pub struct CompiledPolicy {
 struct HostIndex {
     exact: FxHashMap<Host, Vec<u32>>,
     wildcard: FxHashMap<String, Vec<u32>>,
+    /// The byte lengths of the keys of `wildcard`, ascending and each once: a request's suffix of
+    /// any other length cannot be a key, so it is not looked up.
+    wildcard_lengths: Vec<usize>,
     any: Vec<u32>,
+}
+
+/// The indices of the rules that match one request: on the stack up to `INLINE_MATCHES`, which
+/// is the common case, and on the heap beyond.
+struct Matches {
+    inline: [u32; INLINE_MATCHES],
+    len: usize,
+    spill: Vec<u32>,
 }
 
 // === impl CompiledPolicy ===
@@ -139,7 +156,25 @@ impl CompiledPolicy {
                 }
             }
         }
-        CompiledPolicy { policy, index }
+        index.wildcard_lengths = index.wildcard.keys().map(String::len).collect();
+        index.wildcard_lengths.sort_unstable();
+        index.wildcard_lengths.dedup();
+        let limit_heads = policy
+            .rules
+            .iter()
+            .map(|rule| {
+                (0..rule.limits.len())
+                    .map(|n| limit_head(&rule.id, n))
+                    .collect()
+            })
+            .collect();
+        let legacy_names = policy.call_limits.iter().map(legacy_name).collect();
+        CompiledPolicy {
+            policy,
+            index,
+            limit_heads,
+            legacy_names,
+        }
     }
 
     /// The policy this was compiled from.
@@ -149,27 +184,43 @@ impl CompiledPolicy {
 
     /// Evaluates the request with deny-overrides; limits are not consulted.
     pub fn evaluate(&self, request: &Request<'_>) -> Evaluation {
-        let mut denies = Vec::new();
-        let mut allows = Vec::new();
-        let mut limits = Vec::new();
-        for rule in self
-            .matching(request)
-            .iter()
-            .filter_map(|&i| self.policy.rules.get(i as usize))
-        {
+        let mut matches = Matches::new();
+        self.matching(request, &mut matches);
+        let matched = matches.sorted();
+        // The matching rules in file order, each once, with their indices.
+        let rules = || {
+            distinct(matched).filter_map(|i| {
+                let i = i as usize;
+                self.policy.rules.get(i).map(|rule| (i, rule))
+            })
+        };
+        let (mut denies, mut allows, mut limits) = (0, 0, 0);
+        for (_, rule) in rules() {
             match rule.effect {
-                Effect::Deny => denies.push(rule),
-                Effect::Allow => allows.push(rule),
-                Effect::Limit => limits.push(rule),
+                Effect::Deny => denies += 1,
+                Effect::Allow => {
+                    allows += 1;
+                    limits += rule.limits.len();
+                }
+                Effect::Limit => limits += rule.limits.len(),
             }
         }
-        if !denies.is_empty() {
+        let ids = |effect: Effect, count: usize| {
+            let mut ids = Vec::with_capacity(count);
+            ids.extend(
+                rules()
+                    .filter(|(_, r)| r.effect == effect)
+                    .map(|(_, r)| r.id.clone()),
+            );
+            ids
+        };
+        if denies > 0 {
             return Evaluation::Deny(Denial {
-                rules: denies.iter().map(|r| r.id.clone()).collect(),
+                rules: ids(Effect::Deny, denies),
                 reason: DenyReason::DenyRule,
             });
         }
-        if allows.is_empty() {
+        if allows == 0 {
             let reason = match self.policy.default {
                 DefaultEffect::Deny => Some(DenyReason::NoAllowRule),
                 DefaultEffect::Allow if !request.aliases.is_empty() => {
@@ -187,14 +238,18 @@ impl CompiledPolicy {
                 });
             }
         }
-        let mut charges = Vec::new();
-        for rule in allows.iter().chain(&limits) {
-            rule_charges(rule, request, &mut charges);
+        // Allow rules' counters first, then limit rules', each in file order.
+        let mut charges = Vec::with_capacity(limits);
+        for effect in [Effect::Allow, Effect::Limit] {
+            for (i, rule) in rules().filter(|(_, r)| r.effect == effect) {
+                let heads = self.limit_heads.get(i).map_or(&[][..], |h| &h[..]);
+                rule_charges(rule, heads, request, &mut charges);
+            }
         }
         self.legacy_charges(request, &mut charges);
         Evaluation::Allow(Grant {
-            rules: allows.iter().map(|r| r.id.clone()).collect(),
-            allow_private: allows.iter().any(|r| r.allow_private),
+            rules: ids(Effect::Allow, allows),
+            allow_private: rules().any(|(_, r)| r.effect == Effect::Allow && r.allow_private),
             charges,
         })
     }
@@ -218,11 +273,10 @@ impl CompiledPolicy {
         }
     }
 
-    /// Indices of the rules that match the request, in file order, each once. Only rules
-    /// indexed under the request's host (exactly, by a wildcard suffix, or without `host`) are
-    /// tried; a rule listed under several keys is tried more than once, which is harmless.
-    fn matching(&self, request: &Request<'_>) -> Vec<u32> {
-        let mut out: Vec<u32> = Vec::new();
+    /// Collects the indices of the rules that match the request. Only rules indexed under the
+    /// request's host (exactly, by a wildcard suffix, or without `host`) are tried; a rule
+    /// listed under several keys is collected more than once, which [`distinct`] undoes.
+    fn matching(&self, request: &Request<'_>, out: &mut Matches) {
         let mut try_rules = |indices: &[u32]| {
             for &i in indices {
                 if self
@@ -240,29 +294,34 @@ impl CompiledPolicy {
             try_rules(rules);
         }
         if let Host::Name(name) = host {
-            // Every proper suffix: `a.b.c` looks up `b.c` and `c`.
-            let mut rest = name.as_str();
-            while let Some(dot) = rest.find('.') {
-                rest = rest.get(dot + 1..).unwrap_or_default();
-                if let Some(rules) = self.index.wildcard.get(rest) {
+            // Every proper suffix after a dot (`a.b.c`: `b.c` and `c`) that is as long as some
+            // wildcard's suffix: checking the byte before each such length is cheaper than
+            // scanning the name for dots, and no other suffix can be a key.
+            let lengths = self.index.wildcard_lengths.iter();
+            for &len in lengths.take_while(|&&len| len < name.len()) {
+                let dot = name.len() - len - 1;
+                if name.as_bytes().get(dot) == Some(&b'.')
+                    && let Some(rules) =
+                        name.get(dot + 1..).and_then(|s| self.index.wildcard.get(s))
+                {
                     try_rules(rules);
                 }
             }
         }
         try_rules(&self.index.any);
-        out.sort_unstable();
-        out.dedup();
-        out
     }
 
     fn legacy_charges(&self, request: &Request<'_>, out: &mut Vec<Charge>) {
-        for limit in &self.policy.call_limits {
+        for (n, limit) in self.policy.call_limits.iter().enumerate() {
             let applies = match &limit.key {
                 CallLimitKey::Alias(a) => request.aliases.iter().any(|u| &u.alias == a),
                 CallLimitKey::Tool(t) => request.tool == Some(t.as_str()),
             };
             if applies {
-                let rule = format!("call_limits:{}", limit.key);
+                let rule = match self.legacy_names.get(n) {
+                    Some(name) => name.clone(),
+                    None => legacy_name(limit),
+                };
                 out.push(Charge {
                     key: rule.clone(),
                     rule,
@@ -272,6 +331,60 @@ impl CompiledPolicy {
             }
         }
     }
+}
+
+// === impl Matches ===
+
+impl Matches {
+    fn new() -> Self {
+        Matches {
+            inline: [0; INLINE_MATCHES],
+            len: 0,
+            spill: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, i: u32) {
+        match self.inline.get_mut(self.len) {
+            Some(slot) => {
+                *slot = i;
+                self.len += 1;
+            }
+            None => self.spill.push(i),
+        }
+    }
+
+    /// The indices in ascending order; one collected twice is there twice.
+    fn sorted(&mut self) -> &[u32] {
+        let inline = self.inline.get_mut(..self.len).unwrap_or_default();
+        if self.spill.is_empty() {
+            inline.sort_unstable();
+            inline
+        } else {
+            self.spill.extend_from_slice(inline);
+            self.spill.sort_unstable();
+            &self.spill
+        }
+    }
+}
+
+/// The values of a sorted slice, each once.
+fn distinct(sorted: &[u32]) -> impl Iterator<Item = u32> + '_ {
+    sorted
+        .iter()
+        .enumerate()
+        .filter(|&(k, i)| k == 0 || sorted.get(k - 1) != Some(i))
+        .map(|(_, &i)| i)
+}
+
+/// The head of the counter key of a rule's limit `n`, which `broker::explain` reads back.
+fn limit_head(rule_id: &str, n: usize) -> String {
+    format!("{rule_id}#{n}")
+}
+
+/// The rule name and counter key of a legacy call limit.
+fn legacy_name(limit: &CallLimit) -> String {
+    format!("call_limits:{}", limit.key)
 }
 
 /// Whether `rule` matches `request`, with the reading of omitted fields its effect calls for.
@@ -343,10 +456,49 @@ fn path_matches(glob: &PathGlob, path: &str, allow: bool) -> bool {
         || (!allow && path.len() > 1 && path.strip_suffix('/').is_some_and(|p| glob.matches(p)))
 }
 
-/// The counters a matching allow or limit rule charges.
-fn rule_charges(rule: &Rule, request: &Request<'_>, out: &mut Vec<Charge>) {
+/// The counters a matching allow or limit rule charges; `heads` holds the [`limit_head`] of each
+/// of its limits.
+fn rule_charges(rule: &Rule, heads: &[String], request: &Request<'_>, out: &mut Vec<Charge>) {
     for (n, limit) in rule.limits.iter().enumerate() {
-        let mut keys = vec![format!("{}#{n}", rule.id)];
+        let head = match heads.get(n) {
+            Some(head) => Cow::Borrowed(head.as_str()),
+            None => Cow::Owned(limit_head(&rule.id, n)),
+        };
+        let host = match &request.target.host {
+            _ if !limit.by.contains(&LimitKey::Host) => Cow::Borrowed(""),
+            Host::Name(name) => Cow::Borrowed(name.as_str()),
+            other => Cow::Owned(other.as_text()),
+        };
+        let fans_out = request.aliases.len() > 1 && limit.by.contains(&LimitKey::Alias);
+        if !fans_out {
+            // One counter: the head, then each `by` value after a unit separator.
+            let value = |by: &LimitKey| -> &str {
+                match by {
+                    LimitKey::Agent => request.agent,
+                    LimitKey::Host => &host,
+                    LimitKey::Tool => request.tool.unwrap_or(""),
+                    LimitKey::Alias => request.aliases.first().map_or("", |u| u.alias.as_str()),
+                }
+            };
+            let len = limit
+                .by
+                .iter()
+                .fold(head.len(), |len, by| len + 1 + value(by).len());
+            let mut key = String::with_capacity(len);
+            key.push_str(&head);
+            for by in &limit.by {
+                key.push('\u{1f}');
+                key.push_str(value(by));
+            }
+            out.push(Charge {
+                rule: rule.id.clone(),
+                key,
+                max: limit.max,
+                per: limit.per,
+            });
+            continue;
+        }
+        let mut keys = vec![head.into_owned()];
         for by in &limit.by {
             let mut extend = |value: &str| {
                 for key in &mut keys {
@@ -356,11 +508,8 @@ fn rule_charges(rule: &Rule, request: &Request<'_>, out: &mut Vec<Charge>) {
             };
             match by {
                 LimitKey::Agent => extend(request.agent),
-                LimitKey::Host => extend(&request.target.host.as_text()),
+                LimitKey::Host => extend(&host),
                 LimitKey::Tool => extend(request.tool.unwrap_or("")),
-                LimitKey::Alias if request.aliases.len() <= 1 => {
-                    extend(request.aliases.first().map_or("", |u| u.alias.as_str()));
-                }
                 LimitKey::Alias => {
                     // One counter per alias the request uses.
                     keys = keys
@@ -385,3 +534,6 @@ fn rule_charges(rule: &Rule, request: &Request<'_>, out: &mut Vec<Charge>) {
         }
     }
 }
+
+/// Matching rules held without allocating; a request rarely matches more.
+const INLINE_MATCHES: usize = 16;
