@@ -461,18 +461,20 @@ http {{
             check=True,
         )
         token = next(w for w in issued.stdout.split() if w.startswith("mint_cap_"))
+        serve = [self.mint, "serve", "--listen", "127.0.0.1:0", "--upstream-ca", str(self.ca)]
+        if getattr(self.args, "callgrind", None) == name:
+            # Instruction counts: instrumentation starts switched off and is switched on for
+            # the measured run only (`callgrind_control -i on`).
+            serve = [
+                "valgrind",
+                "--tool=callgrind",
+                "--instr-atstart=no",
+                f"--callgrind-out-file={Path(self.args.out) / f'callgrind-{name}.out'}",
+                *serve,
+            ]
         proc = self.procs.start(
             name,
-            self.pin(
-                [
-                    self.mint,
-                    "serve",
-                    "--listen",
-                    "127.0.0.1:0",
-                    "--upstream-ca",
-                    str(self.ca),
-                ]
-            ),
+            self.pin(serve),
             self.work / f"{name}.log",
             env=env,
             stdout=subprocess.PIPE,
@@ -972,6 +974,47 @@ def measure(args):
     print(f"written to {out / 'results.md'} and {out / f'results-{stamp}.json'}")
 
 
+def callgrind(args):
+    """Counts the instructions one Mint contender runs per request (valgrind's callgrind):
+    start-up and a warm-up run uninstrumented, then one wrk run of the first scenario counted."""
+    bench = Bench(args)
+    name = args.callgrind
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    data = out / f"callgrind-{name}.out"
+    scenario = args.scenarios.split(",")[0]
+    try:
+        bench.start([name])
+        contender = bench.contenders[name]
+        bench.wrk(contender, scenario, args.warmup)
+        pid = str(contender.pids()[0])
+        subprocess.run(["callgrind_control", "-i", "on", pid], check=True, capture_output=True)
+        result = bench.wrk(contender, scenario, args.duration)
+        subprocess.run(["callgrind_control", "-i", "off", pid], check=True, capture_output=True)
+        subprocess.run(["callgrind_control", "-d", pid], check=True, capture_output=True)
+    finally:
+        bench.procs.stop_all()
+    dumps = sorted(out.glob(f"callgrind-{name}.out*"), key=lambda p: p.stat().st_mtime)
+    report = out / f"callgrind-{name}.txt"
+    total = 0
+    for dump in dumps:
+        # `summary:` may be 0 in a dump triggered by `callgrind_control -d`; `totals:` is right.
+        totals = re.findall(r"^totals: (\d+)", dump.read_text(errors="replace"), re.M)
+        total += max((int(t) for t in totals), default=0)
+    with open(report, "w") as f:
+        for dump in dumps:
+            subprocess.run(
+                ["callgrind_annotate", "--inclusive=yes", "--threshold=99", str(dump)],
+                stdout=f,
+                stderr=subprocess.DEVNULL,
+            )
+    requests = max(result["requests"], 1)
+    print(
+        f"{name} ({scenario}): {requests} requests counted, {total:,} instructions, "
+        f"{total / requests:,.0f} per request; annotated in {report}"
+    )
+
+
 def profile(args):
     """Runs wrk against one contender while `perf record` samples it (cpu-clock)."""
     bench = Bench(args)
@@ -1054,8 +1097,14 @@ def main():
         metavar="CONTENDER",
         help="profile one contender with perf under the first scenario instead of comparing",
     )
+    parser.add_argument(
+        "--callgrind",
+        metavar="CONTENDER",
+        help="count one Mint contender's instructions per request with valgrind's callgrind "
+        "under the first scenario instead of comparing",
+    )
     args = parser.parse_args()
-    if "direct" not in args.contenders.split(",") and not args.profile:
+    if "direct" not in args.contenders.split(",") and not args.profile and not args.callgrind:
         args.contenders = "direct," + args.contenders
 
     def on_signal(signum, _frame):
@@ -1063,6 +1112,9 @@ def main():
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, on_signal)
+    if args.callgrind:
+        callgrind(args)
+        return
     if args.profile:
         profile(args)
     else:

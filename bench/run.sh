@@ -4,6 +4,7 @@
 #     bash bench/run.sh                   # everything: install, build, measure, print the table
 #     BENCH_DURATION=5 BENCH_ROUNDS=5 bash bench/run.sh
 #     bash bench/run.sh --profile mint-interval --scenarios c16 --duration 10   # perf profile
+#     bash bench/run.sh --callgrind mint-interval --scenarios c16 --duration 20 # instructions/request
 #
 # Installs what is missing (Debian: wrk, nginx-light, linux-perf for --profile; PyPI: mitmproxy
 # into its own venv under target/bench-venv), builds `mint` and the benchmark upstream with
@@ -61,8 +62,10 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 profiling=0
+counting=0
 for arg in "$@"; do
     [[ $arg == --profile ]] && profiling=1
+    [[ $arg == --callgrind ]] && counting=1
 done
 
 if [[ ${BENCH_SKIP_INSTALL:-0} != 1 ]]; then
@@ -72,6 +75,9 @@ if [[ ${BENCH_SKIP_INSTALL:-0} != 1 ]]; then
     command -v taskset >/dev/null || missing+=(util-linux)
     if [[ $profiling == 1 ]]; then
         command -v perf >/dev/null || missing+=(linux-perf)
+    fi
+    if [[ $counting == 1 ]]; then
+        command -v valgrind >/dev/null || missing+=(valgrind)
     fi
     if ((${#missing[@]})); then
         echo "installing ${missing[*]} (apt-get)" >&2
