@@ -78,7 +78,7 @@ impl Limiter {
         let mut spent: Vec<String> = Vec::new();
         let mut retry_after = Duration::ZERO;
         for (charge, n) in &needs {
-            let window = self.windows.entry(charge.key.clone()).or_default();
+            let window = self.window(&charge.key);
             window.per = charge.per;
             expire(&mut window.times, charge.per, now);
             let len = window.times.len() as u64;
@@ -110,13 +110,26 @@ impl Limiter {
             });
         }
         for (charge, n) in needs {
-            let window = self.windows.entry(charge.key.clone()).or_default();
+            let window = self.window(&charge.key);
             window.per = charge.per;
             for _ in 0..n {
                 window.times.push_back(now);
             }
         }
         Ok(())
+    }
+
+    /// The window of counter `key`, created empty the first time: the key is copied only then,
+    /// not on every request.
+    #[expect(
+        clippy::expect_used,
+        reason = "INVARIANT: the key is inserted just above when it was missing"
+    )]
+    fn window(&mut self, key: &str) -> &mut Window {
+        if !self.windows.contains_key(key) {
+            self.windows.insert(key.to_owned(), Window::default());
+        }
+        self.windows.get_mut(key).expect("the window was just inserted")
     }
 
     /// Gives back what [`Limiter::admit`] consumed for `charges` at `admitted_at`: for a request
