@@ -242,8 +242,14 @@ impl AppState {
 
     /// A fresh request id.
     pub(crate) fn next_request_id(&self) -> RequestId {
+        use std::fmt::Write as _;
         let n = self.inner.ids.next.fetch_add(1, Ordering::Relaxed);
-        let text = format!("{}-{n}", self.inner.ids.prefix);
+        let prefix = &self.inner.ids.prefix;
+        let mut text = String::with_capacity(prefix.len() + 21);
+        text.push_str(prefix);
+        text.push('-');
+        // Writing into a `String` cannot fail.
+        let _ = write!(text, "{n}");
         // INVARIANT: 12 hex digits, `-` and a decimal number match `[A-Za-z0-9_-]{1,64}`.
         RequestId::new(text).unwrap_or_else(|_| fallback_request_id())
     }

@@ -240,14 +240,21 @@ impl Scrubber {
         let Some(engine) = &self.engine else {
             return Cow::Borrowed(value);
         };
-        let mut pieces = Vec::new();
+        // A first pass only asks whether anything matches, allocating nothing: almost every
+        // value (headers above all) is clean. Only a value that holds a secret is run again to
+        // collect its pieces.
         let mut seam = Vec::new();
+        let mut dirty = false;
+        run(engine, &[], &mut seam, value, true, |piece| {
+            dirty |= piece == Piece::Marker;
+        });
+        if !dirty {
+            return Cow::Borrowed(value);
+        }
+        let mut pieces = Vec::new();
         run(engine, &[], &mut seam, value, true, |piece| {
             pieces.push(piece)
         });
-        if !pieces.contains(&Piece::Marker) {
-            return Cow::Borrowed(value);
-        }
         let mut out = Vec::with_capacity(value.len());
         for piece in pieces {
             emit_into(&mut out, &[], value, piece);

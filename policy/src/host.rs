@@ -100,14 +100,25 @@ impl Host {
 
     /// The text for an authority: IPv6 in brackets, then `:port` when a port is given.
     pub fn authority(&self, port: Option<u16>) -> String {
-        let host = match self {
-            Host::V6(addr) => format!("[{addr}]"),
-            other => other.to_string(),
+        use fmt::Write as _;
+        // One string of the right size: this runs for every proxied request.
+        let mut text = String::with_capacity(match self {
+            Host::Name(name) => name.len() + 6,
+            Host::V4(_) | Host::V6(_) => 48,
+        });
+        // Writing into a `String` cannot fail.
+        let _ = match self {
+            Host::Name(name) => {
+                text.push_str(name);
+                Ok(())
+            }
+            Host::V4(addr) => write!(text, "{addr}"),
+            Host::V6(addr) => write!(text, "[{addr}]"),
         };
-        match port {
-            Some(port) => format!("{host}:{port}"),
-            None => host,
+        if let Some(port) = port {
+            let _ = write!(text, ":{port}");
         }
+        text
     }
 
     /// Whether this host is the local machine: `127.0.0.0/8`, `::1`, or the literal name

@@ -288,8 +288,7 @@ fn strip_common(headers: &mut HeaderMap) {
             doomed.push(name.clone());
         }
     }
-    doomed.extend(HOP_BY_HOP);
-    for name in doomed {
+    for name in doomed.into_iter().chain(HOP_BY_HOP) {
         headers.remove(name);
     }
 }
