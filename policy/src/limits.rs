@@ -129,7 +129,9 @@ impl Limiter {
         if !self.windows.contains_key(key) {
             self.windows.insert(key.to_owned(), Window::default());
         }
-        self.windows.get_mut(key).expect("the window was just inserted")
+        self.windows
+            .get_mut(key)
+            .expect("the window was just inserted")
     }
 
     /// Gives back what [`Limiter::admit`] consumed for `charges` at `admitted_at`: for a request
