@@ -391,7 +391,7 @@ impl AuditLog {
 
     /// Fsyncs everything written so far, in any mode (for a clean shutdown).
     pub fn sync(&self) -> Result<(), AuditError> {
-        self.shared.write_pending();
+        self.shared.write_pending()?;
         let seq = self.shared.written();
         if seq == 0 {
             return Ok(());

@@ -119,7 +119,10 @@ pub(super) fn run_flusher(shared: &Shared) {
     loop {
         if state.shutdown {
             drop(state);
-            shared.write_pending();
+            // Nothing queued may be left behind: a line that cannot be written now is lost,
+            // and Mint's log says how many.
+            let _ = shared.write_pending();
+            shared.abandon_pending();
             if shared.durability != Durability::Never {
                 flush(shared);
             }
@@ -130,7 +133,9 @@ pub(super) fn run_flusher(shared: &Shared) {
             wake_all(&mut state, shared);
             return;
         }
-        if state.requested <= state.synced {
+        // After a failed fsync nothing is ever reported durable again, so a waiter's request
+        // can never be met: wait for the tick (deferred lines, rotation) instead of spinning.
+        if state.requested <= state.synced || state.failure.is_some() {
             let (next, _) = shared
                 .flush_wanted
                 .wait_timeout(state, tick)
@@ -141,10 +146,11 @@ pub(super) fn run_flusher(shared: &Shared) {
             }
         }
         // Someone waits for an fsync: `always` mode, or an explicit `sync`.
-        let wanted = state.requested > state.synced;
+        let wanted = state.requested > state.synced && state.failure.is_none();
         let synced = state.synced;
         drop(state);
-        shared.write_pending();
+        // A failure is logged by the writer; the lines stay queued for the next attempt.
+        let _ = shared.write_pending();
         shared.check_path();
         let dirty = shared.written() > synced;
         if dirty && (wanted || shared.durability != Durability::Never) {

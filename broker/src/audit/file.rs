@@ -46,10 +46,11 @@ pub enum UnsafeFile {
         /// The file's permission bits.
         mode: u32,
     },
-    /// The log's directory lets group or others rename or delete the log (writable by them,
-    /// without the sticky bit).
+    /// Group or others may write the log's directory: they could rename or delete the log, or
+    /// (even with the sticky bit) plant files at its lock or rotated names.
     #[error(
-        "group or others may replace the audit log in it (mode {mode:03o}); run `chmod 700` on it"
+        "group or others may write to it, and so replace or plant audit files (mode {mode:03o}); \
+         run `chmod 700` on it"
     )]
     DirectoryWritableByOthers {
         /// The directory's permission bits.
@@ -120,10 +121,11 @@ pub(super) fn unsafe_file(error: &io::Error) -> Option<UnsafeFile> {
     error.get_ref()?.downcast_ref::<UnsafeFile>().copied()
 }
 
-/// Checks the directory the log is in: owned by Mint's user or root, and writable by group or
-/// others only with the sticky bit (as `/tmp`), so that no other user can rename, delete or
-/// replace the log. Follows symbolic links: what matters is the directory the log's name
-/// resolves in.
+/// Checks the directory the log is in: owned by Mint's user or root, and not writable by group
+/// or others (not even with the sticky bit, as `/tmp`: others could still plant a file at the
+/// lock's or a rotated file's name), so that no other user can rename, delete, replace or add
+/// audit files there. Only this directory is checked, not its parents. Follows symbolic links:
+/// what matters is the directory the log's name resolves in.
 pub(super) fn check_log_dir(dir: &Path) -> io::Result<()> {
     let meta = fs::metadata(dir)?;
     if !meta.is_dir() {
@@ -138,7 +140,7 @@ pub(super) fn check_log_dir(dir: &Path) -> io::Result<()> {
             uid,
         }));
     }
-    if meta.mode() & WRITABLE_BY_OTHERS != 0 && meta.mode() & STICKY == 0 {
+    if meta.mode() & WRITABLE_BY_OTHERS != 0 {
         return Err(refused(UnsafeFile::DirectoryWritableByOthers {
             mode: meta.mode() & 0o7777,
         }));
@@ -246,7 +248,6 @@ fn refused(problem: UnsafeFile) -> io::Error {
 const OPEN_FLAGS: i32 = libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY;
 const OWNED_FILE_MODE: u32 = 0o600;
 const WRITABLE_BY_OTHERS: u32 = 0o022;
-const STICKY: u32 = 0o1000;
 
 /// Helpers for the tests of the modules that open audit files.
 #[cfg(test)]

@@ -713,8 +713,14 @@ fn the_writer_refuses_a_log_directory_others_may_write_or_own() {
         other => panic!("expected Unsafe, got {other:?}"),
     }
     assert!(!path.join("audit.log").exists(), "nothing created in it");
-    // Writable by everyone but sticky (as /tmp): no one else can rename or delete the log.
-    assert!(open("sticky", 0o1777).0.is_ok());
+    // Even sticky (as /tmp): others could plant files at the lock's or rotated files' names.
+    assert!(matches!(
+        open("sticky", 0o1777).0,
+        Err(AuditError::Unsafe {
+            problem: UnsafeFile::DirectoryWritableByOthers { mode: 0o1777 },
+            ..
+        })
+    ));
     assert!(open("private", 0o700).0.is_ok());
     // Owned by another user (only root can arrange that here).
     if rustix::process::geteuid().is_root() {

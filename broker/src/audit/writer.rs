@@ -78,6 +78,9 @@ struct Writer {
     pending: Vec<PreparedLine>,
     /// The bytes in `pending`, at most [`PENDING_MAX_BYTES`].
     pending_bytes: usize,
+    /// The flusher's last attempt to write the queue alone failed (logged once until a write
+    /// succeeds).
+    queue_stalled: bool,
     /// Scratch space for one `write(2)`: the chained lines of a batch, end to end.
     batch: Vec<u8>,
     /// Where each line of `batch` ends, and its hash.
@@ -133,6 +136,7 @@ impl Shared {
             switch_failure_logged: false,
             pending: Vec::new(),
             pending_bytes: 0,
+            queue_stalled: false,
             batch: Vec::new(),
             ends: Vec::new(),
             _lock: lock,
@@ -188,29 +192,37 @@ impl Shared {
         written.map(drop)
     }
 
-    /// Writes the deferred lines, if any. A failure is logged (the lines are lost: their
-    /// requests read as `unknown`); the next record meets the same failure and is refused.
-    pub(super) fn write_pending(&self) {
-        let id = match self.lock_writer() {
-            Ok(writer) => match writer.pending.last() {
-                Some(line) => line.id.clone(),
-                None => return,
-            },
-            Err(_) => return,
+    /// Writes the deferred lines, if any. A failure is logged (once until a write succeeds)
+    /// and returned; the lines stay queued for the next attempt, unless the log refuses every
+    /// record for good (a failed fsync), when they are dropped and Mint's log says how many.
+    pub(super) fn write_pending(&self) -> Result<(), AuditError> {
+        let id = match self.lock_writer()?.pending.last() {
+            Some(line) => line.id.clone(),
+            None => return Ok(()),
         };
-        match self.writable(&id) {
-            Ok(mut writer) => {
-                if !writer.pending.is_empty() {
-                    // A failure is logged by `write_batch`.
-                    let _ = writer.write_batch(self, None);
-                    self.written.store(writer.seq, Ordering::Release);
-                }
-            }
-            Err(_) => {
-                if let Ok(mut writer) = self.lock_writer() {
+        let mut writer = match self.writable(&id) {
+            Ok(writer) => writer,
+            Err(error) => {
+                if let (AuditError::Unavailable { .. }, Ok(mut writer)) =
+                    (&error, self.lock_writer())
+                {
                     writer.drop_pending(&self.path);
                 }
+                return Err(error);
             }
+        };
+        if writer.pending.is_empty() {
+            return Ok(());
+        }
+        let result = writer.write_batch(self, None).map(drop);
+        self.written.store(writer.seq, Ordering::Release);
+        result
+    }
+
+    /// Drops whatever is still queued (the log is closing), saying how many records were lost.
+    pub(super) fn abandon_pending(&self) {
+        if let Ok(mut writer) = self.lock_writer() {
+            writer.drop_pending(&self.path);
         }
     }
 
@@ -226,7 +238,7 @@ impl Shared {
         }
         if writer.torn.is_some() {
             writer.repair(&self.path, &self.events).map_err(|source| {
-                log_write_failure(&self.path, id, 0, &source);
+                log_write_failure(&self.path, id, 0, 0, 0, &source);
                 AuditError::Write {
                     path: self.path.clone(),
                     source,
@@ -324,30 +336,52 @@ impl Writer {
     ) -> Result<(u64, LineHash), AuditError> {
         let incoming = self.pending_bytes + line.as_ref().map_or(0, |l| l.bytes.len());
         self.rotate_if_due(shared, incoming);
+        if let Some(kind) = self.poisoned {
+            // The rotation's fsync failed just now: nothing will ever be written again.
+            self.drop_pending(&shared.path);
+            return Err(AuditError::Unavailable {
+                path: shared.path.clone(),
+                kind,
+            });
+        }
         let mut lines = std::mem::take(&mut self.pending);
         self.pending_bytes = 0;
         let deferred = lines.len();
+        let own = line.is_some();
         lines.extend(line);
-        let result = match self.poisoned {
-            // The rotation's fsync failed just now.
-            Some(kind) => Err(AuditError::Unavailable {
-                path: shared.path.clone(),
-                kind,
-            }),
-            None => self.write_lines(&mut lines).map_err(|source| {
-                if let Some(last) = lines.last() {
-                    log_write_failure(&shared.path, &last.id, deferred, &source);
-                }
-                AuditError::Write {
-                    path: shared.path.clone(),
-                    source,
-                }
-            }),
+        let (size, seq) = (self.size, self.seq);
+        let source = match self.write_lines(&mut lines) {
+            Ok(done) => {
+                self.queue_stalled = false;
+                // Keep the queue's allocation for the next deferred lines.
+                lines.clear();
+                self.pending = lines;
+                return Ok(done);
+            }
+            Err(source) => source,
         };
-        // Keep the queue's allocation for the next deferred lines.
-        lines.clear();
-        self.pending = lines;
-        result
+        let last_id = lines.last().map(|l| l.id.clone());
+        let whole = usize::try_from(self.seq - seq).unwrap_or(usize::MAX);
+        let kept = if self.size == size {
+            // Nothing reached the file (the failed write was undone): the queued lines wait
+            // for the next attempt, and are chained then. Only the caller's own line is refused.
+            lines.truncate(deferred);
+            self.pending_bytes = lines.iter().map(|l| l.bytes.len()).sum();
+            self.pending = lines;
+            deferred
+        } else {
+            0
+        };
+        // A caller's refused record is always logged; the flusher's retries of the queue alone
+        // only once until a write succeeds.
+        if let Some(id) = last_id.filter(|_| own || !self.queue_stalled) {
+            log_write_failure(&shared.path, &id, deferred, whole, kept, &source);
+        }
+        self.queue_stalled |= !own;
+        Err(AuditError::Write {
+            path: shared.path.clone(),
+            source,
+        })
     }
 
     /// Chains `lines` from the last line written and writes them end to end: one `write(2)`,
@@ -434,7 +468,7 @@ impl Writer {
                 audit.path = %path.display(),
                 request.id = %last.id,
                 records = self.pending.len(),
-                "Deferred audit records not written: the log refuses every record"
+                "Deferred audit records not written and dropped"
             );
         }
         self.pending.clear();
@@ -581,13 +615,24 @@ fn take_lock(path: &Path) -> Result<File, AuditError> {
     }
 }
 
-/// Says in Mint's log that the record `id` (and the `deferred` records queued before it) could
-/// not be written. Never a record's content.
-fn log_write_failure(path: &Path, id: &RequestId, deferred: usize, error: &io::Error) {
+/// Says in Mint's log that a batch ending with record `id` could not be written: it held
+/// `deferred` queued records, of which `whole` reached the file anyway (a write that could not
+/// be undone) and `kept` stay queued for the next attempt; the others are lost. Never a
+/// record's content.
+fn log_write_failure(
+    path: &Path,
+    id: &RequestId,
+    deferred: usize,
+    whole: usize,
+    kept: usize,
+    error: &io::Error,
+) {
     tracing::error!(
         audit.path = %path.display(),
         request.id = %id,
         deferred,
+        written_whole = whole,
+        still_queued = kept,
         error = %error,
         "Audit record not written"
     );
@@ -711,6 +756,57 @@ mod tests {
             prev = hash.hex();
         }
         (batch, ends)
+    }
+
+    /// A failed write that reached nothing refuses only the caller's record: the queued
+    /// outcomes wait for the next write, chained then, in order.
+    #[test]
+    fn a_failed_write_keeps_the_queued_lines_for_the_next_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        let shared = open(&path);
+        shared.append(prepared(0, true)).unwrap();
+        shared.defer(prepared(0, false)).unwrap();
+        shared.defer(prepared(1, false)).unwrap();
+        let before = fs::read(&path).unwrap();
+        // Swap in a read-only descriptor of the same file: every write(2) fails (EBADF).
+        let good = {
+            let mut writer = shared.writer.lock().unwrap();
+            let read_only = Arc::new(File::open(&path).unwrap());
+            std::mem::replace(&mut writer.file, read_only)
+        };
+        assert!(matches!(
+            shared.append(prepared(2, true)),
+            Err(AuditError::Write { .. })
+        ));
+        assert!(
+            shared.write_pending().is_err(),
+            "the flusher's retry fails too"
+        );
+        assert_eq!(fs::read(&path).unwrap(), before, "nothing reached the file");
+        assert_eq!(shared.writer.lock().unwrap().pending.len(), 2);
+        shared.writer.lock().unwrap().file = good;
+        shared.append(prepared(3, true)).unwrap();
+        let text = fs::read_to_string(&path).unwrap();
+        let ids: Vec<(String, String)> = text
+            .lines()
+            .map(|line| {
+                let record = mint_policy::audit::parse_record(line).unwrap();
+                (record.phase.as_str().to_owned(), record.id.to_string())
+            })
+            .collect();
+        let expected: Vec<(String, String)> = [
+            ("decision", "req-0"),
+            ("outcome", "req-0"),
+            ("outcome", "req-1"),
+            ("decision", "req-3"),
+        ]
+        .iter()
+        .map(|(p, i)| ((*p).to_owned(), (*i).to_owned()))
+        .collect();
+        assert_eq!(ids, expected);
+        let report = verify_files(&[path], VerifyOptions::default()).unwrap();
+        assert!(report.is_intact(), "{:?}", report.first_break);
     }
 
     /// A batch cut short by the kernel is undone whole: the file keeps only what it held.
