@@ -340,8 +340,22 @@ pub(crate) fn proxy_mode<B>(request: &http::Request<B>) -> Option<Mode> {
 /// `Mint-Request-Id` on the answer.
 pub(crate) async fn proxy_shortcut(state: &AppState, mode: Mode, request: Request) -> Response {
     let id = state.next_request_id();
+    let head = request.method() == Method::HEAD;
     let mut response = proxy(state, id.clone(), mode, request).await;
     set_request_id(&mut response, &id);
+    // As the router does: `Content-Length` for a body of known length, and for HEAD no body
+    // (hyper's HTTP/1 server drops it anyway; its HTTP/2 server would send it).
+    use hyper::body::Body as _;
+    if !response.headers().contains_key(header::CONTENT_LENGTH)
+        && let Some(length) = response.body().size_hint().exact()
+    {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+    }
+    if head {
+        *response.body_mut() = Body::empty();
+    }
     response
 }
 

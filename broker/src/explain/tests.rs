@@ -1228,6 +1228,18 @@ async fn the_proxy_shortcut_agrees_with_the_router() {
             Version::HTTP_11,
             true,
         ),
+        (
+            "HEAD",
+            "/v1/proxy/https/api.github.com/user".into(),
+            Version::HTTP_11,
+            true,
+        ),
+        (
+            "HEAD",
+            "/v1/proxy/https/api.github.com/user".into(),
+            Version::HTTP_2,
+            true,
+        ),
     ];
     let build = |method: &str, target: &str, version: Version| {
         http::Request::builder()
@@ -1242,12 +1254,25 @@ async fn the_proxy_shortcut_agrees_with_the_router() {
     let answer = |response: axum::response::Response| async move {
         let status = response.status();
         let has_id = response.headers().contains_key("mint-request-id");
+        let length = response.headers().get("content-length").cloned();
         let bytes = http_body_util::BodyExt::collect(response.into_body())
             .await
             .unwrap()
             .to_bytes();
         let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
-        (status, body["error"]["code"].clone(), has_id)
+        // A body's `Content-Length` is its length; a HEAD answer has none (and says how long it
+        // would be), whichever way it went. (Lengths differ between requests: ids do.)
+        let length: Option<usize> = length.map(|v| v.to_str().unwrap().parse().unwrap());
+        if !bytes.is_empty() {
+            assert_eq!(length, Some(bytes.len()));
+        }
+        (
+            status,
+            body["error"]["code"].clone(),
+            has_id,
+            length.is_some(),
+            bytes.is_empty(),
+        )
     };
     for (method, target, version, proxied) in cases {
         let case = format!("{method} {target} {version:?}");
