@@ -14,14 +14,18 @@ use mint_policy::audit::{
     RequestId, RuleId, Scheme, Timestamp, UrlPath,
 };
 
-const ENV_VARS: &[&str] = &[
-    "MINT_HOME",
-    "MINT_ALIASES_PATH",
-    "MINT_POLICY_PATH",
-    "MINT_AUDIT_LOG_PATH",
-    "MINT_CAPABILITIES_PATH",
-    "MINT_LISTEN",
-];
+#[path = "support/mint.rs"]
+mod support;
+
+use support::{Run, run};
+
+/// The shared `mint` command without `MINT_HOME`: these tests read the default files relative
+/// to the working directory, as a user without the variable does.
+fn mint(cwd: &Path) -> Command {
+    let mut cmd = support::mint(cwd);
+    cmd.env_remove("MINT_HOME");
+    cmd
+}
 
 const CANARY: &str = "mintcanary0c4f7e21";
 
@@ -52,18 +56,6 @@ aliases:
     hosts: [api.example.com]
 ";
 
-/// The `mint` binary with a clean Mint environment, a timeout, and the working directory `cwd`.
-fn mint(cwd: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mint"));
-    for var in ENV_VARS {
-        cmd.env_remove(var);
-    }
-    cmd.env_remove("RUST_LOG")
-        .current_dir(cwd)
-        .timeout(Duration::from_secs(30));
-    cmd
-}
-
 /// `mint policy explain` on the example policy and aliases, from `cwd`.
 fn explain_example(cwd: &Path) -> Command {
     let mut cmd = mint(cwd);
@@ -93,22 +85,6 @@ fn write_limited(dir: &Path) -> (PathBuf, PathBuf) {
     std::fs::write(&policy, LIMITED).unwrap();
     std::fs::write(&aliases, LIMITED_ALIASES).unwrap();
     (policy, aliases)
-}
-
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-#[track_caller]
-fn run(cmd: &mut Command) -> Run {
-    let output = cmd.output().unwrap();
-    Run {
-        code: output.status.code(),
-        stdout: String::from_utf8(output.stdout).unwrap(),
-        stderr: String::from_utf8(output.stderr).unwrap(),
-    }
 }
 
 #[track_caller]
