@@ -1,10 +1,13 @@
 //! The audit trail: one hash-chained JSON Lines file, written before anything is forwarded.
 //!
 //! The proxy builds an [`AuditRecord`] (a `decision` before forwarding, an `outcome` after; see
-//! [`facts`] for the only way request facts become a record) and hands it to [`AuditLog::record`]
-//! or [`AuditLog::record_async`]. Those return only once the line is in the file, and in
-//! `always` mode once an fsync covers it; any error means the request must be refused with 503
-//! `audit_unavailable` (DESIGN.md invariant 4: never forwarded unrecorded). Broker events such as
+//! [`facts`] for the only way request facts become a record). The decision of a request about to
+//! be forwarded goes to [`AuditLog::record_async`] (or [`AuditLog::record`]), which returns only
+//! once the line is in the file, and in `always` mode once an fsync covers it; any error means
+//! the request must be refused with 503 `audit_unavailable` (DESIGN.md invariant 4: never
+//! forwarded unrecorded). The decision of a refused request goes to [`AuditLog::append`] (in the
+//! file at once, not waited on), and every outcome to [`AuditLog::defer`] (written with the next
+//! record, or by the flusher within its tick). Broker events such as
 //! `policy_reload_failed` go through [`AuditLog::event`].
 //!
 //! This is not tracing: records go through [`AuditSink`], which no `RUST_LOG` setting can

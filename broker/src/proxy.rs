@@ -324,7 +324,7 @@ fn set_request_id(response: &mut Response, id: &RequestId) {
 /// forward-proxy request, or a path under `/v1/proxy/` with something after it (what the
 /// `/v1/proxy/{*target}` route matches). `None` for CONNECT and every other request, which go
 /// through the router. The shortcut saves the proxy's requests the router's matching and
-/// middleware; it never changes where a request goes (`tests::the_shortcut_agrees_with_the_router`).
+/// middleware; it never changes where a request goes (`explain::tests::the_proxy_shortcut_agrees_with_the_router`).
 pub(crate) fn proxy_mode<B>(request: &http::Request<B>) -> Option<Mode> {
     if request.method() == Method::CONNECT {
         return None;

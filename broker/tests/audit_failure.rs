@@ -2,7 +2,7 @@
 //! `audit_unavailable`) and never forwarded: a full disk (a 64 KiB tmpfs mounted for the test)
 //! and a read-only file (`chattr +i`, which stops root too, unlike `chmod 0400`). After the
 //! problem is fixed, writing resumes and the chain is intact; a line the full disk cut short is
-//! cut back by the writer that wrote it (docs/audit.md, "Disk full"), so the file holds whole
+//! cut back by the writer that wrote it (docs/audit.md, "Crashes", "The disk fills up"), so the file holds whole
 //! lines only.
 //!
 //! Both need root (mount, chattr) and a file system that supports them; where that is not the

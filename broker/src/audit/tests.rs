@@ -647,26 +647,6 @@ fn sync_and_close_write_deferred_records_and_always_mode_writes_at_once() {
 }
 
 #[test]
-fn the_deferred_queue_is_bounded() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("audit.log");
-    let log = AuditLog::open(&path, config(Durability::Never)).unwrap();
-    let line_len = PreparedLine::new(outcome(0)).unwrap().bytes.len();
-    let mut queued = 0;
-    for n in 0..(4 * writer::PENDING_MAX_BYTES / line_len) {
-        log.defer(outcome(n % 10)).unwrap();
-        queued += line_len;
-        // However the flusher's ticks fall, no more than the bound waits in memory.
-        let in_file = std::fs::metadata(&path).unwrap().len() as usize;
-        assert!(
-            queued - in_file <= writer::PENDING_MAX_BYTES,
-            "{} bytes queued",
-            queued - in_file
-        );
-    }
-}
-
-#[test]
 fn deferring_after_a_failed_fsync_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.log");

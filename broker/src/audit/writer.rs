@@ -758,6 +758,33 @@ mod tests {
         (batch, ends)
     }
 
+    /// The queue holds at most `PENDING_MAX_BYTES`: the line that would pass the bound goes
+    /// out at once, with everything queued before it. (No flusher runs here: nothing else
+    /// drains the queue.)
+    #[test]
+    fn the_deferred_queue_is_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        let shared = open(&path);
+        let line_len = prepared(0, false).bytes.len();
+        let fit = PENDING_MAX_BYTES / line_len;
+        // The same line every time, so every line has the same length.
+        for _ in 0..fit {
+            shared.defer(prepared(0, false)).unwrap();
+            assert_eq!(fs::metadata(&path).unwrap().len(), 0, "queued, not written");
+        }
+        assert_eq!(shared.writer.lock().unwrap().pending_bytes, fit * line_len);
+        shared.defer(prepared(0, false)).unwrap();
+        let writer = shared.writer.lock().unwrap();
+        assert_eq!((writer.pending.len(), writer.pending_bytes), (0, 0));
+        assert_eq!(writer.seq, fit as u64 + 1, "every queued line and the new one");
+        drop(writer);
+        assert_eq!(
+            fs::metadata(&path).unwrap().len(),
+            ((fit + 1) * line_len) as u64
+        );
+    }
+
     /// A failed write that reached nothing refuses only the caller's record: the queued
     /// outcomes wait for the next write, chained then, in order.
     #[test]
