@@ -747,7 +747,7 @@ struct Outgoing {
 async fn send(
     state: &AppState,
     exchange: &mut Exchange,
-    declarations: &Declarations,
+    declarations: &Arc<Declarations>,
     admitted: Admitted,
     outgoing: Outgoing,
 ) -> Result<Response, ProxyError> {
@@ -808,9 +808,13 @@ async fn send(
             bytes_up: exchange.bytes_up.unwrap_or(0),
         }
     };
+    let reloads = answer::Reloads {
+        state: state.clone(),
+        current: Arc::clone(declarations),
+    };
     match answer::answer(
         response,
-        declarations.scrubber(),
+        reloads,
         id.as_str(),
         limits.max_response_body,
         limits.idle_timeout,

@@ -160,6 +160,14 @@ impl Scrubber {
         self.engine.is_none()
     }
 
+    /// Scrubs from now on with `newer`'s patterns (the secrets after a reload, which keep every
+    /// secret ever loaded, so they are a superset of this scrubber's), keeping the bytes held
+    /// back so far: they are scanned again, with the new patterns, with the next chunk.
+    pub fn adopt(&mut self, newer: Scrubber) {
+        self.engine = newer.engine;
+        self.names = newer.names;
+    }
+
     /// How many bytes are held back, waiting for the next chunk.
     pub fn pending(&self) -> usize {
         self.carry.len()

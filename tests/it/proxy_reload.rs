@@ -258,3 +258,130 @@ fn a_rotated_secret_stays_scrubbed_after_the_reload() {
         assert!(!broker.stderr().contains(secret));
     }
 }
+
+/// An answer still streaming when a reload brings a new secret is scrubbed of that secret too: a
+/// request made after the reload hands the new value to the upstream, which writes it into the
+/// stream that opened before. (The upstream here is raw TCP, so it can hold the first answer
+/// open until the second request arrives.)
+#[test]
+fn an_answer_streaming_across_a_reload_is_scrubbed_of_the_new_secret() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::mpsc;
+
+    const OLD: &str = "canary-stream-old-3Jr8Wq5Tz";
+    const NEW: &str = "canary-stream-new-9Vb2Xc6Ln";
+
+    /// Reads one request head; returns its `Authorization` value.
+    fn read_head(stream: &mut TcpStream) -> String {
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut authorization = String::new();
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            if line == "\r\n" || line.is_empty() {
+                return authorization;
+            }
+            if let Some((name, value)) = line.split_once(':')
+                && name.eq_ignore_ascii_case("authorization")
+            {
+                authorization = value.trim().to_owned();
+            }
+        }
+    }
+
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (opened, stream_open) = mpsc::channel();
+    let upstream = std::thread::spawn(move || {
+        // The stream: a head and a first event, then held open.
+        let (mut first, _) = listener.accept().unwrap();
+        read_head(&mut first);
+        first
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+            .unwrap();
+        let event = b"data: first\n\n";
+        first
+            .write_all(format!("{:x}\r\n", event.len()).as_bytes())
+            .unwrap();
+        first.write_all(event).unwrap();
+        first.write_all(b"\r\n").unwrap();
+        first.flush().unwrap();
+        opened.send(()).unwrap();
+        // The request after the reload: answered at once; what it carried goes into the stream.
+        let (mut second, _) = listener.accept().unwrap();
+        let carried = read_head(&mut second);
+        second
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+            .unwrap();
+        let event = format!("data: {carried}\n\n");
+        first
+            .write_all(format!("{:x}\r\n{event}\r\n0\r\n\r\n", event.len()).as_bytes())
+            .unwrap();
+        first.flush().unwrap();
+        // Let Mint read to the end before the socket goes.
+        let mut rest = Vec::new();
+        let _ = first.set_read_timeout(Some(Duration::from_secs(5)));
+        let _ = first.read_to_end(&mut rest);
+    });
+
+    let dir = tempfile::tempdir().unwrap();
+    let peer = echo_peer(dir.path(), EchoConfig::default());
+    let policy = format!(
+        "version: 1\ndefault: deny\nrules:\n  - id: stream\n    effect: allow\n    match:\n      alias: [echo]\n      scheme: [http]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [GET]\n"
+    );
+    let home = MintHome::new(&policy, ALIASES, &[("echo", OLD)]);
+    let cap = home.issue_capability("mino", &[]);
+    let broker = home.serve(&peer.ca_file, &[]);
+    let url = |path: &str| format!("{}/v1/proxy/http/127.0.0.1:{port}{path}", broker.base);
+    let (cap_header, stream_url) = (format!("Mint-Capability: {cap}"), url("/echo/stream"));
+    let streaming = std::thread::spawn(move || {
+        curl(&[
+            "-N",
+            "-H",
+            &cap_header,
+            "-H",
+            "Authorization: Bearer {{mint:echo}}",
+            &stream_url,
+        ])
+    });
+    if stream_open.recv_timeout(Duration::from_secs(20)).is_err() {
+        let answer = streaming.join().unwrap();
+        panic!("the stream did not open: {} {}", answer.status, answer.body);
+    }
+
+    home.write_private("secrets/echo", NEW);
+    let pid = broker.pid().unwrap();
+    assert!(
+        Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    wait_for_events(&broker, "policy_reloaded", 1);
+    let second = curl(&[
+        "-H",
+        &format!("Mint-Capability: {cap}"),
+        "-H",
+        "Authorization: Bearer {{mint:echo}}",
+        &url("/echo/x"),
+    ]);
+    assert_eq!(second.status, 200, "{}", second.body);
+
+    let streamed = streaming.join().unwrap();
+    upstream.join().unwrap();
+    assert_eq!(streamed.status, 200, "{}", streamed.body);
+    assert!(streamed.body.contains("data: first"), "{}", streamed.body);
+    assert!(
+        streamed.body.contains("data: Bearer [mint:redacted]"),
+        "{}",
+        streamed.body
+    );
+    for secret in [OLD, NEW] {
+        assert!(!streamed.everything().contains(secret), "{}", streamed.body);
+        assert!(!second.everything().contains(secret));
+        assert!(!broker.audit_text().contains(secret));
+        assert!(!broker.stderr().contains(secret));
+    }
+}

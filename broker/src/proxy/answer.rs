@@ -16,6 +16,7 @@
 use std::collections::VecDeque;
 use std::io::{self, Write as _};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -31,6 +32,7 @@ use super::error::{ProxyError, REQUEST_ID_HEADER};
 use super::headers::strip_response;
 use crate::audit::facts::{OutcomeFacts, RequestFacts, outcome_record};
 use crate::audit::{AuditLog, now};
+use crate::declarations::Declarations;
 use crate::scrub::Scrubber;
 
 /// Compressed bytes decoded per step.
@@ -55,6 +57,10 @@ enum Decoder {
 pub(crate) struct AnswerBody {
     incoming: Incoming,
     scrubber: Scrubber,
+    /// Where the declarations in force are read, and the ones `scrubber` was built from: an
+    /// answer still streaming when a reload brings a new secret must hide that secret too
+    /// (a request made after the reload may have handed it to the same upstream).
+    reloads: Reloads,
     decoder: Option<Decoder>,
     /// Compressed bytes not decoded yet: decoded one step at a time, each step only once the
     /// previous one's output has gone to the agent, so memory stays bounded.
@@ -105,12 +111,13 @@ impl OutcomeWriter {
 /// and one whose declared length is over the limit.
 pub(crate) fn answer(
     response: http::Response<Incoming>,
-    scrubber: Scrubber,
+    reloads: Reloads,
     request_id: &str,
     limit: u64,
     idle: Duration,
     outcome: impl FnOnce() -> OutcomeWriter,
 ) -> Result<http::Response<AnswerBody>, ProxyError> {
+    let scrubber = reloads.current.scrubber();
     let (mut parts, incoming) = response.into_parts();
     // hyper keeps an upstream's non-standard reason phrase as an extension and would write it
     // back to the agent as is: none of the upstream's extensions go on.
@@ -158,6 +165,7 @@ pub(crate) fn answer(
     let body = AnswerBody {
         incoming,
         scrubber,
+        reloads,
         decoder,
         compressed: Bytes::new(),
         saw_compressed: false,
@@ -244,15 +252,35 @@ impl Decoder {
     }
 }
 
+/// The broker's declarations as they change, and those an answer's scrubber was built from.
+pub(crate) struct Reloads {
+    pub(crate) state: super::AppState,
+    pub(crate) current: Arc<Declarations>,
+}
+
 // === impl AnswerBody ===
 
 impl AnswerBody {
+    /// Before scrubbing more of the answer: if a reload replaced the declarations, scrub from
+    /// now on with the new secrets' patterns as well. Bytes already sent were scrubbed while the
+    /// old declarations were in force, when no request could have carried a new secret yet.
+    /// (An answer sent with its `Content-Length` because no secret was loaded when it began
+    /// cannot change length: if a new secret must be redacted, the answer breaks off short.)
+    fn follow_reload(&mut self) {
+        let latest = self.reloads.state.declarations();
+        if !Arc::ptr_eq(&latest, &self.reloads.current) {
+            self.scrubber.adopt(latest.scrubber());
+            self.reloads.current = latest;
+        }
+    }
+
     /// Takes a decoded piece of the answer: counts it against the limit and scrubs it.
     fn take(&mut self, bytes: Bytes) -> Result<(), &'static str> {
         self.received += bytes.len() as u64;
         if self.received > self.limit {
             return Err("response_too_large");
         }
+        self.follow_reload();
         for piece in self.scrubber.push(bytes).into_pieces() {
             self.queue.push_back(piece);
         }
@@ -289,6 +317,7 @@ impl AnswerBody {
             let rest = decoder.finish().map_err(|_| "undecodable_answer")?;
             self.take(Bytes::from(rest))?;
         }
+        self.follow_reload();
         for piece in self.scrubber.finish().into_pieces() {
             self.queue.push_back(piece);
         }

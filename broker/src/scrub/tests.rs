@@ -489,3 +489,21 @@ proptest! {
         assert_secret_characters_gone(&encoded, &out, prefix.len(), secret.len());
     }
 }
+
+#[test]
+fn adopting_newer_patterns_keeps_what_was_held_back_and_finds_the_new_secret() {
+    let old: &[u8] = b"old-secret-value-1234";
+    let new: &[u8] = b"new-secret-value-5678";
+    let mut s = scrubber(&[old]);
+    let mut out = s.push_slice(b"before old-secret-value-1234 and ");
+    // The old secret's prefix is held back, not yet sent, when the reload comes.
+    out.extend(s.push_slice(b"old-secret-val"));
+    s.adopt(scrubber(&[old, new]));
+    out.extend(s.push_slice(b"ue-1234 then new-secret-value-5678 end"));
+    out.extend(s.finish_vec());
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(
+        text,
+        "before [mint:redacted] and [mint:redacted] then [mint:redacted] end"
+    );
+}
