@@ -21,8 +21,8 @@ use crate::audit::facts::TargetFacts;
 use crate::mcp_call;
 use crate::placeholder::{self, Place, Placeholders, RequestParts};
 
-/// The target as the agent wrote it, before canonicalization.
-#[derive(Debug)]
+/// The target as the agent wrote it, before canonicalization. Its `Debug` leaves the query out:
+/// a value there may be a token.
 pub(crate) struct RawTarget {
     scheme: String,
     authority: String,
@@ -31,6 +31,17 @@ pub(crate) struct RawTarget {
 }
 
 // === impl RawTarget ===
+
+impl std::fmt::Debug for RawTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawTarget")
+            .field("scheme", &self.scheme)
+            .field("authority", &self.authority)
+            .field("path", &self.path)
+            .field("has_query", &self.query.is_some())
+            .finish()
+    }
+}
 
 impl RawTarget {
     /// `/v1/proxy/{scheme}/{authority}/{path...}?{query}`.
@@ -475,3 +486,20 @@ pub(crate) fn sites_text(sites: SiteSet) -> String {
 
 /// The JSON-RPC error code of a call Mint refused (server-defined range).
 pub const JSONRPC_REFUSED: i64 = -32001;
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    #[test]
+    fn a_raw_target_debug_never_shows_a_query_value() {
+        let uri: Uri = "/v1/proxy/https/api.example.com/x?token=canary-rawtarget-5Kp2"
+            .parse()
+            .unwrap();
+        let shown = format!("{:?}", RawTarget::from_route(&uri).unwrap());
+        assert!(!shown.contains("canary-rawtarget"), "{shown}");
+        assert!(shown.contains("api.example.com"), "{shown}");
+    }
+}

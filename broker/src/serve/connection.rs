@@ -37,8 +37,8 @@ use crate::proxy::{AppState, FramingWatch, audit_unread_refusal, error_body};
 /// The most bytes of a request head kept for the framing check (hyper refuses larger heads).
 const MAX_SNIFFED_HEAD: usize = 1 << 20;
 
-/// A connection's byte stream (see the module documentation).
-#[derive(Debug)]
+/// A connection's byte stream (see the module documentation). Its `Debug` never shows the head
+/// being read: it holds the agent's capability token.
 pub(crate) struct ConnectionIo {
     inner: TcpStream,
     state: AppState,
@@ -55,6 +55,16 @@ pub(crate) struct ConnectionIo {
     replacement: Option<Replacement>,
     /// The connection was ended here (deadline): reads give end-of-file, writes are dropped.
     ended: bool,
+}
+
+impl std::fmt::Debug for ConnectionIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectionIo")
+            .field("head_bytes", &self.head.as_ref().map(Vec::len))
+            .field("awaiting_answer", &self.awaiting_answer)
+            .field("ended", &self.ended)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Mint's answer written in place of hyper's.
