@@ -2043,6 +2043,32 @@ fn serve_refuses_to_start_on_a_group_writable_policy() {
 }
 
 #[test]
+fn serve_refuses_to_start_when_others_may_write_the_audit_log_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    let ca_dir = tempfile::tempdir().unwrap();
+    let peer = echo_peer(ca_dir.path(), EchoConfig::default());
+    let home = MintHome::new(
+        &policy(&allow_echo(peer.server.port())),
+        ALIASES,
+        &[("echo", CANARY), ("other", CANARY_OTHER)],
+    );
+    // Even with the sticky bit, as /tmp: others could plant the lock or a rotated file.
+    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let stderr = serve_refuses(&home, &peer.ca_file);
+    assert!(
+        stderr.contains(&home.path().display().to_string()),
+        "{stderr}"
+    );
+    assert!(stderr.contains("refusing audit file"), "{stderr}");
+    assert!(stderr.contains("plant audit files"), "{stderr}");
+    assert!(stderr.contains("chmod 700"), "{stderr}");
+    assert!(
+        !home.path().join("audit.log").exists(),
+        "no log was created"
+    );
+}
+
+#[test]
 fn serve_refuses_to_start_when_an_alias_secret_file_is_missing() {
     let ca_dir = tempfile::tempdir().unwrap();
     let peer = echo_peer(ca_dir.path(), EchoConfig::default());
@@ -2173,4 +2199,46 @@ fn python_httpx_client_gets_answers_with_the_secret_redacted() {
         let outcome = env.broker.outcome_of(id.as_str().unwrap());
         assert_eq!(outcome["outcome"], "completed", "{outcome}");
     }
+}
+
+/// HTTP/2 to Mint (cleartext, prior knowledge, as curl's `--http2-prior-knowledge` speaks it):
+/// a GET is proxied and scrubbed; a HEAD, refused or allowed, gets its head with the length and
+/// the request id.
+#[test]
+fn http2_requests_are_proxied_and_head_answers_carry_no_body() {
+    let env = start(
+        |port| allow("echo-head", "echo", port, "GET, HEAD", ""),
+        ALIASES,
+        &[],
+    );
+    let h2 = ["--http2-prior-knowledge"];
+    let got = env.get("/echo", &h2);
+    assert_eq!(got.status, 200, "{}", got.body);
+    assert!(got.body.contains("[mint:redacted]"), "{}", got.body);
+    env.assert_clean(&got.everything());
+
+    // HEAD: the head only (`curl -I` prints it). Whether a body follows on the wire is held by
+    // the unit test `explain::tests::the_proxy_shortcut_agrees_with_the_router`.
+    let head = |args: &[&str]| {
+        let output = Command::new("curl")
+            .args(["-sS", "--max-time", "20", "--http2-prior-knowledge", "-I"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8(output.stdout)
+            .unwrap()
+            .to_ascii_lowercase()
+    };
+    // Refused: no capability; the JSON error's length is announced.
+    let refused = head(&[&env.url("/echo")]);
+    assert!(refused.starts_with("http/2 401"), "{refused}");
+    assert!(refused.contains("content-length:"), "{refused}");
+    assert!(refused.contains("mint-request-id:"), "{refused}");
+    // Allowed: the upstream's head.
+    let cap = cap_header(&env.cap);
+    let allowed = head(&["-H", &cap, "-H", AUTH, &env.url("/echo")]);
+    assert!(allowed.starts_with("http/2 200"), "{allowed}");
+    env.assert_clean(&allowed);
+    assert_eq!(env.forwarded(), 2, "the GET and the allowed HEAD");
 }
