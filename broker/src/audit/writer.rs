@@ -777,7 +777,11 @@ mod tests {
         shared.defer(prepared(0, false)).unwrap();
         let writer = shared.writer.lock().unwrap();
         assert_eq!((writer.pending.len(), writer.pending_bytes), (0, 0));
-        assert_eq!(writer.seq, fit as u64 + 1, "every queued line and the new one");
+        assert_eq!(
+            writer.seq,
+            fit as u64 + 1,
+            "every queued line and the new one"
+        );
         drop(writer);
         assert_eq!(
             fs::metadata(&path).unwrap().len(),
