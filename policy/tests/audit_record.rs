@@ -1186,7 +1186,16 @@ fn check_against_serde_json(line: &str) -> Result<(), TestCaseError> {
                 line
             );
             prop_assert_eq!(parse_record(&record.to_line()), Ok(record.clone()));
-            prop_assert_eq!(theirs.unwrap(), serde_json::to_value(&record).unwrap());
+            // A list field given as `[]` reads as absent, and the record leaves empty lists out
+            // when it is written: the same record.
+            let ours_value = serde_json::to_value(&record).unwrap();
+            let mut theirs = theirs.unwrap();
+            if let (Some(theirs), Some(ours)) = (theirs.as_object_mut(), ours_value.as_object()) {
+                theirs.retain(|key, value| {
+                    ours.contains_key(key) || !value.as_array().is_some_and(Vec::is_empty)
+                });
+            }
+            prop_assert_eq!(theirs, ours_value);
         }
         Err(error) => {
             prop_assert!(error.column() >= 1 && error.column() <= line.chars().count() + 1);
