@@ -26,6 +26,7 @@ use std::fs::File;
 use std::future::Future;
 use std::io;
 use std::num::ParseIntError;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -264,10 +265,13 @@ pub struct AuditStats {
 /// Any error means the request must be refused with 503 `audit_unavailable`.
 pub trait AuditSink: Send + Sync + fmt::Debug {
     /// Writes `record` (its `prev` is set by the sink), blocking until it is recorded.
-    fn record(&self, record: AuditRecord) -> Result<Receipt, AuditError>;
+    fn record(&self, record: &AuditRecord) -> Result<Receipt, AuditError>;
 
     /// Writes `record` like [`AuditSink::record`], awaiting durability without blocking a thread.
-    fn record_async(&self, record: AuditRecord) -> BoxFuture<'_, Result<Receipt, AuditError>>;
+    fn record_async<'a>(
+        &'a self,
+        record: &'a AuditRecord,
+    ) -> BoxFuture<'a, Result<Receipt, AuditError>>;
 }
 
 /// A boxed future, as [`AuditSink::record_async`] returns.
@@ -340,7 +344,7 @@ impl AuditLog {
     /// Writes `record`, replacing its `prev` with the hash of the log's last line. Returns once
     /// the line is in the file, and in `always` mode once an fsync covers it. Blocks the calling
     /// thread for that; async callers use [`AuditLog::record_async`].
-    pub fn record(&self, record: AuditRecord) -> Result<Receipt, AuditError> {
+    pub fn record(&self, record: &AuditRecord) -> Result<Receipt, AuditError> {
         let receipt = self.write(record)?;
         if self.shared.durability == Durability::Always {
             wait_durable(&self.shared, receipt.seq).map_err(|f| self.sync_error(f))?;
@@ -350,7 +354,7 @@ impl AuditLog {
 
     /// Like [`AuditLog::record`], but in `always` mode awaits the fsync instead of blocking.
     /// The write itself (a few microseconds) still happens on the calling thread.
-    pub async fn record_async(&self, record: AuditRecord) -> Result<Receipt, AuditError> {
+    pub async fn record_async(&self, record: &AuditRecord) -> Result<Receipt, AuditError> {
         let receipt = self.write(record)?;
         if self.shared.durability == Durability::Always {
             let durable = Durable {
@@ -367,7 +371,7 @@ impl AuditLog {
     /// For records nothing waits on but that must survive a crash of Mint, such as the decision
     /// of a refused request; a `decision` record that lets a request through goes through
     /// [`AuditLog::record`] or [`AuditLog::record_async`].
-    pub fn append(&self, record: AuditRecord) -> Result<Receipt, AuditError> {
+    pub fn append(&self, record: &AuditRecord) -> Result<Receipt, AuditError> {
         self.write(record)
     }
 
@@ -378,7 +382,7 @@ impl AuditLog {
     /// lose an outcome not yet written; such a request reads as `unknown` in `mint audit tail`
     /// and `verify`. An error means the record will never be written. [`AuditLog::sync`] and
     /// closing the log write the queue first.
-    pub fn defer(&self, record: AuditRecord) -> Result<(), AuditError> {
+    pub fn defer(&self, record: &AuditRecord) -> Result<(), AuditError> {
         let line = self.prepare(record)?;
         if self.shared.durability == Durability::Always {
             return self.shared.append(line).map(drop);
@@ -389,7 +393,7 @@ impl AuditLog {
     /// Records a broker event (such as `policy_reload_failed`) with a fresh event id.
     pub fn event(&self, reason: ReasonCode) -> Result<Receipt, AuditError> {
         let id = event_id(self.shared.next_event_number());
-        self.record(AuditRecord::event(now(), id, reason, ChainHash::genesis()))
+        self.record(&AuditRecord::event(now(), id, reason, ChainHash::genesis()))
     }
 
     /// Fsyncs everything written so far, in any mode (for a clean shutdown).
@@ -415,12 +419,12 @@ impl AuditLog {
         }
     }
 
-    fn write(&self, record: AuditRecord) -> Result<Receipt, AuditError> {
+    fn write(&self, record: &AuditRecord) -> Result<Receipt, AuditError> {
         let (seq, hash) = self.shared.append(self.prepare(record)?)?;
         Ok(Receipt { seq, hash })
     }
 
-    fn prepare(&self, record: AuditRecord) -> Result<PreparedLine, AuditError> {
+    fn prepare(&self, record: &AuditRecord) -> Result<PreparedLine, AuditError> {
         PreparedLine::new(record).inspect_err(|error| {
             tracing::error!(audit.path = %self.shared.path.display(), error = %error, "Audit record refused");
         })
@@ -447,11 +451,14 @@ impl fmt::Debug for AuditLog {
 }
 
 impl AuditSink for AuditLog {
-    fn record(&self, record: AuditRecord) -> Result<Receipt, AuditError> {
+    fn record(&self, record: &AuditRecord) -> Result<Receipt, AuditError> {
         AuditLog::record(self, record)
     }
 
-    fn record_async(&self, record: AuditRecord) -> BoxFuture<'_, Result<Receipt, AuditError>> {
+    fn record_async<'a>(
+        &'a self,
+        record: &'a AuditRecord,
+    ) -> BoxFuture<'a, Result<Receipt, AuditError>> {
         Box::pin(AuditLog::record_async(self, record))
     }
 }
@@ -481,8 +488,8 @@ impl Drop for Flusher {
 /// A record serialized with a placeholder `prev`, ready for the writer to splice the real one
 /// into: the serialization happens outside the writer lock.
 pub(crate) struct PreparedLine {
-    /// The request id, for error logs.
-    pub(crate) id: RequestId,
+    /// Where the request id's text is in `bytes`, for error logs.
+    id: Range<usize>,
     /// The line and its newline; ends with `"prev":"sha256:<64 hex digits>"}` and `\n`.
     pub(crate) bytes: Vec<u8>,
 }
@@ -492,10 +499,10 @@ pub(crate) struct PreparedLine {
 impl PreparedLine {
     /// Checks `record` (fail closed) and serializes it with a genesis placeholder as `prev`
     /// (whatever `record.prev` holds), byte for byte as `AuditRecord::to_line` would.
-    pub(crate) fn new(record: AuditRecord) -> Result<PreparedLine, AuditError> {
+    pub(crate) fn new(record: &AuditRecord) -> Result<PreparedLine, AuditError> {
         record.check().map_err(AuditError::Shape)?;
         let mut bytes = Vec::with_capacity(LINE_CAPACITY);
-        line::encode(&record, GENESIS_PREV, &mut bytes);
+        let id = line::encode(record, GENESIS_PREV, &mut bytes);
         if bytes.len() > MAX_LINE_BYTES {
             return Err(AuditError::TooLong);
         }
@@ -505,10 +512,15 @@ impl PreparedLine {
             return Err(AuditError::Internal);
         }
         bytes.push(b'\n');
-        Ok(PreparedLine {
-            id: record.id,
-            bytes,
-        })
+        Ok(PreparedLine { id, bytes })
+    }
+
+    /// The record's request id (as written in the line), for Mint's log.
+    pub(crate) fn id(&self) -> &str {
+        self.bytes
+            .get(self.id.clone())
+            .and_then(|id| std::str::from_utf8(id).ok())
+            .unwrap_or_default()
     }
 }
 

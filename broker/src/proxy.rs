@@ -456,20 +456,6 @@ impl Exchange {
         }
     }
 
-    /// Hands the facts over to whoever writes the outcome, leaving only the id behind.
-    fn take_facts(&mut self) -> RequestFacts {
-        let emptied = RequestFacts {
-            id: self.facts.id.clone(),
-            agent: None,
-            capability: None,
-            method: None,
-            target: None,
-            aliases: Vec::new(),
-            mcp_tool: None,
-        };
-        std::mem::replace(&mut self.facts, emptied)
-    }
-
     /// Writes the decision record of a request that is refused here, then its outcome record,
     /// and answers with the error.
     fn refuse(&mut self, error: ProxyError) -> Response {
@@ -526,16 +512,17 @@ impl Exchange {
                 rules,
                 reason: ReasonCode::new(reason).ok(),
             };
-            let record = decision_record(now(), &self.facts, &facts);
-            if let Err(audit_error) = self.audit.append(record) {
-                tracing::error!(request.id = %self.facts.id, error = %audit_error, "Decision record not written");
+            let record = decision_record(now(), self.facts.take(), facts);
+            if let Err(audit_error) = self.audit.append(&record) {
+                tracing::error!(request.id = %record.id, error = %audit_error, "Decision record not written");
             }
+            self.facts = RequestFacts::from_record(record);
             self.decided = true;
         }
         self.outcome_written = true;
         let writer = OutcomeWriter {
             audit: self.audit.clone(),
-            facts: self.take_facts(),
+            facts: self.facts.take(),
             received: self.received,
             bytes_up: self.bytes_up.unwrap_or(0),
         };
@@ -549,8 +536,10 @@ impl Exchange {
             rules: Some(rule_ids(rules)),
             reason: None,
         };
-        let record = decision_record(now(), &self.facts, &facts);
-        state.audit().record_async(record).await.map_err(|error| {
+        let record = decision_record(now(), self.facts.take(), facts);
+        let written = state.audit().record_async(&record).await;
+        self.facts = RequestFacts::from_record(record);
+        written.map_err(|error| {
             tracing::error!(request.id = %self.facts.id, error = %error, "Decision record not written; refusing");
             ProxyError::AuditUnavailable
         })?;
@@ -581,7 +570,7 @@ impl Drop for Exchange {
         }
         let outcome = OutcomeWriter {
             audit: self.audit.clone(),
-            facts: self.take_facts(),
+            facts: self.facts.take(),
             received: self.received,
             bytes_up: self.bytes_up.unwrap_or(0),
         };
@@ -803,7 +792,7 @@ async fn send(
         exchange.outcome_written = true;
         OutcomeWriter {
             audit: state.audit().clone(),
-            facts: exchange.take_facts(),
+            facts: exchange.facts.take(),
             received: exchange.received,
             bytes_up: exchange.bytes_up.unwrap_or(0),
         }

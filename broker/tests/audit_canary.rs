@@ -134,8 +134,8 @@ fn no_canary_reaches_the_log() {
     let facts = facts(&request);
     let decision = decision_record(
         now(),
-        &facts,
-        &DecisionFacts {
+        facts.clone(),
+        DecisionFacts {
             decision: AuditDecision::Allow,
             rules: Some(vec![RuleId::new("github-read").unwrap()]),
             reason: None,
@@ -167,8 +167,8 @@ fn no_canary_reaches_the_log() {
         },
     )
     .unwrap();
-    log.record(decision.clone()).unwrap();
-    log.record(outcome.clone()).unwrap();
+    log.record(&decision).unwrap();
+    log.record(&outcome).unwrap();
     drop(log);
     let written = std::fs::read_to_string(&path).unwrap();
     assert_clean("the audit log", &written);
@@ -187,8 +187,8 @@ fn no_canary_reaches_the_log() {
     assert_eq!(record.mcp_tool.unwrap().as_str(), "query-docs");
 
     let memory = MemorySink::new();
-    memory.record(decision).unwrap();
-    memory.record(outcome).unwrap();
+    memory.record(&decision).unwrap();
+    memory.record(&outcome).unwrap();
     assert_clean("the memory sink", &memory.lines().join("\n"));
 }
 
@@ -225,19 +225,19 @@ fn logs_name_the_problem_never_the_record() {
         // A deny without a reason is refused (a caller bug): logged without content.
         let refused = decision_record(
             now(),
-            &facts,
-            &DecisionFacts {
+            facts.clone(),
+            DecisionFacts {
                 decision: AuditDecision::Deny,
                 rules: Some(vec![]),
                 reason: None,
             },
         );
-        assert!(log.record(refused).is_err());
+        assert!(log.record(&refused).is_err());
         // A write failure: the file made read-only underneath the writer (root needs chattr).
         let record = decision_record(
             now(),
-            &facts,
-            &DecisionFacts {
+            facts.clone(),
+            DecisionFacts {
                 decision: AuditDecision::Allow,
                 rules: None,
                 reason: None,
@@ -248,7 +248,7 @@ fn logs_name_the_problem_never_the_record() {
             .status()
             .is_ok_and(|s| s.success());
         if immutable {
-            assert!(log.record(record).is_err());
+            assert!(log.record(&record).is_err());
             std::process::Command::new("chattr")
                 .args(["-i", path.to_str().unwrap()])
                 .status()

@@ -35,7 +35,7 @@ fn decision(n: usize) -> AuditRecord {
 /// What the proxy does with a request: record the decision, then forward; never forward
 /// unrecorded. Returns the status answered.
 fn handle(log: &AuditLog, n: usize, forwarded: &mut Vec<usize>) -> u16 {
-    match log.record(decision(n)) {
+    match log.record(&decision(n)) {
         Ok(_) => {
             forwarded.push(n);
             200
@@ -107,7 +107,7 @@ fn a_full_disk_refuses_requests_and_recovers() {
     }
     let refused = refused.expect("the disk never filled up");
     assert!(!forwarded.contains(&refused));
-    match log.record(decision(refused)) {
+    match log.record(&decision(refused)) {
         Err(AuditError::Write { source, .. }) => {
             assert_eq!(source.kind(), std::io::ErrorKind::StorageFull);
         }
@@ -186,7 +186,7 @@ fn a_read_only_file_refuses_requests() {
         return skip("chattr +i is not supported here (file system or privileges)");
     };
     assert_eq!(handle(&log, 2, &mut forwarded), 503);
-    match log.record(decision(3)) {
+    match log.record(&decision(3)) {
         Err(AuditError::Write { source, .. }) => {
             assert_eq!(source.kind(), std::io::ErrorKind::PermissionDenied);
         }

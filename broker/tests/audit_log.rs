@@ -77,8 +77,8 @@ fn first_line_chains_from_genesis_and_each_line_from_the_one_before() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.log");
     let log = AuditLog::open(&path, config(Durability::Interval)).unwrap();
-    let first = log.record(decision("r1")).unwrap();
-    let second = log.record(outcome("r1")).unwrap();
+    let first = log.record(&decision("r1")).unwrap();
+    let second = log.record(&outcome("r1")).unwrap();
     assert_eq!((first.seq(), second.seq()), (1, 2));
     drop(log);
     let lines = lines(&path);
@@ -109,8 +109,8 @@ fn reopening_continues_the_chain() {
     let path = dir.path().join("audit.log");
     for round in 0..3 {
         let log = AuditLog::open(&path, config(Durability::Always)).unwrap();
-        log.record(decision(&format!("r{round}"))).unwrap();
-        log.record(outcome(&format!("r{round}"))).unwrap();
+        log.record(&decision(&format!("r{round}"))).unwrap();
+        log.record(&outcome(&format!("r{round}"))).unwrap();
     }
     assert_eq!(lines(&path).len(), 6);
     assert_eq!(assert_intact(&[path]), 6);
@@ -141,7 +141,7 @@ fn many_threads_write_100k_whole_chained_lines() {
             let log = log.clone();
             scope.spawn(move || {
                 for n in 0..PER_THREAD {
-                    log.record(decision(&format!("t{thread}-{n}"))).unwrap();
+                    log.record(&decision(&format!("t{thread}-{n}"))).unwrap();
                 }
             });
         }
@@ -177,7 +177,7 @@ fn always_mode_waits_for_a_shared_fsync() {
             let log = log.clone();
             scope.spawn(move || {
                 for n in 0..PER_THREAD {
-                    log.record(decision(&format!("t{thread}-{n}"))).unwrap();
+                    log.record(&decision(&format!("t{thread}-{n}"))).unwrap();
                 }
             });
         }
@@ -213,9 +213,9 @@ fn tokio_tasks_record_concurrently() {
                 let sink = Arc::clone(&sink);
                 tasks.push(tokio::spawn(async move {
                     let id = format!("{durability}-{task}");
-                    sink.record_async(decision(&id)).await.unwrap();
+                    sink.record_async(&decision(&id)).await.unwrap();
                     tokio::task::yield_now().await;
-                    sink.record_async(outcome(&id)).await.unwrap();
+                    sink.record_async(&outcome(&id)).await.unwrap();
                 }));
             }
             for task in tasks {
@@ -243,7 +243,7 @@ fn rotates_at_the_size_bound_and_chains_across_files() {
     )
     .unwrap();
     for n in 0..60 {
-        log.record(decision(&format!("r{n}"))).unwrap();
+        log.record(&decision(&format!("r{n}"))).unwrap();
     }
     drop(log);
     let files = log_set(&path).unwrap();
@@ -262,7 +262,7 @@ fn rotates_at_the_size_bound_and_chains_across_files() {
     assert_eq!(assert_intact(&files), 60);
     // A new writer continues from the current file.
     let log = AuditLog::open(&path, config(Durability::Never)).unwrap();
-    log.record(decision("after")).unwrap();
+    log.record(&decision("after")).unwrap();
     drop(log);
     assert_eq!(assert_intact(&log_set(&path).unwrap()), 61);
 }
@@ -272,7 +272,7 @@ fn a_new_log_continues_from_the_newest_rotated_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.log");
     let log = AuditLog::open(&path, config(Durability::Never)).unwrap();
-    log.record(decision("r1")).unwrap();
+    log.record(&decision("r1")).unwrap();
     drop(log);
     // Rotated while no writer runs: the next writer chains from audit.log.1.
     assert!(matches!(
@@ -281,7 +281,7 @@ fn a_new_log_continues_from_the_newest_rotated_file() {
     ));
     assert!(!path.exists());
     let log = AuditLog::open(&path, config(Durability::Never)).unwrap();
-    log.record(decision("r2")).unwrap();
+    log.record(&decision("r2")).unwrap();
     drop(log);
     let files = log_set(&path).unwrap();
     assert_eq!(files.len(), 2);
@@ -301,7 +301,7 @@ fn rotation_by_command_while_writing_loses_nothing() {
             std::thread::spawn(move || {
                 let mut n = 0;
                 while !stop.load(Ordering::Relaxed) {
-                    log.record(decision(&format!("t{thread}-{n}"))).unwrap();
+                    log.record(&decision(&format!("t{thread}-{n}"))).unwrap();
                     written.fetch_add(1, Ordering::Relaxed);
                     n += 1;
                     if n % 64 == 0 {
@@ -337,14 +337,14 @@ fn a_moved_log_is_noticed_and_the_chain_goes_on() {
     let path = dir.path().join("audit.log");
     let moved = dir.path().join("elsewhere.log");
     let log = AuditLog::open(&path, config(Durability::Interval)).unwrap();
-    log.record(decision("before")).unwrap();
+    log.record(&decision("before")).unwrap();
     fs::rename(&path, &moved).unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     while !path.exists() {
         assert!(Instant::now() < deadline, "writer did not start a new file");
         std::thread::sleep(Duration::from_millis(10));
     }
-    log.record(decision("after")).unwrap();
+    log.record(&decision("after")).unwrap();
     drop(log);
     assert_eq!(lines(&moved).len(), 1);
     assert_eq!(lines(&path).len(), 1);
@@ -356,7 +356,7 @@ fn a_torn_last_line_is_ended_and_recorded_never_truncated() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.log");
     let log = AuditLog::open(&path, config(Durability::Never)).unwrap();
-    log.record(decision("r1")).unwrap();
+    log.record(&decision("r1")).unwrap();
     drop(log);
     let fragment = r#"{"v":1,"ts":"2026-11-30T05:39:20.1"#;
     fs::OpenOptions::new()
@@ -371,7 +371,7 @@ fn a_torn_last_line_is_ended_and_recorded_never_truncated() {
     assert_eq!((first.at.line, first.kind.code()), (2, "truncated"));
 
     let log = AuditLog::open(&path, config(Durability::Never)).unwrap();
-    log.record(decision("r2")).unwrap();
+    log.record(&decision("r2")).unwrap();
     drop(log);
     let lines = lines(&path);
     assert_eq!(lines.len(), 4);
@@ -398,11 +398,11 @@ fn records_that_do_not_fit_their_phase_are_refused_unwritten() {
         AuditDecision::Deny,
         ChainHash::genesis(),
     );
-    assert!(matches!(log.record(record), Err(AuditError::Shape(_))));
+    assert!(matches!(log.record(&record), Err(AuditError::Shape(_))));
     // An outcome field in a decision.
     let mut record = decision("r2");
     record.status = Some(HttpStatus::new(200).unwrap());
-    assert!(matches!(log.record(record), Err(AuditError::Shape(_))));
+    assert!(matches!(log.record(&record), Err(AuditError::Shape(_))));
     drop(log);
     assert!(lines(&path).is_empty());
 }
@@ -416,7 +416,7 @@ fn events_and_a_caller_supplied_prev_is_replaced() {
         .unwrap();
     let mut record = decision("r1");
     record.prev = ChainHash::of_line("a forged predecessor");
-    log.record(record).unwrap();
+    log.record(&record).unwrap();
     log.sync().unwrap();
     drop(log);
     let lines = lines(&path);
@@ -431,9 +431,9 @@ fn verify_reads_a_decision_without_outcome_as_unknown() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.log");
     let log = AuditLog::open(&path, config(Durability::Never)).unwrap();
-    log.record(decision("done")).unwrap();
-    log.record(decision("cut-off")).unwrap();
-    log.record(outcome("done")).unwrap();
+    log.record(&decision("done")).unwrap();
+    log.record(&decision("cut-off")).unwrap();
+    log.record(&outcome("done")).unwrap();
     drop(log);
     let report = verify_files(&[path], VerifyOptions::default()).unwrap();
     assert!(report.is_intact());

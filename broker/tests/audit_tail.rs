@@ -116,11 +116,11 @@ fn the_table_pairs_decisions_with_outcomes() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.log");
     let log = open(&path);
-    log.record(decision("ok", AuditDecision::Allow)).unwrap();
-    log.record(decision("no", AuditDecision::Deny)).unwrap();
-    log.record(outcome("no", Outcome::Denied, 403, 1)).unwrap();
-    log.record(decision("lost", AuditDecision::Allow)).unwrap();
-    log.record(outcome("ok", Outcome::Completed, 200, 188))
+    log.record(&decision("ok", AuditDecision::Allow)).unwrap();
+    log.record(&decision("no", AuditDecision::Deny)).unwrap();
+    log.record(&outcome("no", Outcome::Denied, 403, 1)).unwrap();
+    log.record(&decision("lost", AuditDecision::Allow)).unwrap();
+    log.record(&outcome("ok", Outcome::Completed, 200, 188))
         .unwrap();
     log.event(ReasonCode::new("policy_reload_failed").unwrap())
         .unwrap();
@@ -169,7 +169,7 @@ fn json_prints_records_as_stored() {
     let path = dir.path().join("audit.log");
     let log = open(&path);
     for n in 0..5 {
-        log.record(decision(&format!("r{n}"), AuditDecision::Allow))
+        log.record(&decision(&format!("r{n}"), AuditDecision::Allow))
             .unwrap();
     }
     drop(log);
@@ -192,14 +192,14 @@ fn lines_that_are_not_records_are_located_never_echoed() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.log");
     let log = open(&path);
-    log.record(decision("a", AuditDecision::Allow)).unwrap();
+    log.record(&decision("a", AuditDecision::Allow)).unwrap();
     drop(log);
     let mut file = fs::OpenOptions::new().append(true).open(&path).unwrap();
     writeln!(file, "Authorization: Bearer {CANARY}").unwrap();
     writeln!(file, "{{\"v\":1,\"token\":\"{CANARY}\"}}").unwrap();
     drop(file);
     let log = open(&path);
-    log.record(decision("b", AuditDecision::Allow)).unwrap();
+    log.record(&decision("b", AuditDecision::Allow)).unwrap();
     drop(log);
     for args in [&[][..], &["--json"][..]] {
         let (code, stdout, stderr) = tail(&path, args);
@@ -294,18 +294,19 @@ fn follow_survives_rotation() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.log");
     let log = open(&path);
-    log.record(decision("before", AuditDecision::Allow))
+    log.record(&decision("before", AuditDecision::Allow))
         .unwrap();
-    log.record(outcome("before", Outcome::Completed, 200, 5))
+    log.record(&outcome("before", Outcome::Completed, 200, 5))
         .unwrap();
     let follower = Follower::start(&path, &[]);
     follower.wait_for("/repos/before");
 
     // A request decided before the rotation and finished after it is still paired.
-    log.record(decision("spans", AuditDecision::Allow)).unwrap();
-    log.record(decision("old-file", AuditDecision::Deny))
+    log.record(&decision("spans", AuditDecision::Allow))
         .unwrap();
-    log.record(outcome("old-file", Outcome::Denied, 403, 1))
+    log.record(&decision("old-file", AuditDecision::Deny))
+        .unwrap();
+    log.record(&outcome("old-file", Outcome::Denied, 403, 1))
         .unwrap();
     follower.wait_for("/repos/old-file");
 
@@ -314,11 +315,11 @@ fn follow_survives_rotation() {
         matches!(outcome_of_rotation, RotateOutcome::RotatedLive { .. }),
         "{outcome_of_rotation:?}"
     );
-    log.record(outcome("spans", Outcome::Completed, 201, 70))
+    log.record(&outcome("spans", Outcome::Completed, 201, 70))
         .unwrap();
-    log.record(decision("new-file", AuditDecision::Allow))
+    log.record(&decision("new-file", AuditDecision::Allow))
         .unwrap();
-    log.record(outcome("new-file", Outcome::Completed, 200, 9))
+    log.record(&outcome("new-file", Outcome::Completed, 200, 9))
         .unwrap();
     let seen = follower.wait_for("/repos/new-file");
     let spans = seen
@@ -334,8 +335,9 @@ fn follow_survives_rotation() {
     // Rotated again by the real command, while the follower runs.
     let status = mint(&path).args(["audit", "rotate"]).output().unwrap();
     assert!(status.status.success());
-    log.record(decision("third", AuditDecision::Allow)).unwrap();
-    log.record(outcome("third", Outcome::Completed, 200, 1))
+    log.record(&decision("third", AuditDecision::Allow))
+        .unwrap();
+    log.record(&outcome("third", Outcome::Completed, 200, 1))
         .unwrap();
     follower.wait_for("/repos/third");
     drop(log);
@@ -346,10 +348,11 @@ fn follow_json_prints_each_record_as_it_arrives() {
     let dir = tempfile::tempdir().unwrap();
     let path: PathBuf = dir.path().join("audit.log");
     let log = open(&path);
-    log.record(decision("first", AuditDecision::Allow)).unwrap();
+    log.record(&decision("first", AuditDecision::Allow))
+        .unwrap();
     let follower = Follower::start(&path, &["--json"]);
     follower.wait_for("\"id\":\"first\"");
-    log.record(decision("second", AuditDecision::Allow))
+    log.record(&decision("second", AuditDecision::Allow))
         .unwrap();
     let seen = follower.wait_for("\"id\":\"second\"");
     assert!(seen.iter().all(|line| line.starts_with("{\"v\":1,")));

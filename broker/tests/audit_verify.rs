@@ -81,10 +81,10 @@ fn write_log(dir: &Path, requests: usize, rotate_bytes: Option<u64>) -> PathBuf 
             ChainHash::genesis(),
         );
         decision.path = Some(UrlPath::new(format!("/items/{n}")).unwrap());
-        log.record(decision).unwrap();
+        log.record(&decision).unwrap();
         let mut outcome = AuditRecord::outcome(now(), id, Outcome::Completed, ChainHash::genesis());
         outcome.status = Some(HttpStatus::new(200).unwrap());
-        log.record(outcome).unwrap();
+        log.record(&outcome).unwrap();
     }
     path
 }
@@ -303,7 +303,7 @@ fn decisions_without_outcome_read_as_unknown() {
     )
     .unwrap();
     writer
-        .record(AuditRecord::decision(
+        .record(&AuditRecord::decision(
             now(),
             RequestId::new("in-flight").unwrap(),
             AuditDecision::Allow,

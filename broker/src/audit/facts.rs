@@ -2,11 +2,13 @@
 //!
 //! The proxy collects a [`RequestFacts`] once, from the request as it arrived and before any
 //! placeholder is substituted, and builds both of the request's records from it with
-//! [`decision_record`] and [`outcome_record`]. These functions take only what may be recorded:
-//! the method, the canonical target with its query parameter *names*, alias *names*, the MCP
-//! tool name, the capability's id and agent. There is no way to hand them a header value, a
-//! query value, a body or a secret, so none can reach the log. Building the facts before
-//! substitution matters: a placeholder in a query key would otherwise be recorded as its secret.
+//! [`decision_record`] and [`outcome_record`], moving the facts in rather than copying them
+//! ([`RequestFacts::from_record`] takes them back after the decision is written). These
+//! functions take only what may be recorded: the method, the canonical target with its query
+//! parameter *names*, alias *names*, the MCP tool name, the capability's id and agent. There is
+//! no way to hand them a header value, a query value, a body or a secret, so none can reach the
+//! log. Building the facts before substitution matters: a placeholder in a query key would
+//! otherwise be recorded as its secret.
 
 use std::num::NonZeroU16;
 
@@ -34,6 +36,91 @@ pub struct RequestFacts {
     pub aliases: Vec<AliasName>,
     /// The MCP tool of a JSON-RPC `tools/call`.
     pub mcp_tool: Option<ToolName>,
+}
+
+// === impl RequestFacts ===
+
+impl RequestFacts {
+    /// Moves the facts out, leaving only a copy of the id behind (for Mint's log).
+    pub fn take(&mut self) -> RequestFacts {
+        let emptied = RequestFacts {
+            id: self.id.clone(),
+            agent: None,
+            capability: None,
+            method: None,
+            target: None,
+            aliases: Vec::new(),
+            mcp_tool: None,
+        };
+        std::mem::replace(self, emptied)
+    }
+
+    /// The record `start` makes from the request id, holding the other facts (moved).
+    fn into_record(self, start: impl FnOnce(RequestId) -> AuditRecord) -> AuditRecord {
+        let RequestFacts {
+            id,
+            agent,
+            capability,
+            method,
+            target,
+            aliases,
+            mcp_tool,
+        } = self;
+        let mut record = start(id);
+        record.agent = agent;
+        record.capability = capability;
+        record.method = method;
+        if let Some(target) = target {
+            record.scheme = Some(target.scheme);
+            record.host = Some(target.host);
+            record.port = Some(target.port);
+            record.path = Some(target.path);
+            record.query_keys = target.query_keys;
+        }
+        record.aliases = aliases;
+        record.mcp_tool = mcp_tool;
+        record
+    }
+
+    /// The request facts `record` holds, moved out of it: the inverse of [`decision_record`] and
+    /// [`outcome_record`], so the proxy can lend its facts to a record for the write and take
+    /// them back without copying. The target comes back only when the record holds all of its
+    /// parts (as those functions write it).
+    pub fn from_record(record: AuditRecord) -> RequestFacts {
+        let AuditRecord {
+            id,
+            agent,
+            capability,
+            method,
+            scheme,
+            host,
+            port,
+            path,
+            query_keys,
+            aliases,
+            mcp_tool,
+            ..
+        } = record;
+        let target = match (scheme, host, port, path) {
+            (Some(scheme), Some(host), Some(port), Some(path)) => Some(TargetFacts {
+                scheme,
+                host,
+                port,
+                path,
+                query_keys,
+            }),
+            _ => None,
+        };
+        RequestFacts {
+            id,
+            agent,
+            capability,
+            method,
+            target,
+            aliases,
+            mcp_tool,
+        }
+    }
 }
 
 /// The auditable part of a canonical [`Target`]: no query values.
@@ -136,66 +223,28 @@ pub struct OutcomeFacts {
     pub reason: Option<ReasonCode>,
 }
 
-/// The `decision` record of a request. Its `prev` is set by the log.
-pub fn decision_record(
-    ts: Timestamp,
-    request: &RequestFacts,
-    facts: &DecisionFacts,
-) -> AuditRecord {
-    let mut record =
-        AuditRecord::decision(ts, request.id.clone(), facts.decision, ChainHash::genesis());
-    fill_request(&mut record, request);
-    record.rule.clone_from(&facts.rules);
-    record.reason.clone_from(&facts.reason);
+/// The `decision` record of a request. Its `prev` is set by the log. Takes the facts by value:
+/// they move into the record instead of being copied, and [`RequestFacts::from_record`] takes
+/// them back once the record is written (the outcome record needs them again).
+pub fn decision_record(ts: Timestamp, request: RequestFacts, facts: DecisionFacts) -> AuditRecord {
+    let mut record = request
+        .into_record(|id| AuditRecord::decision(ts, id, facts.decision, ChainHash::genesis()));
+    record.rule = facts.rules;
+    record.reason = facts.reason;
     record
 }
 
 /// The `outcome` record of a request. Its `prev` is set by the log. Takes the facts by value:
 /// the outcome is the request's last record, so they move into it instead of being copied.
 pub fn outcome_record(ts: Timestamp, request: RequestFacts, facts: OutcomeFacts) -> AuditRecord {
-    let RequestFacts {
-        id,
-        agent,
-        capability,
-        method,
-        target,
-        aliases,
-        mcp_tool,
-    } = request;
-    let mut record = AuditRecord::outcome(ts, id, facts.outcome, ChainHash::genesis());
-    record.agent = agent;
-    record.capability = capability;
-    record.method = method;
-    if let Some(target) = target {
-        record.scheme = Some(target.scheme);
-        record.host = Some(target.host);
-        record.port = Some(target.port);
-        record.path = Some(target.path);
-        record.query_keys = target.query_keys;
-    }
-    record.aliases = aliases;
-    record.mcp_tool = mcp_tool;
+    let mut record =
+        request.into_record(|id| AuditRecord::outcome(ts, id, facts.outcome, ChainHash::genesis()));
     record.status = facts.status;
     record.bytes_up = facts.bytes_up;
     record.bytes_down = facts.bytes_down;
     record.duration_ms = facts.duration_ms;
     record.reason = facts.reason;
     record
-}
-
-fn fill_request(record: &mut AuditRecord, request: &RequestFacts) {
-    record.agent.clone_from(&request.agent);
-    record.capability.clone_from(&request.capability);
-    record.method.clone_from(&request.method);
-    if let Some(target) = &request.target {
-        record.scheme = Some(target.scheme.clone());
-        record.host = Some(target.host.clone());
-        record.port = Some(target.port);
-        record.path = Some(target.path.clone());
-        record.query_keys.clone_from(&target.query_keys);
-    }
-    record.aliases.clone_from(&request.aliases);
-    record.mcp_tool.clone_from(&request.mcp_tool);
 }
 
 fn cut(text: &str, max_chars: usize) -> &str {
@@ -206,3 +255,63 @@ fn cut(text: &str, max_chars: usize) -> &str {
 }
 
 const MAX_QUERY_KEY_CHARS: usize = 128;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(target: bool) -> RequestFacts {
+        RequestFacts {
+            id: RequestId::new("01JDZ4T6M2Q8W3E5R7Y9U1I3O5").unwrap(),
+            agent: Some(AgentName::new("mino").unwrap()),
+            capability: Some(CapabilityId::new("c7f3a9d2").unwrap()),
+            method: Some(Method::new("POST").unwrap()),
+            target: target.then(|| TargetFacts {
+                scheme: Scheme::new("https").unwrap(),
+                host: Host::new("api.github.com").unwrap(),
+                port: NonZeroU16::new(8443).unwrap(),
+                path: UrlPath::new("/repos/acme/docs/issues").unwrap(),
+                query_keys: vec![QueryKey::new("state").unwrap()],
+            }),
+            aliases: vec![AliasName::new("github").unwrap()],
+            mcp_tool: Some(ToolName::new("create_issue").unwrap()),
+        }
+    }
+
+    #[test]
+    fn facts_lent_to_a_decision_record_come_back_whole() {
+        for target in [true, false] {
+            let decision = DecisionFacts {
+                decision: AuditDecision::Deny,
+                rules: Some(vec![RuleId::new("no-writes").unwrap()]),
+                reason: Some(ReasonCode::new("policy_denied").unwrap()),
+            };
+            let record = decision_record(
+                Timestamp::from_unix_millis(0).unwrap(),
+                facts(target),
+                decision,
+            );
+            record.check().unwrap();
+            assert_eq!(record.host.is_some(), target);
+            assert_eq!(record.rule.as_ref().map(Vec::len), Some(1));
+            assert_eq!(RequestFacts::from_record(record), facts(target));
+        }
+    }
+
+    #[test]
+    fn an_outcome_record_holds_the_same_request_facts_as_the_decision() {
+        let outcome = OutcomeFacts {
+            outcome: Outcome::Completed,
+            status: Some(HttpStatus::new(201).unwrap()),
+            bytes_up: Some(12),
+            bytes_down: Some(34),
+            duration_ms: Some(5),
+            reason: None,
+        };
+        let ts = Timestamp::from_unix_millis(0).unwrap();
+        let record = outcome_record(ts, facts(true), outcome);
+        record.check().unwrap();
+        assert_eq!(record.status.map(HttpStatus::get), Some(201));
+        assert_eq!(RequestFacts::from_record(record), facts(true));
+    }
+}

@@ -40,7 +40,7 @@ impl MemorySink {
         self.failing.store(fail, Ordering::SeqCst);
     }
 
-    fn write(&self, record: AuditRecord) -> Result<Receipt, AuditError> {
+    fn write(&self, record: &AuditRecord) -> Result<Receipt, AuditError> {
         let line = PreparedLine::new(record)?;
         if self.failing.load(Ordering::SeqCst) {
             return Err(AuditError::Write {
@@ -79,11 +79,14 @@ impl fmt::Debug for MemorySink {
 }
 
 impl AuditSink for MemorySink {
-    fn record(&self, record: AuditRecord) -> Result<Receipt, AuditError> {
+    fn record(&self, record: &AuditRecord) -> Result<Receipt, AuditError> {
         self.write(record)
     }
 
-    fn record_async(&self, record: AuditRecord) -> BoxFuture<'_, Result<Receipt, AuditError>> {
+    fn record_async<'a>(
+        &'a self,
+        record: &'a AuditRecord,
+    ) -> BoxFuture<'a, Result<Receipt, AuditError>> {
         Box::pin(std::future::ready(self.write(record)))
     }
 }
@@ -105,8 +108,8 @@ mod tests {
                 ChainHash::genesis(),
             )
         };
-        sink.record(event()).unwrap();
-        sink.record(event()).unwrap();
+        sink.record(&event()).unwrap();
+        sink.record(&event()).unwrap();
         let lines = sink.lines();
         assert_eq!(parse_record(&lines[0]).unwrap().prev.as_str(), GENESIS_PREV);
         assert_eq!(
@@ -115,7 +118,7 @@ mod tests {
         );
         sink.set_failing(true);
         assert!(matches!(
-            sink.record(event()),
+            sink.record(&event()),
             Err(AuditError::Write { .. })
         ));
         assert_eq!(sink.lines().len(), 2);

@@ -48,7 +48,7 @@ fn prepared_lines_end_with_a_genesis_prev_to_splice() {
         AuditDecision::Allow,
         ChainHash::of_line("anything the caller put here"),
     );
-    let line = PreparedLine::new(record).unwrap();
+    let line = PreparedLine::new(&record).unwrap();
     let text = std::str::from_utf8(&line.bytes).unwrap();
     assert!(text.ends_with(&format!("\"prev\":\"{GENESIS_PREV}\"}}\n")));
     assert!(parse_record(text.trim_end()).is_ok());
@@ -64,7 +64,7 @@ fn refuses_records_that_do_not_fit() {
         AuditDecision::Deny,
         ChainHash::genesis(),
     );
-    match PreparedLine::new(record) {
+    match PreparedLine::new(&record) {
         Err(AuditError::Shape(error)) => assert_eq!(error.field(), Field::Reason),
         other => panic!("expected a shape error, got {:?}", other.map(|l| l.bytes)),
     }
@@ -172,7 +172,7 @@ fn always_mode_a_failed_fsync_fails_the_waiting_record_and_refuses_every_later_o
             AuditLog::open_failing_sync(&path, config(Durability::Always), failing_sync(&calls))
                 .unwrap();
         // The waiting record: written, but its fsync failed, so the request must be refused.
-        match log.record(decision(1)) {
+        match log.record(&decision(1)) {
             Err(AuditError::NotDurable { path: at, .. }) => assert_eq!(at, path),
             other => panic!("expected NotDurable, got {other:?}"),
         }
@@ -180,19 +180,19 @@ fn always_mode_a_failed_fsync_fails_the_waiting_record_and_refuses_every_later_o
         // Every later record is refused unwritten, in every way of writing one.
         for n in 2..5 {
             assert!(matches!(
-                log.record(decision(n)),
+                log.record(&decision(n)),
                 Err(AuditError::Unavailable { .. })
             ));
         }
         assert!(matches!(
-            log.append(decision(5)),
+            log.append(&decision(5)),
             Err(AuditError::Unavailable { .. })
         ));
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
         assert!(matches!(
-            runtime.block_on(log.record_async(decision(6))),
+            runtime.block_on(log.record_async(&decision(6))),
             Err(AuditError::Unavailable { .. })
         ));
         assert!(
@@ -226,7 +226,7 @@ fn always_mode_async_waiters_get_the_failure_too() {
         let tasks: Vec<_> = (0..8)
             .map(|n| {
                 let log = log.clone();
-                tokio::spawn(async move { log.record_async(decision(n)).await })
+                tokio::spawn(async move { log.record_async(&decision(n)).await })
             })
             .collect();
         let mut results = Vec::new();
@@ -264,13 +264,13 @@ fn interval_mode_records_after_a_failed_fsync_are_refused() {
             AuditLog::open_failing_sync(&path, config(Durability::Interval), failing_sync(&calls))
                 .unwrap();
         // `interval` does not wait for the fsync: the record is written and acknowledged.
-        log.record(decision(1)).unwrap();
+        log.record(&decision(1)).unwrap();
         // The flusher's next fsync fails...
         wait_until("the flusher's fsync", || calls.load(Ordering::SeqCst) >= 1);
         // (A record written between the fsync's call and its failure is still acknowledged.)
         let mut written = 1;
         wait_until("the log to refuse records", || {
-            match log.record(decision(2)) {
+            match log.record(&decision(2)) {
                 Ok(_) => {
                     written += 1;
                     false
@@ -281,7 +281,7 @@ fn interval_mode_records_after_a_failed_fsync_are_refused() {
         });
         // ...and from then on every record is refused unwritten, with an error naming the log.
         for n in 3..10 {
-            match log.record(decision(n)) {
+            match log.record(&decision(n)) {
                 Err(error @ AuditError::Unavailable { .. }) => {
                     let message = error.to_string();
                     assert!(
@@ -294,7 +294,7 @@ fn interval_mode_records_after_a_failed_fsync_are_refused() {
             }
         }
         assert!(matches!(
-            log.append(decision(10)),
+            log.append(&decision(10)),
             Err(AuditError::Unavailable { .. })
         ));
         assert!(matches!(log.sync(), Err(AuditError::NotDurable { .. })));
@@ -327,7 +327,7 @@ fn a_failed_fsync_before_a_rotation_in_interval_mode_refuses_the_record() {
     .unwrap();
     let mut written = 0;
     let refused = loop {
-        match log.record(decision(written)) {
+        match log.record(&decision(written)) {
             Ok(_) => written += 1,
             Err(error) => break error,
         }
@@ -423,7 +423,7 @@ fn continuing_the_chain_never_waits_on_a_fifo_at_a_rotated_name() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.log");
     let log = AuditLog::open(&path, config(Durability::Never)).unwrap();
-    log.record(decision(1)).unwrap();
+    log.record(&decision(1)).unwrap();
     drop(log);
     rotation::rename_to_next(&path).unwrap();
     // The newest predecessor is a FIFO: reading its last line would wait for a writer forever.
@@ -462,7 +462,7 @@ fn verify_and_tail_refuse_a_fifo_or_symbolic_link_without_hanging() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.log");
     let log = AuditLog::open(&path, config(Durability::Never)).unwrap();
-    log.record(decision(1)).unwrap();
+    log.record(&decision(1)).unwrap();
     drop(log);
     rotation::rename_to_next(&path).unwrap();
     make_fifo(&dir.path().join("audit.log.2"));
@@ -526,13 +526,13 @@ fn a_running_writer_never_follows_a_symbolic_link_planted_at_its_path() {
     let elsewhere = dir.path().join("elsewhere");
     std::fs::write(&elsewhere, b"").unwrap();
     let log = AuditLog::open(&path, config(Durability::Interval)).unwrap();
-    log.record(decision(1)).unwrap();
+    log.record(&decision(1)).unwrap();
     let moved = dir.path().join("moved.log");
     std::fs::rename(&path, &moved).unwrap();
     symlink(&elsewhere, &path).unwrap();
     // Give the flusher several ticks to notice the path changed (and refuse the link).
     std::thread::sleep(FLUSH_INTERVAL * 10);
-    log.record(decision(2)).unwrap();
+    log.record(&decision(2)).unwrap();
     drop(log);
     assert_eq!(std::fs::read(&elsewhere).unwrap(), b"");
     assert_eq!(line_count(&moved), 2);
@@ -577,8 +577,8 @@ fn deferred_records_go_out_before_the_next_record_and_chain_across_rotations() {
         )
         .unwrap();
         for n in 0..40 {
-            log.record(decision(n)).unwrap();
-            log.defer(outcome(n)).unwrap();
+            log.record(&decision(n)).unwrap();
+            log.defer(&outcome(n)).unwrap();
         }
         log.sync().unwrap();
         let mut files = rotation::rotated_files(&path).unwrap();
@@ -609,7 +609,7 @@ fn a_deferred_record_reaches_the_file_within_the_flusher_tick_without_another_re
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.log");
         let log = AuditLog::open(&path, config(durability)).unwrap();
-        log.defer(outcome(1)).unwrap();
+        log.defer(&outcome(1)).unwrap();
         wait_until("the flusher to write the deferred record", || {
             line_count(&path) == 1
         });
@@ -622,7 +622,7 @@ fn sync_and_close_write_deferred_records_and_always_mode_writes_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sync.log");
     let log = AuditLog::open(&path, config(Durability::Never)).unwrap();
-    log.defer(outcome(1)).unwrap();
+    log.defer(&outcome(1)).unwrap();
     log.sync().unwrap();
     assert_eq!(line_count(&path), 1, "sync writes the queue first");
 
@@ -630,7 +630,7 @@ fn sync_and_close_write_deferred_records_and_always_mode_writes_at_once() {
         let path = dir.path().join(format!("close-{durability}.log"));
         let log = AuditLog::open(&path, config(durability)).unwrap();
         for n in 0..5 {
-            log.defer(outcome(n)).unwrap();
+            log.defer(&outcome(n)).unwrap();
         }
         drop(log);
         assert_eq!(
@@ -642,7 +642,7 @@ fn sync_and_close_write_deferred_records_and_always_mode_writes_at_once() {
 
     let path = dir.path().join("always.log");
     let log = AuditLog::open(&path, config(Durability::Always)).unwrap();
-    log.defer(outcome(1)).unwrap();
+    log.defer(&outcome(1)).unwrap();
     assert_eq!(line_count(&path), 1, "`always` never defers");
 }
 
@@ -654,12 +654,12 @@ fn deferring_after_a_failed_fsync_is_refused() {
     let log =
         AuditLog::open_failing_sync(&path, config(Durability::Interval), failing_sync(&calls))
             .unwrap();
-    log.record(decision(1)).unwrap();
+    log.record(&decision(1)).unwrap();
     wait_until("the log to refuse records", || {
-        matches!(log.defer(outcome(1)), Err(AuditError::Unavailable { .. }))
+        matches!(log.defer(&outcome(1)), Err(AuditError::Unavailable { .. }))
     });
     assert!(matches!(
-        log.defer(outcome(2)),
+        log.defer(&outcome(2)),
         Err(AuditError::Unavailable { .. })
     ));
 }

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use mint_policy::audit::{AuditRecord, ChainHash, ReasonCode, RequestId};
+use mint_policy::audit::{AuditRecord, ChainHash, ReasonCode};
 
 use super::chain::{LineHash, read_last_line};
 use super::durability::{Durability, SyncFile, SyncState, mark_failed, mark_synced};
@@ -171,7 +171,7 @@ impl Shared {
     /// the file when this returns. With [`Shared::defer`] and [`Shared::write_pending`], the
     /// only paths by which a record reaches the file.
     pub(super) fn append(&self, line: PreparedLine) -> Result<(u64, LineHash), AuditError> {
-        let mut writer = self.writable(&line.id)?;
+        let mut writer = self.writable(line.id())?;
         let written = writer.write_batch(self, Some(line));
         self.written.store(writer.seq, Ordering::Release);
         written
@@ -181,7 +181,7 @@ impl Shared {
     /// the flusher within its tick, whichever comes first: no `write(2)` of its own. Written at
     /// once when the queue is full. An error means the line will never be written.
     pub(super) fn defer(&self, line: PreparedLine) -> Result<(), AuditError> {
-        let mut writer = self.writable(&line.id)?;
+        let mut writer = self.writable(line.id())?;
         if writer.pending_bytes + line.bytes.len() <= PENDING_MAX_BYTES {
             writer.pending_bytes += line.bytes.len();
             writer.pending.push(line);
@@ -197,7 +197,7 @@ impl Shared {
     /// record for good (a failed fsync), when they are dropped and Mint's log says how many.
     pub(super) fn write_pending(&self) -> Result<(), AuditError> {
         let id = match self.lock_writer()?.pending.last() {
-            Some(line) => line.id.clone(),
+            Some(line) => line.id().to_owned(),
             None => return Ok(()),
         };
         let mut writer = match self.writable(&id) {
@@ -228,7 +228,7 @@ impl Shared {
 
     /// The writer, ready for a line: refused after a failed fsync, and with a torn end
     /// repaired first. `id` names the record in Mint's log if the repair fails.
-    fn writable(&self, id: &RequestId) -> Result<MutexGuard<'_, Writer>, AuditError> {
+    fn writable(&self, id: &str) -> Result<MutexGuard<'_, Writer>, AuditError> {
         let mut writer = self.lock_writer()?;
         if let Some(kind) = writer.poisoned {
             return Err(AuditError::Unavailable {
@@ -360,7 +360,7 @@ impl Writer {
             }
             Err(source) => source,
         };
-        let last_id = lines.last().map(|l| l.id.clone());
+        let last_id = lines.last().map(|l| l.id().to_owned());
         let whole = usize::try_from(self.seq - seq).unwrap_or(usize::MAX);
         let kept = if self.size == size {
             // Nothing reached the file (the failed write was undone): the queued lines wait
@@ -466,7 +466,7 @@ impl Writer {
         if let Some(last) = self.pending.last() {
             tracing::error!(
                 audit.path = %path.display(),
-                request.id = %last.id,
+                request.id = %last.id(),
                 records = self.pending.len(),
                 "Deferred audit records not written and dropped"
             );
@@ -507,7 +507,7 @@ impl Writer {
             Ok(reason) => AuditRecord::event(now(), id, reason, ChainHash::genesis()),
             Err(_) => return Err(io::ErrorKind::InvalidData.into()),
         };
-        let line = PreparedLine::new(record).map_err(|_| io::ErrorKind::InvalidData)?;
+        let line = PreparedLine::new(&record).map_err(|_| io::ErrorKind::InvalidData)?;
         self.write_lines(&mut [line])?;
         self.torn = None;
         tracing::warn!(audit.path = %path.display(), "Recovered an incomplete audit line");
@@ -621,7 +621,7 @@ fn take_lock(path: &Path) -> Result<File, AuditError> {
 /// record's content.
 fn log_write_failure(
     path: &Path,
-    id: &RequestId,
+    id: &str,
     deferred: usize,
     whole: usize,
     kept: usize,
@@ -717,7 +717,7 @@ const ROTATION_RETRY: Duration = Duration::from_secs(10);
 mod tests {
     #![allow(clippy::unwrap_used, clippy::panic, reason = "tests")]
 
-    use mint_policy::audit::{AuditDecision, HttpStatus, Outcome};
+    use mint_policy::audit::{AuditDecision, HttpStatus, Outcome, RequestId};
 
     use super::*;
     use crate::audit::verify::{VerifyOptions, verify_files};
@@ -732,7 +732,7 @@ mod tests {
             record.status = Some(HttpStatus::new(200).unwrap());
             record
         };
-        PreparedLine::new(record).unwrap()
+        PreparedLine::new(&record).unwrap()
     }
 
     fn open(path: &Path) -> Shared {

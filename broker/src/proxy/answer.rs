@@ -98,10 +98,9 @@ impl OutcomeWriter {
             ),
             reason: reason.and_then(|r| ReasonCode::new(r).ok()),
         };
-        let id = self.facts.id.clone();
         let record = outcome_record(now(), self.facts, facts);
-        if let Err(error) = self.audit.defer(record) {
-            tracing::error!(request.id = %id, error = %error, "Outcome record not written");
+        if let Err(error) = self.audit.defer(&record) {
+            tracing::error!(request.id = %record.id, error = %error, "Outcome record not written");
         }
     }
 }

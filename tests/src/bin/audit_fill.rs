@@ -45,12 +45,12 @@ fn main() -> anyhow::Result<()> {
     let mut stderr = std::io::stderr().lock();
     let (mut written, mut refused, mut first_refused) = (0u64, 0u64, None);
     for n in 0..MAX_RECORDS {
-        match log.record(decision(n)?) {
+        match log.record(&decision(n)?) {
             Ok(_) => {
                 written += 1;
                 // In `always` mode `defer` writes at once, so it can meet the limit too: a
                 // refusal like any other (the next decision is refused as well).
-                if deferred && let Err(error) = log.defer(outcome(n)?) {
+                if deferred && let Err(error) = log.defer(&outcome(n)?) {
                     refused += 1;
                     report(&mut stdout, &mut stderr, n, "outcome", error)?;
                     if refused >= refusals {

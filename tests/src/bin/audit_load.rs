@@ -44,10 +44,10 @@ fn main() -> anyhow::Result<()> {
                 let mut n = 0u64;
                 while started.elapsed() < MAX_RUN && written.load(Ordering::Relaxed) < MAX_RECORDS {
                     let id = RequestId::new(format!("t{thread}-{n}"))?;
-                    log.record(decision(id.clone())?)?;
+                    log.record(&decision(id.clone())?)?;
                     // Some requests are left without an outcome, as a crash would leave them.
                     if n % 7 != 3 {
-                        log.record(outcome(id)?)?;
+                        log.record(&outcome(id)?)?;
                     }
                     written.fetch_add(1, Ordering::Relaxed);
                     n += 1;
