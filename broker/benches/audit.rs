@@ -11,10 +11,13 @@
 //!
 //! `cargo bench -p mint-broker --bench audit -- no_criterion` (a filter no benchmark matches)
 //! runs the CPU table alone; with `MINT_AUDIT_BENCH_QUICK=1` in the environment the table stops
-//! before the `always` and channel rows (for comparing builds back to back).
+//! before the `always` and channel rows (for comparing builds back to back), and with
+//! `MINT_AUDIT_BENCH_ROWS=text` only the baseline and the rows whose case contains `text` run
+//! (for profiling one row: `perf record` the bench binary with it set).
 
 #![expect(clippy::unwrap_used, reason = "benchmark")]
 
+use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
 use std::hint::black_box;
 use std::io::Write;
@@ -23,60 +26,84 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use criterion::{BatchSize, BenchmarkId, Criterion, Throughput};
-use mint_broker::audit::{AuditConfig, AuditLog, Durability, LineHash, encode_line};
+use criterion::{BenchmarkId, Criterion, Throughput};
+use mint_broker::audit::facts::{
+    DecisionFacts, OutcomeFacts, RequestFacts, TargetFacts, decision_record, outcome_record,
+};
+use mint_broker::audit::{AuditConfig, AuditLog, Durability, LineHash, encode_line, now};
 use mint_policy::audit::{
-    AgentName, AliasName, AuditDecision, AuditRecord, CapabilityId, ChainHash, Host, HttpStatus,
-    Method, Outcome, QueryKey, RequestId, RuleId, Scheme, Timestamp, UrlPath,
+    AgentName, AliasName, AuditDecision, AuditRecord, CapabilityId, Host, HttpStatus, Method,
+    Outcome, QueryKey, RequestId, RuleId, Scheme, Timestamp, UrlPath,
 };
 
-/// A decision record shaped like the first line of `examples/audit.log`.
-fn sample() -> AuditRecord {
-    let mut record = AuditRecord::decision(
-        Timestamp::from_unix_millis(1_795_995_560_123).unwrap(),
-        RequestId::new("01JDZ4T6M2Q8W3E5R7Y9U1I3O5").unwrap(),
-        AuditDecision::Allow,
-        ChainHash::genesis(),
-    );
-    record.agent = Some(AgentName::new("mino").unwrap());
-    record.capability = Some(CapabilityId::new("c7f3a9d2").unwrap());
-    record.method = Some(Method::new("GET").unwrap());
-    record.scheme = Some(Scheme::new("https").unwrap());
-    record.host = Some(Host::new("api.github.com").unwrap());
-    record.port = NonZeroU16::new(443);
-    record.path = Some(UrlPath::new("/repos/acme/docs/issues").unwrap());
-    record.query_keys = vec![
-        QueryKey::new("state").unwrap(),
-        QueryKey::new("per_page").unwrap(),
-    ];
-    record.aliases = vec![AliasName::new("github").unwrap()];
-    record.rule = Some(vec![RuleId::new("github-read").unwrap()]);
-    record
+/// The facts of the request in the first lines of `examples/audit.log`.
+fn sample_facts() -> RequestFacts {
+    RequestFacts {
+        id: RequestId::new("01JDZ4T6M2Q8W3E5R7Y9U1I3O5").unwrap(),
+        agent: Some(AgentName::new("mino").unwrap()),
+        capability: Some(CapabilityId::new("c7f3a9d2").unwrap()),
+        method: Some(Method::new("GET").unwrap()),
+        target: Some(TargetFacts {
+            scheme: Scheme::new("https").unwrap(),
+            host: Host::new("api.github.com").unwrap(),
+            port: NonZeroU16::new(443).unwrap(),
+            path: UrlPath::new("/repos/acme/docs/issues").unwrap(),
+            query_keys: vec![
+                QueryKey::new("state").unwrap(),
+                QueryKey::new("per_page").unwrap(),
+            ],
+        }),
+        aliases: vec![AliasName::new("github").unwrap()],
+        mcp_tool: None,
+    }
 }
 
-/// The outcome record of the same request, as `audit::facts::outcome_record` builds it.
-fn sample_outcome() -> AuditRecord {
-    let decision = sample();
-    let mut record = AuditRecord::outcome(
-        Timestamp::from_unix_millis(1_795_995_560_311).unwrap(),
-        decision.id.clone(),
-        Outcome::Completed,
-        ChainHash::genesis(),
-    );
-    record.agent = decision.agent;
-    record.capability = decision.capability;
-    record.method = decision.method;
-    record.scheme = decision.scheme;
-    record.host = decision.host;
-    record.port = decision.port;
-    record.path = decision.path;
-    record.query_keys = decision.query_keys;
-    record.aliases = decision.aliases;
-    record.status = Some(HttpStatus::new(200).unwrap());
-    record.bytes_up = Some(0);
-    record.bytes_down = Some(18_431);
-    record.duration_ms = Some(188);
-    record
+fn allow() -> DecisionFacts {
+    DecisionFacts {
+        decision: AuditDecision::Allow,
+        rules: Some(vec![RuleId::new("github-read").unwrap()]),
+        reason: None,
+    }
+}
+
+fn completed() -> OutcomeFacts {
+    OutcomeFacts {
+        outcome: Outcome::Completed,
+        status: Some(HttpStatus::new(200).unwrap()),
+        bytes_up: Some(0),
+        bytes_down: Some(18_431),
+        duration_ms: Some(188),
+        reason: None,
+    }
+}
+
+/// The first line of `examples/audit.log`, as a record.
+fn sample() -> AuditRecord {
+    let ts = Timestamp::from_unix_millis(1_795_995_560_123).unwrap();
+    decision_record(ts, sample_facts(), allow())
+}
+
+thread_local! {
+    /// The facts a thread's requests lend to their records, kept between iterations.
+    static FACTS: RefCell<Option<RequestFacts>> = const { RefCell::new(None) };
+}
+
+/// A request's audit work as the proxy does it (`Exchange::record_allow`, then
+/// `OutcomeWriter::write`), with `decision` and `outcome` standing for the log's calls: the
+/// facts are lent to the decision record (only the id is copied, as `RequestFacts::take` leaves
+/// it behind) and taken back, then moved into the outcome record; each record reads the clock,
+/// as the proxy's do. The proxy drops the outcome's facts; this keeps them for the thread's next
+/// request.
+fn proxy_request(decision: impl Fn(&AuditRecord), outcome: impl Fn(&AuditRecord)) {
+    FACTS.with_borrow_mut(|slot| {
+        let mut facts = slot.take().unwrap_or_else(sample_facts);
+        let record = decision_record(now(), facts.take(), allow());
+        decision(&record);
+        facts = RequestFacts::from_record(record);
+        let record = outcome_record(now(), facts.take(), completed());
+        outcome(&record);
+        *slot = Some(RequestFacts::from_record(record));
+    });
 }
 
 fn sample_line() -> Vec<u8> {
@@ -114,27 +141,19 @@ fn latency(c: &mut Criterion) {
     group.bench_function("baseline_write_same_bytes", |b| {
         b.iter(|| (&file).write_all(black_box(&line)).unwrap())
     });
+    // The log takes records by reference: the proxy lends its facts to a record rather than
+    // copying them, so no clone is timed.
     let record = sample();
-    // The record is built (cloned) outside the timed part: the proxy builds one per request
-    // whatever the log costs.
     group.bench_function("serialize_serde_to_line", |b| {
-        b.iter_batched(|| record.clone(), |r| r.to_line(), BatchSize::SmallInput)
+        b.iter(|| black_box(&record).to_line())
     });
     group.bench_function("serialize_writer_encoder", |b| {
-        b.iter_batched(
-            || record.clone(),
-            |r| encode_line(&r),
-            BatchSize::SmallInput,
-        )
+        b.iter(|| encode_line(black_box(&record)))
     });
     for durability in [Durability::Never, Durability::Interval] {
         let log = open_log(&dir.path().join(format!("{durability}.log")), durability);
         group.bench_function(BenchmarkId::new("record", durability), |b| {
-            b.iter_batched(
-                || record.clone(),
-                |r| log.record(r).unwrap(),
-                BatchSize::SmallInput,
-            )
+            b.iter(|| log.record(black_box(&record)).unwrap())
         });
     }
     group.finish();
@@ -146,7 +165,7 @@ fn latency(c: &mut Criterion) {
     group.measurement_time(Duration::from_secs(5));
     let log = open_log(&dir.path().join("always.log"), Durability::Always);
     group.bench_function(BenchmarkId::new("record", Durability::Always), |b| {
-        b.iter(|| log.record(black_box(record.clone())).unwrap())
+        b.iter(|| log.record(black_box(&record)).unwrap())
     });
     group.bench_function("baseline_write_then_fdatasync", |b| {
         b.iter(|| {
@@ -171,7 +190,7 @@ fn concurrent(c: &mut Criterion) {
         group.bench_function(BenchmarkId::new("record", durability), |b| {
             b.iter_custom(|iters| {
                 run_threads(THREADS, iters, |_| {
-                    log.record(record.clone()).unwrap();
+                    log.record(black_box(&record)).unwrap();
                 })
             })
         });
@@ -262,7 +281,7 @@ impl ChannelWriter {
     }
 
     fn record(&self, record: &AuditRecord) {
-        let mut line = record.clone().to_line().into_bytes();
+        let mut line = encode_line(record);
         line.push(b'\n');
         let (reply, done) = mpsc::sync_channel(1);
         self.jobs.send((line, reply)).unwrap();
@@ -290,6 +309,9 @@ fn process_cpu() -> Duration {
 fn measure(threads: u64, records: u64, work: impl Fn(u64) + Sync) -> (Duration, Duration) {
     (0..REPEATS)
         .map(|_| {
+            // Start from a clean page cache: other rows' dirty pages (and other programs') are
+            // written back now, not by this run's fsyncs, whose CPU the run would be charged.
+            rustix::fs::sync();
             let cpu = process_cpu();
             let wall = run_threads(threads, records, &work);
             (wall, process_cpu() - cpu)
@@ -319,26 +341,33 @@ fn with_interval_fsync<T>(file: &File, body: impl FnOnce() -> T) -> T {
 fn cpu_report() {
     let dir = tempfile::tempdir().unwrap();
     let record = sample();
-    let outcome = sample_outcome();
     let line = sample_line();
-    let mut outcome_line = outcome.to_line().into_bytes();
+    let mut outcome_line = outcome_record(record.ts.clone(), sample_facts(), completed())
+        .to_line()
+        .into_bytes();
     outcome_line.push(b'\n');
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
         "\naudit CPU report (process CPU time of all threads, flusher included, from USER_HZ \
-         ticks; best of {REPEATS} runs per row; each record is built by cloning a sample, as the \
-         proxy builds one; a request is a decision and an outcome record)\n\
+         ticks; best of {REPEATS} runs per row; `record` rows write a ready record by reference; \
+         a request is a decision and an outcome record built and written as the proxy does)\n\
          {:<44} {:>7} {:>9} {:>11} {:>12} {:>8}",
         "case", "threads", "items", "items/s", "CPU/item", "vs write"
     )
     .unwrap();
     let mut baseline = None;
+    let only = std::env::var("MINT_AUDIT_BENCH_ROWS").ok();
     let mut row = |out: &mut dyn Write,
                    name: &str,
                    threads: u64,
                    items: u64,
-                   (wall, cpu): (Duration, Duration)| {
+                   run: &dyn Fn() -> (Duration, Duration)| {
+        // The first row is the baseline every ratio divides by: it always runs.
+        if baseline.is_some() && only.as_deref().is_some_and(|only| !name.contains(only)) {
+            return;
+        }
+        let (wall, cpu) = run();
         let per = cpu.as_secs_f64() * 1e6 / items as f64;
         let base = *baseline.get_or_insert(per);
         writeln!(
@@ -356,9 +385,7 @@ fn cpu_report() {
         "baseline: write(2) of the same bytes",
         1,
         N,
-        measure(1, N, |_| {
-            (&file).write_all(&line).unwrap();
-        }),
+        &|| measure(1, N, |_| (&file).write_all(&line).unwrap()),
     );
     let synced = append_file(&dir.path().join("plain-synced.log"));
     row(
@@ -366,48 +393,27 @@ fn cpu_report() {
         "baseline: write(2), fdatasync every 20 ms",
         1,
         N,
-        with_interval_fsync(&synced, || {
-            measure(1, N, |_| {
-                (&synced).write_all(&line).unwrap();
+        &|| {
+            with_interval_fsync(&synced, || {
+                measure(1, N, |_| (&synced).write_all(&line).unwrap())
             })
-        }),
+        },
     );
-    row(
-        &mut out,
-        "building the record only (a clone)",
-        1,
-        N,
+    row(&mut out, "serializing: serde_json (to_line)", 1, N, &|| {
         measure(1, N, |_| {
-            black_box(record.clone());
-        }),
-    );
-    row(
-        &mut out,
-        "serializing: serde_json (to_line)",
-        1,
-        N,
+            black_box(black_box(&record).to_line());
+        })
+    });
+    row(&mut out, "serializing: the writer's encoder", 1, N, &|| {
         measure(1, N, |_| {
-            black_box(record.clone().to_line());
-        }),
-    );
-    row(
-        &mut out,
-        "serializing: the writer's encoder",
-        1,
-        N,
-        measure(1, N, |_| {
-            black_box(encode_line(&record.clone()));
-        }),
-    );
-    row(
-        &mut out,
-        "hashing the line (SHA-256)",
-        1,
-        N,
+            black_box(encode_line(black_box(&record)));
+        })
+    });
+    row(&mut out, "hashing the line (SHA-256)", 1, N, &|| {
         measure(1, N, |_| {
             black_box(LineHash::of(black_box(&line[..line.len() - 1])));
-        }),
-    );
+        })
+    });
     for durability in [Durability::Never, Durability::Interval] {
         for threads in [1, THREADS] {
             let log = open_log(
@@ -419,9 +425,11 @@ fn cpu_report() {
                 &format!("record, {durability}"),
                 threads,
                 N,
-                measure(threads, N, |_| {
-                    log.record(record.clone()).unwrap();
-                }),
+                &|| {
+                    measure(threads, N, |_| {
+                        log.record(black_box(&record)).unwrap();
+                    })
+                },
             );
         }
     }
@@ -432,37 +440,57 @@ fn cpu_report() {
         "request baseline: 2 write(2), fdatasync/20 ms",
         1,
         requests,
-        with_interval_fsync(&plain, || {
-            measure(1, requests, |_| {
-                (&plain).write_all(&line).unwrap();
-                (&plain).write_all(&outcome_line).unwrap();
+        &|| {
+            with_interval_fsync(&plain, || {
+                measure(1, requests, |_| {
+                    (&plain).write_all(&line).unwrap();
+                    (&plain).write_all(&outcome_line).unwrap();
+                })
             })
-        }),
+        },
     );
     let mut both_lines = line.clone();
     both_lines.extend_from_slice(&outcome_line);
     let joined = append_file(&dir.path().join("plain-joined.log"));
     row(
         &mut out,
-        "request baseline: 1 write(2) of both lines",
+        "request baseline: 1 write(2), fdatasync/20 ms",
         1,
         requests,
-        with_interval_fsync(&joined, || {
-            measure(1, requests, |_| {
-                (&joined).write_all(&both_lines).unwrap();
+        &|| {
+            with_interval_fsync(&joined, || {
+                measure(1, requests, |_| (&joined).write_all(&both_lines).unwrap())
             })
-        }),
+        },
     );
     row(
         &mut out,
         "request: building both records only",
         1,
         requests,
-        measure(1, requests, |_| {
-            black_box(record.clone());
-            black_box(outcome.clone());
-        }),
+        &|| {
+            measure(1, requests, |_| {
+                proxy_request(|r| _ = black_box(r), |r| _ = black_box(r));
+            })
+        },
     );
+    // The writer's share alone: both records built once, written by reference.
+    {
+        let outcome = outcome_record(record.ts.clone(), sample_facts(), completed());
+        let log = open_log(&dir.path().join("requests-ready.log"), Durability::Interval);
+        row(
+            &mut out,
+            "request, records built once, interval",
+            1,
+            requests,
+            &|| {
+                measure(1, requests, |_| {
+                    log.record(black_box(&record)).unwrap();
+                    log.defer(black_box(&outcome)).unwrap();
+                })
+            },
+        );
+    }
     // As the proxy does: the decision written before forwarding, the outcome deferred to the
     // next write. The last rows write the outcome at once instead, for comparison.
     for durability in [Durability::Never, Durability::Interval] {
@@ -477,10 +505,11 @@ fn cpu_report() {
                 &format!("request (decision + outcome), {durability}"),
                 threads,
                 requests,
-                measure(threads, requests, |_| {
-                    log.record(record.clone()).unwrap();
-                    log.defer(outcome.clone()).unwrap();
-                }),
+                &|| {
+                    measure(threads, requests, |_| {
+                        proxy_request(|r| _ = log.record(r).unwrap(), |r| log.defer(r).unwrap());
+                    })
+                },
             );
         }
     }
@@ -494,10 +523,14 @@ fn cpu_report() {
             "request, outcome written at once, interval",
             threads,
             requests,
-            measure(threads, requests, |_| {
-                log.record(record.clone()).unwrap();
-                log.append(outcome.clone()).unwrap();
-            }),
+            &|| {
+                measure(threads, requests, |_| {
+                    proxy_request(
+                        |r| _ = log.record(r).unwrap(),
+                        |r| _ = log.append(r).unwrap(),
+                    );
+                })
+            },
         );
     }
     if std::env::var_os("MINT_AUDIT_BENCH_QUICK").is_some() {
@@ -509,16 +542,15 @@ fn cpu_report() {
             Durability::Always,
         );
         let records = N_ALWAYS * threads;
-        row(
-            &mut out,
-            "record, always",
-            threads,
-            records,
+        row(&mut out, "record, always", threads, records, &|| {
             measure(threads, records, |_| {
-                log.record(record.clone()).unwrap();
-            }),
-        );
+                log.record(black_box(&record)).unwrap();
+            })
+        });
         let stats = log.stats();
+        if stats.records == 0 {
+            continue; // the row was left out
+        }
         writeln!(
             out,
             "{:<44} {:>7} {:>9} fsyncs: {} ({:.1} records per fsync)",
@@ -541,7 +573,7 @@ fn cpu_report() {
                 &format!("channel to a writer thread, {design:?}"),
                 threads,
                 N,
-                measure(threads, N, |_| writer.record(&record)),
+                &|| measure(threads, N, |_| writer.record(&record)),
             );
         }
     }
