@@ -12,8 +12,8 @@
 //! `cargo bench -p mint-broker --bench audit -- no_criterion` (a filter no benchmark matches)
 //! runs the CPU table alone; with `MINT_AUDIT_BENCH_QUICK=1` in the environment the table stops
 //! before the `always` and channel rows (for comparing builds back to back), and with
-//! `MINT_AUDIT_BENCH_ROWS=text` only the baseline and the rows whose case contains `text` run
-//! (for profiling one row: `perf record` the bench binary with it set).
+//! `MINT_AUDIT_BENCH_ROWS=text|text…` only the baseline and the rows whose case contains one of
+//! the texts run (for profiling one row: `perf record` the bench binary with it set).
 
 #![expect(clippy::unwrap_used, reason = "benchmark")]
 
@@ -364,7 +364,11 @@ fn cpu_report() {
                    items: u64,
                    run: &dyn Fn() -> (Duration, Duration)| {
         // The first row is the baseline every ratio divides by: it always runs.
-        if baseline.is_some() && only.as_deref().is_some_and(|only| !name.contains(only)) {
+        if baseline.is_some()
+            && only
+                .as_deref()
+                .is_some_and(|only| !only.split('|').any(|o| name.contains(o)))
+        {
             return;
         }
         let (wall, cpu) = run();
