@@ -1275,6 +1275,59 @@ fn request_timeout_bounds_the_whole_exchange_and_must_exceed_the_connect_timeout
     );
 }
 
+#[test]
+fn agent_leaving_before_the_answer_head_is_unknown_client_closed() {
+    // The upstream holds its answer's head back for two minutes, far past what the test waits
+    // for; the request timeout (60 s) is far past it too, so the outcome below can only come
+    // from Mint noticing the agent's closed connection, not from the upstream timeout.
+    let env = start(allow_echo, ALIASES, &["--request-timeout", "60s"]);
+    let cap = cap_header(&env.cap);
+    let url = env.url("/stall?ms=120000");
+    let mut client = StreamingCurl::spawn(&["-H", &cap, "-H", AUTH, &url]);
+    // The request reached the upstream (with the secret): it is in Mint's hands, waiting for
+    // the answer's head.
+    assert!(
+        env.peer
+            .server
+            .requests()
+            .wait_for_count(1, Duration::from_secs(10)),
+        "the request never reached the upstream"
+    );
+    let forwarded = env.peer.server.requests().last().unwrap();
+    assert_eq!(forwarded.path, "/stall");
+    assert_eq!(
+        forwarded.header("authorization"),
+        Some(format!("Bearer {CANARY}").as_str())
+    );
+    // The client never saw a head, so the request id comes from the log's only record: the
+    // decision, written before the request was forwarded.
+    let records = env.broker.audit_records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let decision = records[0].clone();
+    assert_eq!(decision["phase"], "decision", "{decision}");
+    assert_eq!(decision["decision"], "allow", "{decision}");
+    assert_eq!(decision["rule"], json!(["echo-all"]), "{decision}");
+    assert_eq!(decision["path"], "/stall", "{decision}");
+    let id = decision["id"].as_str().unwrap().to_owned();
+    assert!(client.still_running());
+    // The agent goes away before any answer.
+    let _ = client.child.kill();
+    let _ = client.child.wait();
+    let mut seen = String::new();
+    client.out.read_to_string(&mut seen).unwrap();
+    assert!(seen.is_empty(), "the client got an answer: {seen}");
+    let outcome = env.broker.outcome_of(&id);
+    assert_eq!(outcome["outcome"], "unknown", "{outcome}");
+    assert_eq!(outcome["reason"], "client_closed", "{outcome}");
+    // No answer went out: the outcome has no status.
+    assert!(outcome.get("status").is_none(), "{outcome}");
+    let records = env.broker.records_of(&id);
+    assert_eq!(records.len(), 2, "{records:?}");
+    // Sent once, never retried.
+    assert_eq!(env.forwarded(), 1);
+    env.assert_clean(&seen);
+}
+
 // ------------------------------------------------------------------------------------------
 // 503
 // ------------------------------------------------------------------------------------------
@@ -1712,6 +1765,100 @@ fn fifty_parallel_requests_against_max_10_forward_exactly_10() {
     for answer in &answers {
         env.assert_clean(&answer.everything());
     }
+}
+
+#[test]
+fn past_max_connections_a_connection_waits_unanswered_until_one_closes() {
+    let env = start(allow_echo, ALIASES, &["--max-connections", "1"]);
+    let cap = cap_header(&env.cap);
+    // The only connection slot is held by a request in flight: an SSE answer whose events are
+    // a minute apart (a real exchange, not an idle connection a head deadline could close).
+    let url = env.url("/sse?n=3&interval_ms=60000&echo=authorization");
+    let mut holder = StreamingCurl::spawn(&["-H", &cap, "-H", AUTH, &url]);
+    let head = holder.head();
+    assert!(head[0].contains(" 200"), "{head:?}");
+    let held_id = header_of(&head, "mint-request-id").unwrap().to_owned();
+    let first = holder.event().expect("the first event");
+    assert!(first.contains(REDACTED), "{first}");
+    // A second connection is not served meanwhile: it waits in the listen backlog, so its
+    // request gets no answer at all before the client gives up (curl's timeout, exit 28).
+    let waiting = env.get("/echo/waiting", &["--max-time", "2"]);
+    assert_eq!(waiting.exit, 28, "{waiting:?}");
+    assert_eq!(waiting.status, 0, "{waiting:?}");
+    assert!(waiting.everything().is_empty(), "{waiting:?}");
+    assert!(holder.still_running());
+    // Nothing of it reached Mint's proxy: no record but the held request's decision, and
+    // nothing more forwarded.
+    let records = env.broker.audit_records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["id"], held_id.as_str(), "{records:?}");
+    assert_eq!(env.forwarded(), 1);
+    // The held request ends (the agent goes away mid-stream), which frees the slot.
+    let _ = holder.child.kill();
+    let _ = holder.child.wait();
+    let outcome = env.broker.outcome_of(&held_id);
+    assert_eq!(outcome["outcome"], "completed", "{outcome}");
+    assert_eq!(outcome["reason"], "client_closed", "{outcome}");
+    // A new request is now answered normally, proxied with the secret.
+    let response = env.get("/echo/after", &[]);
+    assert_eq!(response.exit, 0, "{response:?}");
+    assert_eq!(response.status, 200, "{}", response.body);
+    assert_eq!(response.json()["path"], "/echo/after");
+    let upstream = env.peer.server.requests().snapshot();
+    let after: Vec<_> = upstream
+        .iter()
+        .filter(|r| r.path == "/echo/after")
+        .collect();
+    assert_eq!(after.len(), 1, "{upstream:?}");
+    assert_eq!(
+        after[0].header("authorization"),
+        Some(format!("Bearer {CANARY}").as_str())
+    );
+    let id = response.header("mint-request-id").unwrap().to_owned();
+    assert_allowed_audit(&env.broker, &id, &["echo-all"], "completed", 200, None);
+    // The attempt that timed out waited in the backlog with its request and its client's
+    // close. Once the slot was free its connection was accepted (before the new one: the
+    // backlog is first in, first out, and there is one slot), and whether hyper reads the
+    // close before it hands the request to the proxy is a race: the request may have been
+    // decided and even forwarded after its client gave up. Either way it is accounted for: no
+    // record and nothing forwarded, or an allow decision and an `unknown` outcome saying the
+    // client had closed.
+    let stale_forwarded = upstream.iter().any(|r| r.path == "/echo/waiting");
+    let stale_decision = env
+        .broker
+        .audit_records()
+        .into_iter()
+        .find(|r| r["path"] == "/echo/waiting");
+    let stale_records = match stale_decision {
+        None => {
+            assert!(!stale_forwarded, "forwarded without a decision");
+            0
+        }
+        Some(decision) => {
+            assert_eq!(decision["phase"], "decision", "{decision}");
+            assert_eq!(decision["decision"], "allow", "{decision}");
+            let stale_id = decision["id"].as_str().unwrap();
+            let outcome = env.broker.outcome_of(stale_id);
+            assert_eq!(outcome["outcome"], "unknown", "{outcome}");
+            assert_eq!(outcome["reason"], "client_closed", "{outcome}");
+            assert_eq!(env.broker.records_of(stale_id).len(), 2);
+            2
+        }
+    };
+    let records = env.broker.audit_records();
+    assert_eq!(records.len(), 4 + stale_records, "{records:?}");
+    assert_eq!(
+        upstream
+            .iter()
+            .filter(|r| r.path == "/echo/waiting")
+            .count(),
+        usize::from(stale_forwarded)
+    );
+    env.assert_clean(&format!(
+        "{head:?}{first}{}{}",
+        waiting.everything(),
+        response.everything()
+    ));
 }
 
 // ------------------------------------------------------------------------------------------
