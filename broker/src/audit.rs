@@ -264,7 +264,8 @@ pub struct AuditStats {
 /// Where audit records go: the file ([`AuditLog`]), or memory in tests ([`MemorySink`]).
 /// Any error means the request must be refused with 503 `audit_unavailable`.
 pub trait AuditSink: Send + Sync + fmt::Debug {
-    /// Writes `record` (its `prev` is set by the sink), blocking until it is recorded.
+    /// Writes `record`, chained by the sink (whatever `prev` the record holds), blocking until it
+    /// is recorded.
     fn record(&self, record: &AuditRecord) -> Result<Receipt, AuditError>;
 
     /// Writes `record` like [`AuditSink::record`], awaiting durability without blocking a thread.
@@ -341,7 +342,8 @@ impl AuditLog {
         })
     }
 
-    /// Writes `record`, replacing its `prev` with the hash of the log's last line. Returns once
+    /// Writes `record` with the hash of the log's last line as its `prev` (whatever the record
+    /// holds; the record itself is not changed). Returns once
     /// the line is in the file, and in `always` mode once an fsync covers it. Blocks the calling
     /// thread for that; async callers use [`AuditLog::record_async`].
     pub fn record(&self, record: &AuditRecord) -> Result<Receipt, AuditError> {
@@ -355,15 +357,20 @@ impl AuditLog {
     /// Like [`AuditLog::record`], but in `always` mode awaits the fsync instead of blocking.
     /// The write itself (a few microseconds) still happens on the calling thread.
     pub async fn record_async(&self, record: &AuditRecord) -> Result<Receipt, AuditError> {
+        self.write_now(record)?.durable().await
+    }
+
+    /// The two halves of [`AuditLog::record_async`]: writes `record` now, on the calling
+    /// thread, and returns the wait for its durability ([`Written::durable`], which resolves at
+    /// once outside `always` mode). The record is not borrowed past the write, so a caller can
+    /// take its fields back, and count the record as written, before it awaits the fsync.
+    pub fn write_now(&self, record: &AuditRecord) -> Result<Written, AuditError> {
         let receipt = self.write(record)?;
-        if self.shared.durability == Durability::Always {
-            let durable = Durable {
-                shared: Arc::clone(&self.shared),
-                seq: receipt.seq,
-            };
-            durable.await.map_err(|f| self.sync_error(f))?;
-        }
-        Ok(receipt)
+        let durable = (self.shared.durability == Durability::Always).then(|| Durable {
+            shared: Arc::clone(&self.shared),
+            seq: receipt.seq,
+        });
+        Ok(Written { receipt, durable })
     }
 
     /// Writes `record` and returns once the line is in the file, without waiting for an fsync in
@@ -431,13 +438,42 @@ impl AuditLog {
     }
 
     fn sync_error(&self, failure: SyncFailure) -> AuditError {
-        match failure {
-            SyncFailure::Io(kind) => AuditError::NotDurable {
-                path: self.shared.path.clone(),
-                kind,
-            },
-            SyncFailure::Closed => AuditError::Closed,
+        sync_error(&self.shared, failure)
+    }
+}
+
+fn sync_error(shared: &Shared, failure: SyncFailure) -> AuditError {
+    match failure {
+        SyncFailure::Io(kind) => AuditError::NotDurable {
+            path: shared.path.clone(),
+            kind,
+        },
+        SyncFailure::Closed => AuditError::Closed,
+    }
+}
+
+/// A record in the file, and what is left to wait for: see [`AuditLog::write_now`].
+#[derive(Debug)]
+#[must_use = "a record written in `always` mode is not durable until `durable` resolves"]
+pub struct Written {
+    receipt: Receipt,
+    /// The fsync to await (`always` mode only).
+    durable: Option<Durable>,
+}
+
+// === impl Written ===
+
+impl Written {
+    /// Resolves once the record is as durable as the mode promises before a request goes on:
+    /// at once, except in `always` mode, where an fsync must cover it.
+    pub async fn durable(self) -> Result<Receipt, AuditError> {
+        if let Some(durable) = self.durable {
+            let shared = Arc::clone(&durable.shared);
+            durable
+                .await
+                .map_err(|failure| sync_error(&shared, failure))?;
         }
+        Ok(self.receipt)
     }
 }
 

@@ -47,7 +47,7 @@ use mint_policy::normalize::Target;
 use mint_policy::site::Site;
 
 use crate::audit::facts::{DecisionFacts, RequestFacts, decision_record};
-use crate::audit::{AuditLog, now};
+use crate::audit::{AuditError, AuditLog, now};
 use crate::capability::{CapabilityGrant, CapabilityStore};
 use crate::declarations::Declarations;
 use crate::inject::{self, InjectError};
@@ -537,13 +537,21 @@ impl Exchange {
             reason: None,
         };
         let record = decision_record(now(), self.facts.take(), facts);
-        let written = state.audit().record_async(&record).await;
+        let written = state.audit().write_now(&record);
         self.facts = RequestFacts::from_record(record);
-        written.map_err(|error| {
-            tracing::error!(request.id = %self.facts.id, error = %error, "Decision record not written; refusing");
+        let refuse = |error: AuditError, id: &RequestId| {
+            tracing::error!(request.id = %id, error = %error, "Decision record not written; refusing");
             ProxyError::AuditUnavailable
-        })?;
+        };
+        let written = written.map_err(|error| refuse(error, &self.facts.id))?;
+        // The decision is in the file, and the facts are back: from here the request gets an
+        // outcome however it ends, even if the agent goes away while `always` mode awaits the
+        // fsync (`Exchange`'s drop writes it then).
         self.decided = true;
+        written
+            .durable()
+            .await
+            .map_err(|error| refuse(error, &self.facts.id))?;
         Ok(())
     }
 }

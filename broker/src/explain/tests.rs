@@ -20,6 +20,7 @@ use mint_policy::site::Site;
 use super::budget::{BudgetSource, replay, unix_time};
 use super::render;
 use super::*;
+use crate::audit::{AuditConfig, AuditLog};
 
 const POLICY: &str = r#"
 version: 1
@@ -925,7 +926,14 @@ fn replay_refuses_a_log_that_is_not_a_regular_file() {
 /// A broker's state for router tests: the policy and aliases above (the local rule on `port`),
 /// a capability for `mino`, an audit log in `dir`. Returns the state and the token.
 fn router_state(dir: &std::path::Path) -> (crate::proxy::AppState, String, u16) {
-    use crate::audit::{AuditConfig, AuditLog};
+    let audit = AuditLog::open(&dir.join("audit.log"), AuditConfig::default()).unwrap();
+    router_state_with(dir, audit)
+}
+
+fn router_state_with(
+    dir: &std::path::Path,
+    audit: AuditLog,
+) -> (crate::proxy::AppState, String, u16) {
     use crate::capability::{CapabilityFile, CapabilityStore, IssueRequest};
     use crate::credential_store::{
         CredentialSources, CredentialStore, CredentialValue, MemoryStore,
@@ -974,7 +982,7 @@ fn router_state(dir: &std::path::Path) -> (crate::proxy::AppState, String, u16) 
         crate::proxy::ProxyLimits::default(),
         declarations,
         CapabilityStore::open(&caps_path).unwrap(),
-        AuditLog::open(&dir.join("audit.log"), AuditConfig::default()).unwrap(),
+        audit,
         UpstreamClient::new(
             crate::tls::upstream_client_config(None).unwrap(),
             Duration::from_secs(2),
@@ -1158,6 +1166,83 @@ async fn explain_answers_as_the_proxy_router_does() {
     }
 }
 
+/// In `always` mode an allowed request waits for the fsync of its decision before it goes on.
+/// An agent that goes away meanwhile (the request's future is dropped) leaves an outcome all the
+/// same, `unknown` with `client_closed`, holding the request's facts: its decision is in the file.
+#[tokio::test]
+async fn an_agent_leaving_while_the_decision_is_fsynced_leaves_a_whole_outcome() {
+    use tower::ServiceExt;
+
+    use crate::audit::Durability;
+    use crate::proxy::router;
+
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.log");
+    // Every fsync waits until the test lets it go (or 10 s, so a failed test cannot hang the
+    // flusher and with it the log's drop).
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let held = std::sync::Mutex::new(held);
+    let audit = AuditLog::open_failing_sync(
+        &log,
+        AuditConfig {
+            durability: Durability::Always,
+            rotate_bytes: None,
+        },
+        move |file: &std::fs::File| {
+            let _ = held.lock().unwrap().recv_timeout(Duration::from_secs(10));
+            file.sync_data()
+        },
+    )
+    .unwrap();
+    let (state, token, port) = router_state_with(dir.path(), audit);
+    let request = http::Request::builder()
+        .uri(format!("http://127.0.0.1:{port}/x?page=2"))
+        .header("proxy-authorization", format!("Bearer {token}"))
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let pending = tokio::spawn(router(state.clone()).oneshot(request));
+    let records = || -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    };
+    let mut waited = Duration::ZERO;
+    while records().is_empty() {
+        assert!(waited < Duration::from_secs(10), "no decision was written");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        waited += Duration::from_millis(5);
+    }
+    // The decision is in the file and its fsync is held: the agent goes away.
+    assert!(!pending.is_finished());
+    pending.abort();
+    assert!(pending.await.unwrap_err().is_cancelled());
+    let written = records();
+    // Every fsync goes ahead from now on.
+    drop(release);
+    assert_eq!(written.len(), 2, "{written:?}");
+    let (decision, outcome) = (&written[0], &written[1]);
+    assert_eq!(decision["decision"], "allow", "{decision}");
+    assert_eq!(outcome["phase"], "outcome", "{outcome}");
+    assert_eq!(outcome["id"], decision["id"], "{outcome}");
+    assert_eq!(outcome["outcome"], "unknown", "{outcome}");
+    assert_eq!(outcome["reason"], "client_closed", "{outcome}");
+    for field in [
+        "agent",
+        "capability",
+        "method",
+        "scheme",
+        "host",
+        "port",
+        "path",
+        "query_keys",
+    ] {
+        assert!(outcome.get(field).is_some(), "{field} missing: {outcome}");
+        assert_eq!(outcome[field], decision[field], "{field}");
+    }
+}
+
 /// `proxy::proxy_mode` and `proxy_shortcut` (how `mint serve` sends proxy requests past the
 /// router) agree with the router on every kind of request: a request goes to the proxy (and is
 /// audited) through the router exactly when the shortcut takes it, with the same answer.
@@ -1171,7 +1256,12 @@ async fn the_proxy_shortcut_agrees_with_the_router() {
     let dir = tempfile::tempdir().unwrap();
     let (state, token, port) = router_state(dir.path());
     let log = dir.path().join("audit.log");
-    let lines = || std::fs::read(&log).map_or(0, |b| b.iter().filter(|&&c| c == b'\n').count());
+    // Lines in the file once every deferred outcome is written: without the `sync`, the
+    // flusher could write one case's outcome while the next case is counted.
+    let lines = || {
+        state.audit().sync().unwrap();
+        std::fs::read(&log).map_or(0, |b| b.iter().filter(|&&c| c == b'\n').count())
+    };
     let forward = format!("http://127.0.0.1:{port}/x");
     // (method, target, HTTP version, expected to be proxied)
     let cases: Vec<(&str, String, Version, bool)> = vec![
