@@ -236,6 +236,22 @@ fn assert_allowed_audit(
     assert_eq!(decision_record["decision"], "allow", "{decision_record}");
     assert_eq!(decision_record["rule"], json!(rules), "{decision_record}");
     assert_eq!(decision_record["agent"], "mino", "{decision_record}");
+    // The outcome names the same request as its decision (the facts lent to the decision record
+    // came back whole).
+    for field in [
+        "agent",
+        "capability",
+        "method",
+        "scheme",
+        "host",
+        "port",
+        "path",
+    ] {
+        assert_eq!(
+            outcome_record[field], decision_record[field],
+            "{field}: {outcome_record}"
+        );
+    }
     assert_eq!(outcome_record["outcome"], outcome, "{outcome_record}");
     assert_eq!(outcome_record["status"], status, "{outcome_record}");
     match reason {
