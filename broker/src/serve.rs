@@ -176,6 +176,13 @@ pub async fn run(
                         continue;
                     }
                 };
+                // The agent gave up while the connection waited to be accepted: its request
+                // (if it sent one) is not served, so it is never sent upstream after the agent
+                // took it for failed. The permit goes back with this iteration.
+                if connection::peer_has_closed(&stream) {
+                    tracing::debug!(peer = %peer, "Agent closed the connection before it was accepted; not served");
+                    continue;
+                }
                 let io = ConnectionIo::new(stream, &state);
                 // Each request carries its connection's framing verdict to the proxy.
                 let framing = io.framing();

@@ -1833,43 +1833,20 @@ fn past_max_connections_a_connection_waits_unanswered_until_one_closes() {
     let id = response.header("mint-request-id").unwrap().to_owned();
     assert_allowed_audit(&env.broker, &id, &["echo-all"], "completed", 200, None);
     // The attempt that timed out waited in the backlog with its request and its client's
-    // close. Once the slot was free its connection was accepted (before the new one: the
-    // backlog is first in, first out, and there is one slot), and whether hyper reads the
-    // close before it hands the request to the proxy is a race: the request may have been
-    // decided and even forwarded after its client gave up. Either way it is accounted for: no
-    // record and nothing forwarded, or an allow decision and an `unknown` outcome saying the
-    // client had closed.
-    let stale_forwarded = upstream.iter().any(|r| r.path == "/echo/waiting");
-    let stale_decision = env
-        .broker
-        .audit_records()
-        .into_iter()
-        .find(|r| r["path"] == "/echo/waiting");
-    let stale_records = match stale_decision {
-        None => {
-            assert!(!stale_forwarded, "forwarded without a decision");
-            0
-        }
-        Some(decision) => {
-            assert_eq!(decision["phase"], "decision", "{decision}");
-            assert_eq!(decision["decision"], "allow", "{decision}");
-            let stale_id = decision["id"].as_str().unwrap();
-            let outcome = env.broker.outcome_of(stale_id);
-            assert_eq!(outcome["outcome"], "unknown", "{outcome}");
-            assert_eq!(outcome["reason"], "client_closed", "{outcome}");
-            assert_eq!(env.broker.records_of(stale_id).len(), 2);
-            2
-        }
-    };
-    let records = env.broker.audit_records();
-    assert_eq!(records.len(), 4 + stale_records, "{records:?}");
-    assert_eq!(
-        upstream
-            .iter()
-            .filter(|r| r.path == "/echo/waiting")
-            .count(),
-        usize::from(stale_forwarded)
+    // close. Once the slot was free its connection was accepted first (the backlog is first in,
+    // first out, and there is one slot), and dropped unread: its agent had given up, so the
+    // request it had sent is never decided nor sent upstream (before Mint checked for the close
+    // at accept, hyper could read it and the proxy forward it, in about a third of the runs).
+    assert!(
+        !upstream.iter().any(|r| r.path == "/echo/waiting"),
+        "{upstream:?}"
     );
+    let records = env.broker.audit_records();
+    assert!(
+        !records.iter().any(|r| r["path"] == "/echo/waiting"),
+        "{records:?}"
+    );
+    assert_eq!(records.len(), 4, "{records:?}");
     env.assert_clean(&format!(
         "{head:?}{first}{}{}",
         waiting.everything(),

@@ -19,6 +19,10 @@
 //!   an answer written while a request head is pending (none of Mint's answers has started for
 //!   it) is replaced, so an answer body that happens to look like a status line is never touched.
 //!
+//!
+//! Before any of that, [`peer_has_closed`] lets the accept loop drop a connection whose agent has
+//! already closed its end (one that waited in the listen backlog while its client gave up).
+//!
 //! It never sees a secret: the agent's requests carry placeholders, and answers are scrubbed
 //! before hyper writes them.
 
@@ -28,6 +32,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::StatusCode;
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
@@ -36,6 +41,29 @@ use crate::proxy::{AppState, FramingWatch, audit_unread_refusal, error_body};
 
 /// The most bytes of a request head kept for the framing check (hyper refuses larger heads).
 const MAX_SNIFFED_HEAD: usize = 1 << 20;
+
+/// Whether the agent has already closed its end of `stream` (its FIN has arrived, or the
+/// connection was reset), whether or not data it sent is still unread: `poll(2)` for
+/// `POLLRDHUP` without waiting. A connection accepted from the listen backlog after its client
+/// gave up (a timeout while it waited past `--max-connections`) is such a one: hyper would read
+/// the request it had sent, and could decide and forward it before noticing the close, so the
+/// agent's abandoned request would still be sent. A client that half-closes on purpose after
+/// its request is not served either way: hyper, without half-close support, drops such a
+/// request when it reads the end of the stream.
+pub(super) fn peer_has_closed(stream: &TcpStream) -> bool {
+    let mut fds = [PollFd::new(stream, PollFlags::RDHUP)];
+    let now = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    match poll(&mut fds, Some(&now)) {
+        Ok(ready) if ready > 0 => fds.iter().any(|fd| {
+            fd.revents()
+                .intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR)
+        }),
+        _ => false,
+    }
+}
 
 /// A connection's byte stream (see the module documentation). Its `Debug` never shows the head
 /// being read: it holds the agent's capability token.
