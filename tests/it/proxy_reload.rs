@@ -67,6 +67,20 @@ fn wait_for_events(broker: &Broker, reason: &str, n: usize) {
     }
 }
 
+/// Sends the broker SIGHUP and waits for its first `policy_reloaded` event.
+#[track_caller]
+fn reload(broker: &Broker) {
+    let pid = broker.pid().unwrap();
+    assert!(
+        Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    wait_for_events(broker, "policy_reloaded", 1);
+}
+
 fn assert_no_canary(broker: &Broker) {
     assert!(
         !broker.audit_text().contains(CANARY),
@@ -160,15 +174,7 @@ fn sighup_reloads_and_a_request_in_flight_finishes_under_the_policy_that_admitte
     let mut text = policy(port, "HEAD");
     text.push_str("  - id: no-get\n    effect: deny\n    match:\n      method: [GET]\n");
     std::fs::write(home.path().join("policy.yaml"), text).unwrap();
-    let pid = broker.pid().unwrap();
-    assert!(
-        Command::new("kill")
-            .args(["-HUP", &pid.to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
-    wait_for_events(&broker, "policy_reloaded", 1);
+    reload(&broker);
 
     // New requests are denied by the new rule...
     let denied = curl(&[
@@ -235,15 +241,7 @@ fn a_rotated_secret_stays_scrubbed_after_the_reload() {
     assert_eq!(get().status, 200);
     // Rotate the secret and reload: the upstream now holds both values.
     home.write_private("secrets/echo", NEW);
-    let pid = broker.pid().unwrap();
-    assert!(
-        Command::new("kill")
-            .args(["-HUP", &pid.to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
-    wait_for_events(&broker, "policy_reloaded", 1);
+    reload(&broker);
     let second = get();
     assert_eq!(second.status, 200, "{}", second.body);
     assert_eq!(
@@ -351,15 +349,7 @@ fn an_answer_streaming_across_a_reload_is_scrubbed_of_the_new_secret() {
     }
 
     home.write_private("secrets/echo", NEW);
-    let pid = broker.pid().unwrap();
-    assert!(
-        Command::new("kill")
-            .args(["-HUP", &pid.to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
-    wait_for_events(&broker, "policy_reloaded", 1);
+    reload(&broker);
     let second = curl(&[
         "-H",
         &format!("Mint-Capability: {cap}"),
