@@ -2,8 +2,9 @@
 //! alias secrets and the scrubber built from them.
 //!
 //! Loaded whole at start, and (hot reload) into a new value that replaces the old one only when
-//! everything loaded: a request works with one consistent [`Declarations`] from its decision to
-//! its last answer byte, whatever happens to the files meanwhile. Loading refuses policy and alias
+//! everything loaded: a request is decided and its secrets substituted with one consistent
+//! [`Declarations`], whatever happens to the files meanwhile; its answer is scrubbed with the
+//! newest ones, which keep every earlier secret ([`Declarations::retaining`]). Loading refuses policy and alias
 //! files that group or others may write (invariant 7) and any file with an error; the messages
 //! cite `path:line:col` and a code, never a value.
 

@@ -49,7 +49,7 @@ use mint_policy::site::Site;
 use crate::audit::facts::{DecisionFacts, RequestFacts, decision_record};
 use crate::audit::{AuditError, AuditLog, now};
 use crate::capability::{CapabilityGrant, CapabilityStore};
-use crate::declarations::Declarations;
+use crate::declarations::{Declarations, DeclarationsError};
 use crate::inject::{self, InjectError};
 use crate::upstream::{ConnectError, UpstreamClient, connect_error};
 
@@ -207,14 +207,19 @@ impl AppState {
         )
     }
 
-    /// Replaces the declarations (hot reload). Requests in flight keep the ones they started
-    /// with.
-    pub fn replace_declarations(&self, declarations: Declarations) {
-        *self
+    /// Replaces the declarations (hot reload) with `loaded`, still scrubbing every secret the
+    /// current ones scrub ([`Declarations::retaining`], under the lock, so no reload can drop
+    /// one): a rotated secret an upstream hands back stays hidden, and answers still streaming,
+    /// which switch to the newest declarations' scrubber, keep covering the old secrets. A
+    /// request in flight keeps the policy and secrets it was decided with.
+    pub fn replace_declarations(&self, loaded: Declarations) -> Result<(), DeclarationsError> {
+        let mut current = self
             .inner
             .declarations
             .write()
-            .unwrap_or_else(PoisonError::into_inner) = Arc::new(declarations);
+            .unwrap_or_else(PoisonError::into_inner);
+        *current = Arc::new(loaded.retaining(&current)?);
+        Ok(())
     }
 
     /// The audit log.

@@ -2,7 +2,8 @@
 //! either file changes on disk.
 //!
 //! A reload loads everything into a new [`Declarations`] off the async threads and swaps it in
-//! only when all of it loaded; requests in flight keep the declarations they started with. A file
+//! only when all of it loaded; requests in flight keep the policy and secrets they were decided
+//! with, while every answer is scrubbed with the newest secrets as well as the old ones. A file
 //! that fails to load keeps the last good version in force, and the failure is logged (with the
 //! first error as `path:line:col`) and audited as a `policy_reload_failed` event;
 //! `mint policy check` explains the policy's errors in full. A good reload is audited as
@@ -59,15 +60,14 @@ impl Reloader {
     pub fn reload(&self, state: &AppState) -> Result<(), DeclarationsError> {
         match self
             .load()
-            .and_then(|loaded| loaded.retaining(&state.declarations()))
+            .and_then(|loaded| state.replace_declarations(loaded))
         {
-            Ok(declarations) => {
+            Ok(()) => {
                 tracing::info!(
                     policy.file = %self.policy.display(),
                     aliases.file = %self.aliases.display(),
                     "Policy and aliases reloaded"
                 );
-                state.replace_declarations(declarations);
                 audit_event(state, "policy_reloaded");
                 Ok(())
             }

@@ -261,32 +261,127 @@ fn a_rotated_secret_stays_scrubbed_after_the_reload() {
 /// request made after the reload hands the new value to the upstream, which writes it into the
 /// stream that opened before. (The upstream here is raw TCP, so it can hold the first answer
 /// open until the second request arrives.)
+/// Reads one request head from a raw upstream connection; returns its `Authorization` value.
+fn read_head(stream: &mut std::net::TcpStream) -> String {
+    use std::io::{BufRead, BufReader};
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut authorization = String::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        if line == "\r\n" || line.is_empty() {
+            return authorization;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("authorization")
+        {
+            authorization = value.trim().to_owned();
+        }
+    }
+}
+
+/// A request decided before a reload whose answer's head comes after it (and after a request
+/// that carried the new secret to the same upstream): the head is scrubbed of the new secret
+/// too, not only of the secrets in force when the request was decided.
+#[test]
+fn an_answer_head_arriving_after_a_reload_is_scrubbed_of_the_new_secret() {
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+    use std::sync::mpsc;
+
+    const OLD: &str = "canary-head-old-7Qm3Rt8Ks";
+    const NEW: &str = "canary-head-new-2Wd5Yh1Pz";
+
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (received, first_in) = mpsc::channel();
+    let upstream = std::thread::spawn(move || {
+        // The first request is held without an answer until the second has come.
+        let (mut first, _) = listener.accept().unwrap();
+        read_head(&mut first);
+        received.send(()).unwrap();
+        let (mut second, _) = listener.accept().unwrap();
+        let carried = read_head(&mut second);
+        second
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+            .unwrap();
+        // The first answer's head echoes what the second request carried.
+        first
+            .write_all(
+                format!(
+                    "HTTP/1.1 200 OK\r\nX-Seen-Auth: {carried}\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+                )
+                .as_bytes(),
+            )
+            .unwrap();
+        first.flush().unwrap();
+        let mut rest = Vec::new();
+        let _ = first.set_read_timeout(Some(Duration::from_secs(5)));
+        let _ = first.read_to_end(&mut rest);
+    });
+
+    let dir = tempfile::tempdir().unwrap();
+    let peer = echo_peer(dir.path(), EchoConfig::default());
+    let policy = format!(
+        "version: 1\ndefault: deny\nrules:\n  - id: held\n    effect: allow\n    match:\n      alias: [echo]\n      scheme: [http]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [GET]\n"
+    );
+    let home = MintHome::new(&policy, ALIASES, &[("echo", OLD)]);
+    let cap = home.issue_capability("mino", &[]);
+    let broker = home.serve(&peer.ca_file, &[]);
+    let url = |path: &str| format!("{}/v1/proxy/http/127.0.0.1:{port}{path}", broker.base);
+    let (cap_header, held_url) = (format!("Mint-Capability: {cap}"), url("/held"));
+    let held = std::thread::spawn(move || {
+        curl(&[
+            "-H",
+            &cap_header,
+            "-H",
+            "Authorization: Bearer {{mint:echo}}",
+            &held_url,
+        ])
+    });
+    if first_in.recv_timeout(Duration::from_secs(20)).is_err() {
+        let answer = held.join().unwrap();
+        panic!(
+            "the first request never arrived: {} {}",
+            answer.status, answer.body
+        );
+    }
+
+    home.write_private("secrets/echo", NEW);
+    reload(&broker);
+    let second = curl(&[
+        "-H",
+        &format!("Mint-Capability: {cap}"),
+        "-H",
+        "Authorization: Bearer {{mint:echo}}",
+        &url("/x"),
+    ]);
+    assert_eq!(second.status, 200, "{}", second.body);
+
+    let first = held.join().unwrap();
+    upstream.join().unwrap();
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(
+        first.header("x-seen-auth"),
+        Some("Bearer [mint:redacted]"),
+        "{first:?}"
+    );
+    for secret in [OLD, NEW] {
+        assert!(!first.everything().contains(secret), "{first:?}");
+        assert!(!second.everything().contains(secret));
+        assert!(!broker.audit_text().contains(secret));
+        assert!(!broker.stderr().contains(secret));
+    }
+}
+
 #[test]
 fn an_answer_streaming_across_a_reload_is_scrubbed_of_the_new_secret() {
-    use std::io::{BufRead, BufReader, Read, Write};
-    use std::net::{TcpListener, TcpStream};
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
     use std::sync::mpsc;
 
     const OLD: &str = "canary-stream-old-3Jr8Wq5Tz";
     const NEW: &str = "canary-stream-new-9Vb2Xc6Ln";
-
-    /// Reads one request head; returns its `Authorization` value.
-    fn read_head(stream: &mut TcpStream) -> String {
-        let mut reader = BufReader::new(stream.try_clone().unwrap());
-        let mut authorization = String::new();
-        loop {
-            let mut line = String::new();
-            reader.read_line(&mut line).unwrap();
-            if line == "\r\n" || line.is_empty() {
-                return authorization;
-            }
-            if let Some((name, value)) = line.split_once(':')
-                && name.eq_ignore_ascii_case("authorization")
-            {
-                authorization = value.trim().to_owned();
-            }
-        }
-    }
 
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();

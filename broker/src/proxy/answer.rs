@@ -116,6 +116,13 @@ pub(crate) fn answer(
     idle: Duration,
     outcome: impl FnOnce() -> OutcomeWriter,
 ) -> Result<http::Response<AnswerBody>, ProxyError> {
+    // The declarations in force now, not the ones the request was decided under: after a
+    // reload a later request may have carried a new secret to this upstream, which can echo it
+    // in this head. The newest keep every earlier secret (`Reloader::reload` retains them).
+    let reloads = Reloads {
+        current: reloads.state.declarations(),
+        state: reloads.state,
+    };
     let scrubber = reloads.current.scrubber();
     let (mut parts, incoming) = response.into_parts();
     // hyper keeps an upstream's non-standard reason phrase as an extension and would write it
@@ -261,8 +268,9 @@ pub(crate) struct Reloads {
 
 impl AnswerBody {
     /// Before scrubbing more of the answer: if a reload replaced the declarations, scrub from
-    /// now on with the new secrets' patterns as well. Bytes already sent were scrubbed while the
-    /// old declarations were in force, when no request could have carried a new secret yet.
+    /// now on with the new secrets' patterns as well (the new ones keep the old secrets, so
+    /// what is held back stays covered). Bytes already sent were scrubbed while the old
+    /// declarations were in force, when no request could have carried a new secret yet.
     /// (An answer sent with its `Content-Length` because no secret was loaded when it began
     /// cannot change length: if a new secret must be redacted, the answer breaks off short.)
     fn follow_reload(&mut self) {
