@@ -30,6 +30,7 @@ use crate::credential_store::{
 use crate::declaration_file::{ReadError, read_declaration_file};
 use crate::env::Paths;
 use crate::secure_file::{DirLock, SecureFileError, check_config_file, write_atomic};
+use crate::terminal::{json_for_terminal, printable, read_hidden};
 
 /// `mint alias ...`.
 #[derive(Debug, Subcommand)]
@@ -408,8 +409,9 @@ pub fn list(
         .map(|alias| ListRow::new(alias, sources))
         .collect();
     if json {
-        let mut text = serde_json::to_string_pretty(&rows)
+        let text = serde_json::to_string_pretty(&rows)
             .map_err(|e| AliasCommandError::Output(io::Error::other(e.to_string())))?;
+        let mut text = json_for_terminal(text);
         text.push('\n');
         return write_out(out, text.as_bytes());
     }
@@ -422,6 +424,8 @@ pub fn list(
     let table: Vec<[String; 6]> = rows
         .iter()
         .map(|r| {
+            // Every field printed as the terminal must show it: a description (or a `file:`
+            // path) may hold escape sequences that would rewrite the screen or the clipboard.
             [
                 r.name.to_owned(),
                 r.hosts.join(","),
@@ -430,13 +434,14 @@ pub fn list(
                 r.secret.as_str().to_owned(),
                 r.description.unwrap_or("").to_owned(),
             ]
+            .map(|cell| printable(&cell).into_owned())
         })
         .collect();
     let header = ["NAME", "HOSTS", "SITES", "SOURCE", "SECRET", "DESCRIPTION"].map(String::from);
     let mut text = render_table(&header, &table);
     for row in &rows {
         if let Some(problem) = &row.problem {
-            text.push_str(&format!("note: {problem}\n"));
+            text.push_str(&format!("note: {}\n", printable(problem)));
         }
     }
     if rows.iter().any(|r| r.source.starts_with("env:")) {
@@ -667,8 +672,9 @@ fn read_secret(input: SecretInput<'_>, name: &str) -> Result<CredentialValue, Al
     let bytes = match input {
         SecretInput::Terminal => {
             let prompt = format!("Secret for alias `{name}` (input hidden): ");
-            match rpassword::prompt_password(prompt) {
-                Ok(text) => Zeroizing::new(text.into_bytes()),
+            // Echo comes back on every way out, a Ctrl-C at the prompt included.
+            match read_hidden(&prompt, MAX_VALUE_BYTES) {
+                Ok(bytes) => bytes,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {
                     return Err(AliasCommandError::Cancelled);
                 }

@@ -33,5 +33,6 @@ pub mod reload;
 pub mod scrub;
 pub mod secure_file;
 pub mod serve;
+pub mod terminal;
 pub mod tls;
 pub mod upstream;

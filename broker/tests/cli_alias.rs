@@ -776,3 +776,154 @@ fn concurrent_adds_all_land() {
     let rows = home.list(&mut home.mint());
     assert_eq!(rows.len(), 6, "{rows:?}");
 }
+
+/// Drives `mint alias add` in a fresh pseudo-terminal of which it is the controlling terminal
+/// (Python's `pty`), waits for the hidden prompt, then interrupts it (`ctrl-c` or `ctrl-backslash`
+/// typed into the terminal, so the line discipline sends SIGINT or SIGQUIT; or `sigterm` sent with
+/// `kill`), and prints the terminal's settings before and after as the same terminal reports them.
+const PTY_DRIVER: &str = r#"
+import fcntl, os, select, signal, sys, termios, time
+action, cmd = sys.argv[1], sys.argv[2:]
+master, slave = os.openpty()
+before = termios.tcgetattr(slave)
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+    for fd in (0, 1, 2):
+        os.dup2(slave, fd)
+    os.execvp(cmd[0], cmd)
+screen = b""
+deadline = time.time() + 30
+while b"(input hidden): " not in screen:
+    if time.time() > deadline:
+        os.kill(pid, signal.SIGKILL)
+        sys.exit("no prompt: %r" % screen)
+    if select.select([master], [], [], 0.1)[0]:
+        screen += os.read(master, 1024)
+during = termios.tcgetattr(slave)
+if action == "ctrl-c":
+    os.write(master, b"\x03")
+elif action == "ctrl-backslash":
+    os.write(master, b"\x1c")
+else:
+    os.kill(pid, signal.SIGTERM)
+status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+after = termios.tcgetattr(slave)
+while select.select([master], [], [], 0.2)[0]:
+    try:
+        chunk = os.read(master, 1024)
+    except OSError:
+        break
+    if not chunk:
+        break
+    screen += chunk
+print("echo_during=%d" % bool(during[3] & termios.ECHO))
+print("echo_after=%d" % bool(after[3] & termios.ECHO))
+print("restored=%d" % (before == after))
+print("status=%d" % status)
+print("screen=%r" % screen)
+"#;
+
+/// Finding 7 of the review: Ctrl-C (or Ctrl-\, or SIGTERM) at the hidden prompt left the
+/// terminal with echo off (and, with the prompt crate's raw mode, without line editing or
+/// Ctrl-C). Now every setting is as before, the process ends with 128 + the signal's number,
+/// and nothing was stored or declared.
+#[test]
+fn issue_24_a_signal_at_the_secret_prompt_restores_the_terminal() {
+    let Some(store) = reachable_keyring(KeyringBackend::Keyutils)
+        .or_else(|| reachable_keyring(KeyringBackend::SecretService))
+    else {
+        return;
+    };
+    let home = Home::new();
+    let before = home.aliases_text();
+    let driver = home.cwd().join("pty_driver.py");
+    std::fs::write(&driver, PTY_DRIVER).unwrap();
+    for (action, status) in [("ctrl-c", 130), ("ctrl-backslash", 131), ("sigterm", 143)] {
+        let out = std::process::Command::new("python3")
+            .arg(&driver)
+            .arg(action)
+            .arg(env!("CARGO_BIN_EXE_mint"))
+            .args(["alias", "add", "github", "--host", "api.github.com"])
+            .current_dir(home.cwd())
+            .env("MINT_HOME", home.cwd().join(".mint"))
+            .env("MINT_KEYRING_BACKEND", store.config().backend.as_str())
+            .env("MINT_KEYRING_SERVICE", service_of(&store))
+            .env_remove("MINT_ALIASES_PATH")
+            .output()
+            .unwrap();
+        let report = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{action}: {report}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(report.contains("echo_during=0\n"), "{action}: {report}");
+        assert!(
+            report.contains("echo_after=1\n"),
+            "{action} left echo off: {report}"
+        );
+        assert!(
+            report.contains("restored=1\n"),
+            "{action} left the terminal changed: {report}"
+        );
+        assert!(
+            report.contains(&format!("status={status}\n")),
+            "{action}: {report}"
+        );
+        assert!(
+            report.contains("cancelled; nothing was changed"),
+            "{action}: {report}"
+        );
+        assert_eq!(home.aliases_text(), before, "{action}");
+        assert!(matches!(store.read("github"), Err(StoreError::Missing)));
+    }
+}
+
+/// Every character a terminal takes as a command: C0 controls (escape, BEL, tab, line feed, a
+/// carriage return), DEL, C1 controls, bidirectional overrides and isolates.
+fn is_terminal_control(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Finding 7 of the review: `mint alias list` printed a description's escape sequences raw, so
+/// an alias file could set the operator's clipboard (OSC 52), ring the bell, clear the screen or
+/// reverse what is shown. Now the table shows a space for each, and `--json` escapes every one
+/// (serde_json itself leaves DEL, C1 and bidirectional controls raw) while keeping the value.
+#[test]
+fn issue_24_alias_list_prints_no_terminal_control_from_the_file() {
+    let home = Home::new();
+    let description = "GitHub \u{1b}]52;c;SGVsbG8=\u{7} token \u{1b}[2J\u{9b}2J\u{202e}live\u{2066}\r\tx\ny\u{7f}";
+    let yaml = format!(
+        "aliases:\n  - name: github\n    description: {}\n    hosts: [api.github.com]\n    source: env:GH_TOKEN\n",
+        serde_json::to_string(description).unwrap()
+    );
+    std::fs::write(home.aliases(), yaml).unwrap();
+    let table = ok(home.mint().args(["alias", "list"]));
+    for line in table.stdout.lines() {
+        assert!(
+            !line.chars().any(is_terminal_control),
+            "a terminal control in {line:?}"
+        );
+    }
+    assert!(
+        table
+            .stdout
+            .contains("GitHub  ]52;c;SGVsbG8=  token  [2J 2J live   x y"),
+        "{:?}",
+        table.stdout
+    );
+    let json = ok(home.mint().args(["alias", "list", "--json"]));
+    assert!(
+        !json
+            .stdout
+            .chars()
+            .any(|c| c != '\n' && is_terminal_control(c)),
+        "a terminal control in {:?}",
+        json.stdout
+    );
+    let rows: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(rows[0]["description"], description);
+}

@@ -20,8 +20,13 @@
 //! aliases file itself. Without `/proc` the server cannot see what it opened, and refuses
 //! everything.
 //!
-//! Only regular files are opened for reading: a directory, FIFO, socket or device is reported,
-//! never waited on. Errors name the kind of problem; they never hold file contents.
+//! Only regular files are opened for reading: a directory, FIFO, socket or device is refused,
+//! never waited on. And only files under the real working directory or the real `MINT_HOME`
+//! (neither of them `/`), or the very files the environment names (aliases file, audit log,
+//! policy), are opened at all: the rule runs on the canonical path and again on the opened
+//! descriptor's real path, so neither a `..` nor a symbolic link leads out. Errors name the kind
+//! of problem for the server's own log; the tools show every one of them to the agent as the
+//! same answer (see `tools::unreadable`), so that no answer tells one file from another.
 
 use std::ffi::OsStr;
 use std::fs::{self, File, Metadata, OpenOptions};
@@ -69,6 +74,17 @@ pub(crate) enum FileError {
     /// What the descriptor really is cannot be learned (no `/proc`), so nothing is read.
     #[error("refused: the opened file cannot be verified (is /proc mounted?)")]
     Unverifiable,
+    /// The file lies outside the working directory and `MINT_HOME`, and is none of the files
+    /// the environment names.
+    #[error("refused: outside the working directory and MINT_HOME")]
+    Outside,
+    /// The file is larger than the tool reads.
+    #[error("too large")]
+    TooLarge,
+    /// The file is not recognisably what the tool reads (a policy, an alias file, an audit
+    /// log).
+    #[error("not recognised")]
+    NotRecognised,
     /// Any other I/O failure, by kind.
     #[error("{0}")]
     Io(io::ErrorKind),
@@ -89,6 +105,9 @@ impl FileError {
             FileError::PseudoFile => "refused_pseudo_file",
             FileError::SecretsUnknown => "refused_secrets_unknown",
             FileError::Unverifiable => "refused_unverifiable",
+            FileError::Outside => "refused_outside",
+            FileError::TooLarge => "too_large",
+            FileError::NotRecognised => "not_recognised",
             FileError::Io(_) => "io_error",
         }
     }
@@ -109,6 +128,10 @@ impl From<io::Error> for FileError {
 #[derive(Debug)]
 pub(crate) struct Guard {
     refused: Vec<RefusedFile>,
+    /// The real working directory and `MINT_HOME`, as far as they exist and are not `/`.
+    roots: Vec<PathBuf>,
+    /// The real paths of the files the environment names, readable wherever they are.
+    named: Vec<PathBuf>,
     /// The configured aliases file, when it could be opened.
     aliases: Option<Identity>,
     /// Whether the configured aliases file exists but could not be loaded.
@@ -161,8 +184,19 @@ impl Guard {
                 }
             }
         };
+        let roots = [Path::new("."), config.home.as_path()]
+            .into_iter()
+            .filter_map(|root| fs::canonicalize(root).ok())
+            .filter(|root| root.parent().is_some())
+            .collect();
+        let named = [&config.aliases, &config.audit_log, &config.policy]
+            .into_iter()
+            .filter_map(|file| fs::canonicalize(file).ok())
+            .collect();
         Guard {
             refused,
+            roots,
+            named,
             aliases,
             secrets_unknown,
         }
@@ -189,9 +223,15 @@ impl Guard {
         })
     }
 
-    /// The rules on a file's path: its name, and the refused files' canonical paths. Run on the
-    /// canonical path before opening, and on the opened descriptor's real path after.
+    /// The rules on a file's path: where it lies, its name, and the refused files' canonical
+    /// paths. Run on the canonical path before opening, and on the opened descriptor's real path
+    /// after.
     fn check_path(&self, path: &Path) -> Result<(), FileError> {
+        if !self.roots.iter().any(|root| path.starts_with(root))
+            && !self.named.iter().any(|file| file == path)
+        {
+            return Err(FileError::Outside);
+        }
         if path.file_name() == Some(CAPABILITIES_FILE.as_ref()) {
             return Err(FileError::CapabilitiesFile);
         }
@@ -216,10 +256,17 @@ pub(crate) struct OpenFile {
 // === impl OpenFile ===
 
 impl OpenFile {
-    /// Reads at most `max_bytes + 1` bytes: enough for a loader to see that the file is too
-    /// large, never more. A file that reads like a capabilities file is refused.
+    /// Reads a declaration file whole: at most `MAX_FILE_BYTES`, and nothing of a file that
+    /// was larger when it was opened (one that grew since is cut one byte past the bound, which
+    /// the loader refuses). A file that reads like a capabilities file is refused.
     pub(crate) fn read_declaration(self) -> Result<Vec<u8>, FileError> {
+        if self.len > MAX_FILE_BYTES as u64 {
+            return Err(FileError::TooLarge);
+        }
         let bytes = read_bounded(self.file, MAX_FILE_BYTES)?;
+        if bytes.len() > MAX_FILE_BYTES {
+            return Err(FileError::TooLarge);
+        }
         if bytes.split(|&byte| byte == b'\n').any(is_capabilities_key) {
             return Err(FileError::CapabilitiesFile);
         }
@@ -469,8 +516,10 @@ mod tests {
 
         fn guard(&self) -> Guard {
             Guard::load(&Config {
+                home: self.dir.path().to_owned(),
                 aliases: self.path("aliases.yaml"),
                 audit_log: self.path("audit.log"),
+                policy: self.path("policy.yaml"),
                 capabilities: self.path("caps.yaml"),
                 listen: String::new(),
             })
@@ -633,13 +682,59 @@ mod tests {
         let home = Home::new(&secret_aliases(&secret));
         fs::hard_link(&secret, home.path("copy.log")).unwrap();
         let guard = home.guard();
-        assert_eq!(guard.open(&secret).unwrap_err(), FileError::SecretFile);
+        // Outside both roots the secret is refused before it is looked at.
+        assert_eq!(guard.open(&secret).unwrap_err(), FileError::Outside);
         assert_eq!(
             guard.open(&home.path("copy.log")).unwrap_err(),
             FileError::SecretFile
         );
         // The aliases file itself stays readable.
         assert!(guard.open(&home.path("aliases.yaml")).is_ok());
+        // A secret file inside the home is refused as one.
+        let inside = home.path("token");
+        fs::write(&inside, "xoxb-secret\n").unwrap();
+        fs::write(home.path("aliases.yaml"), secret_aliases(&inside)).unwrap();
+        assert_eq!(
+            home.guard().open(&inside).unwrap_err(),
+            FileError::SecretFile
+        );
+    }
+
+    #[test]
+    fn only_the_roots_and_the_named_files_are_opened() {
+        let home = Home::new("aliases: []\n");
+        let outside = tempfile::tempdir().unwrap();
+        let policy = outside.path().join("policy.yaml");
+        fs::write(&policy, "version: 1\n").unwrap();
+        std::os::unix::fs::symlink(&policy, home.path("link.yaml")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), home.path("dir")).unwrap();
+        let guard = home.guard();
+        for path in [
+            policy.clone(),
+            home.path("link.yaml"),
+            home.path("dir/policy.yaml"),
+            PathBuf::from("/etc/passwd"),
+        ] {
+            assert_eq!(
+                guard.open(&path).unwrap_err(),
+                FileError::Outside,
+                "{}",
+                path.display()
+            );
+        }
+        fs::write(home.path("p.yaml"), "version: 1\n").unwrap();
+        assert!(guard.open(&home.path("p.yaml")).is_ok());
+        // The policy the environment names is read wherever it is.
+        let named = Guard::load(&Config {
+            home: home.dir.path().to_owned(),
+            aliases: home.path("aliases.yaml"),
+            audit_log: home.path("audit.log"),
+            policy: home.path("link.yaml"),
+            capabilities: home.path("caps.yaml"),
+            listen: String::new(),
+        });
+        assert!(named.open(&policy).is_ok());
+        assert!(named.open(&home.path("link.yaml")).is_ok());
     }
 
     #[test]

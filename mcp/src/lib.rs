@@ -21,7 +21,7 @@ mod transport;
 
 pub use paths::{
     CAPABILITIES_FILE, Config, DEFAULT_HOME, MINT_ALIASES_PATH, MINT_AUDIT_LOG_PATH,
-    MINT_CAPABILITIES_PATH, MINT_HOME, MINT_LISTEN,
+    MINT_CAPABILITIES_PATH, MINT_HOME, MINT_LISTEN, MINT_POLICY_PATH,
 };
 pub use server::{PROTOCOL_VERSIONS, Server};
 pub use transport::{MAX_MESSAGE_BYTES, TransportError, run_stdio, serve};

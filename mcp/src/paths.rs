@@ -19,6 +19,10 @@ pub const MINT_ALIASES_PATH: &str = "MINT_ALIASES_PATH";
 /// The audit log, `audit_tail`'s default; `$MINT_HOME/audit.log` when unset.
 pub const MINT_AUDIT_LOG_PATH: &str = "MINT_AUDIT_LOG_PATH";
 
+/// The broker's policy file, which `policy_check` may read wherever it is;
+/// `$MINT_HOME/policy.yaml` when unset.
+pub const MINT_POLICY_PATH: &str = "MINT_POLICY_PATH";
+
 /// The capabilities file, which every tool refuses to read; `$MINT_HOME/capabilities.yaml` when
 /// unset.
 pub const MINT_CAPABILITIES_PATH: &str = "MINT_CAPABILITIES_PATH";
@@ -36,10 +40,14 @@ pub const CAPABILITIES_FILE: &str = "capabilities.yaml";
 /// What the server needs to know about its surroundings, read once at start.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
+    /// The directory of Mint's state: with the working directory, where the tools may read.
+    pub home: PathBuf,
     /// The alias declarations file.
     pub aliases: PathBuf,
     /// The audit log.
     pub audit_log: PathBuf,
+    /// The broker's policy file.
+    pub policy: PathBuf,
     /// The capabilities file.
     pub capabilities: PathBuf,
     /// The proxy's listen address, as given (`mint_usage` falls back to the default for anything
@@ -64,16 +72,19 @@ impl Config {
         Config {
             aliases: file(MINT_ALIASES_PATH, ALIASES_FILE),
             audit_log: file(MINT_AUDIT_LOG_PATH, AUDIT_LOG_FILE),
+            policy: file(MINT_POLICY_PATH, POLICY_FILE),
             capabilities: file(MINT_CAPABILITIES_PATH, CAPABILITIES_FILE),
             listen: var(MINT_LISTEN)
                 .and_then(|value| value.into_string().ok())
                 .unwrap_or_else(|| mint_policy::usage::DEFAULT_LISTEN.to_owned()),
+            home,
         }
     }
 }
 
 const ALIASES_FILE: &str = "aliases.yaml";
 const AUDIT_LOG_FILE: &str = "audit.log";
+const POLICY_FILE: &str = "policy.yaml";
 
 #[cfg(test)]
 mod tests {
@@ -92,6 +103,8 @@ mod tests {
         let config = resolve(&[]);
         assert_eq!(config.aliases, PathBuf::from(".mint/aliases.yaml"));
         assert_eq!(config.audit_log, PathBuf::from(".mint/audit.log"));
+        assert_eq!(config.policy, PathBuf::from(".mint/policy.yaml"));
+        assert_eq!(config.home, PathBuf::from(".mint"));
         assert_eq!(
             config.capabilities,
             PathBuf::from(".mint/capabilities.yaml")

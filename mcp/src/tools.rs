@@ -4,7 +4,8 @@
 //! Each tool returns its payload as pretty-printed JSON, which `server` wraps in one text content
 //! block. Tools read files only through `file_guard`, re-read them on every call, and return
 //! parsed declarations and records only: an error names a kind, a line and a column, never a
-//! value from a file. None of them resolves, returns or forwards a credential.
+//! value from a file, and only for a file recognisably of the tool's kind; every other file gets
+//! the one answer of [`unreadable`]. None of them resolves, returns or forwards a credential.
 
 use mint_policy::Diagnostic;
 use serde::Serialize;
@@ -175,14 +176,25 @@ impl<'a> Arguments<'a> {
     }
 }
 
-/// An error about a file that cannot be read: the path as given and the kind of problem.
-pub(crate) fn unreadable(what: &str, path: &str, error: FileError) -> RpcError {
+/// The one answer for every file a tool does not read — missing, not a regular file, not
+/// readable, refused by the guard, outside the working directory and `MINT_HOME`, too large, or
+/// not recognisably `a_what` — naming only the path as the call gave it. Message and `data` are
+/// the same whatever the reason, so the answer tells the agent nothing about a file it may not
+/// read itself (whether it exists, its type, size, lines or keys); the reason goes to the
+/// server's log at debug level only.
+pub(crate) fn unreadable(what: &str, a_what: &str, path: &str, error: FileError) -> RpcError {
+    tracing::debug!(error.code = error.code(), "A {what} was not read");
     RpcError {
         code: INTERNAL_ERROR,
-        message: format!("cannot read {what} `{path}`: {error}"),
-        data: serde_json::value::to_raw_value(&json!({ "kind": error.code() })).ok(),
+        message: format!(
+            "cannot read {what} `{path}`: it is missing, refused, or not recognisably {a_what}"
+        ),
+        data: serde_json::value::to_raw_value(&json!({ "kind": UNREADABLE })).ok(),
     }
 }
+
+/// The `data.kind` of [`unreadable`].
+pub(crate) const UNREADABLE: &str = "unreadable";
 
 /// An error about a file that does not validate: a one-line summary, and every finding (errors
 /// first, then warnings) in `data`, each as `{code, line, column, rule_id, path, message}`.

@@ -448,7 +448,7 @@ fn summary(outcomes: &[Outcome]) -> String {
 /// checks the name against /proc, /sys, /dev, then becomes a symlink to `/proc/self/environ`
 /// before `open` follows the name again. Safe behaviour: the file actually opened is checked
 /// (e.g. `O_NOFOLLOW` on the canonical path, or `fstatfs`/`/proc/self/fd` on the descriptor), so
-/// every call returns the benign report or `refused_pseudo_file`, never findings about the
+/// every call returns the benign report or the uniform refusal, never findings about the
 /// server's environment.
 #[test]
 fn toctou_symlink_swap_after_canonicalize_reads_proc_self_environ() {
@@ -473,7 +473,7 @@ fn toctou_symlink_swap_after_canonicalize_reads_proc_self_environ() {
 
 /// Attack: the same swap, towards a `capabilities.yaml` the server is not configured with (the
 /// broker's, say, which the guard recognises only by its name). Safe behaviour: the name of the
-/// file actually opened is checked, so every call is benign or `refused_capabilities_file`.
+/// file actually opened is checked, so every call is benign or the uniform refusal.
 #[test]
 fn toctou_symlink_swap_after_canonicalize_reads_an_unconfigured_capabilities_yaml() {
     let home = Home::new();
@@ -500,7 +500,7 @@ fn toctou_symlink_swap_after_canonicalize_reads_an_unconfigured_capabilities_yam
 
 /// Attack: the same swap towards the configured `file:` secret, by symlink and by hard link.
 /// Safe behaviour (held): the descriptor's device and inode are checked after the open, so every
-/// call is benign or `refused_secret_file`, and the token never reaches the parser.
+/// call is benign or the uniform refusal, and the token never reaches the parser.
 #[test]
 fn toctou_swap_to_the_secret_file_is_caught_by_inode() {
     let home = Home::new();
@@ -539,8 +539,8 @@ fn toctou_swap_to_the_secret_file_is_caught_by_inode() {
 
 /// Attack: a hard link, under an innocent name, to a `capabilities.yaml` the server is not
 /// configured with (DESIGN: any file named `capabilities.yaml` is refused, "every name of a
-/// refused file is refused"). Safe behaviour: `refused_capabilities_file`. Today only a symlink
-/// is caught (by the canonical name); the hard link is read and its fields reported.
+/// refused file is refused"). Safe behaviour: the uniform refusal. (Once only a symlink
+/// was caught, by the canonical name; the hard link was read and its fields reported.)
 #[test]
 fn hard_link_to_an_unconfigured_capabilities_yaml_is_refused() {
     let home = Home::new();
@@ -557,10 +557,10 @@ fn hard_link_to_an_unconfigured_capabilities_yaml_is_refused() {
     let mut mcp = home.start();
     for (tool, key) in TOOLS {
         let response = mcp.call(tool, json!({ key: home.ws("link.yaml") }));
-        assert_eq!(kind(&response), "refused_capabilities_file");
+        assert_eq!(kind(&response), "unreadable");
         let response = mcp.call(tool, json!({ key: home.ws("notes.txt") }));
         assert_eq!(
-            response["error"]["data"]["kind"], "refused_capabilities_file",
+            response["error"]["data"]["kind"], "unreadable",
             "{tool} read a hard link of a capabilities.yaml: {response}"
         );
     }
@@ -606,15 +606,11 @@ fn secret_and_capabilities_files_are_refused_by_every_name_and_never_echoed() {
     for (tool, key) in TOOLS {
         for name in &secret_names {
             let response = mcp.call(tool, json!({ key: name }));
-            assert_eq!(kind(&response), "refused_secret_file", "{tool} {name}");
+            assert_eq!(kind(&response), "unreadable", "{tool} {name}");
         }
         for name in &caps_names {
             let response = mcp.call(tool, json!({ key: name }));
-            assert_eq!(
-                kind(&response),
-                "refused_capabilities_file",
-                "{tool} {name}"
-            );
+            assert_eq!(kind(&response), "unreadable", "{tool} {name}");
         }
     }
     // The aliases file names the secret's location; no tool may repeat it.
@@ -632,6 +628,10 @@ fn secret_and_capabilities_files_are_refused_by_every_name_and_never_echoed() {
         "trace logging was off: {}",
         finished.stderr
     );
+    // The agent saw one answer for all; the log tells the operator which guard rule held.
+    for reason in ["refused_secret_file", "refused_capabilities_file"] {
+        assert!(finished.stderr.contains(reason), "{reason} not logged");
+    }
 }
 
 /// Attack: the secret's location named in the aliases file is itself a canary (a directory
@@ -661,8 +661,8 @@ fn no_tool_reveals_the_file_source_of_an_alias() {
         -32603,
     );
     assert_eq!(
-        payload(&mcp.call("audit_tail", json!({ "path": aliases })))["count"],
-        0
+        kind(&mcp.call("audit_tail", json!({ "path": aliases }))),
+        "unreadable"
     );
     let finished = mcp.finish();
     assert_no_canary("stdout", &finished.stdout);
@@ -686,7 +686,7 @@ fn the_default_relative_home_still_protects_secret_files() {
     for (tool, key) in TOOLS {
         assert_eq!(
             kind(&mcp.call(tool, json!({ key: home.secret }))),
-            "refused_secret_file"
+            "unreadable"
         );
     }
     assert_eq!(
@@ -711,7 +711,7 @@ fn an_aliases_file_that_is_a_fifo_fails_closed_without_hanging() {
             for path in [&home.secret, &home.ws("policy.yaml")] {
                 assert_eq!(
                     kind(&mcp.call(tool, json!({ key: path }))),
-                    "refused_secrets_unknown",
+                    "unreadable",
                     "{tool}"
                 );
             }
@@ -724,7 +724,7 @@ fn an_aliases_file_that_is_a_fifo_fails_closed_without_hanging() {
 /// Attack: the server's own (and its parent's) environment, file descriptors, stdin, devices and
 /// sysfs, by direct names, relative `..` paths, doubled slashes, `/proc/self/root` and
 /// `/proc/self/cwd` detours, and symlinks in the workspace. Safe behaviour (held):
-/// `refused_pseudo_file` for each, no hang (`/dev/stdin` is the protocol channel), and the
+/// the uniform refusal for each, no hang (`/dev/stdin` is the protocol channel), and the
 /// environment's canary never shown.
 #[test]
 fn proc_sys_and_dev_are_refused_by_every_spelling() {
@@ -763,10 +763,7 @@ fn proc_sys_and_dev_are_refused_by_every_spelling() {
         for name in &names {
             let response = mcp.call(tool, json!({ key: name }));
             let got = kind(&response);
-            assert!(
-                got == "refused_pseudo_file" || (got == "not_found" && name == "stdin.log"),
-                "{tool} {name}: {response}"
-            );
+            assert!(got == "unreadable", "{tool} {name}: {response}");
         }
     }
     let finished = mcp.finish();
@@ -796,13 +793,13 @@ fn special_files_are_errors_not_hangs() {
     let mut mcp = home.start();
     for (tool, key) in TOOLS {
         for (name, expected) in [
-            ("pipe.yaml", "not_a_regular_file"),
-            ("sock.yaml", "not_a_regular_file"),
-            (".", "is_a_directory"),
-            ("loop-a", "io_error"),
-            ("dangling", "not_found"),
-            ("policy.yaml/x", "io_error"),
-            (long.as_str(), "io_error"),
+            ("pipe.yaml", "unreadable"),
+            ("sock.yaml", "unreadable"),
+            (".", "unreadable"),
+            ("loop-a", "unreadable"),
+            ("dangling", "unreadable"),
+            ("policy.yaml/x", "unreadable"),
+            (long.as_str(), "unreadable"),
         ] {
             let response = mcp.call(tool, json!({ key: name }));
             assert_eq!(kind(&response), expected, "{tool} {name}: {response}");
@@ -843,11 +840,7 @@ fn huge_sparse_and_growing_files_are_bounded() {
     for (tool, key) in TOOLS {
         if tool != "audit_tail" {
             let response = mcp.call(tool, json!({ key: sparse }));
-            assert_eq!(
-                error(&response, -32603)["data"][0]["code"],
-                "E001",
-                "{response}"
-            );
+            assert_eq!(kind(&response), "unreadable", "{response}");
         }
         for _ in 0..3 {
             let response = mcp.call(tool, json!({ key: growing }));
@@ -904,7 +897,8 @@ fn audit_tail_never_echoes_a_line_that_is_not_a_record() {
         format!(r#"{body},"reason":"{CANARY}"}}"#).into_bytes(),
         format!(r#"{body},"path":"/{CANARY}\ud800"}}"#).into_bytes(),
     ];
-    let mut log = Vec::new();
+    // A clean record first, so the file is recognisably a log and read at all.
+    let mut log = format!("{}\n", records[0]).into_bytes();
     for (i, line) in bad.iter().enumerate() {
         log.extend_from_slice(line);
         log.push(b'\n');
@@ -920,7 +914,7 @@ fn audit_tail_never_echoes_a_line_that_is_not_a_record() {
     let finished = mcp.finish();
     assert_no_canary("stdout", &finished.stdout);
     assert_no_canary("stderr", &finished.stderr);
-    assert_eq!(tail["count"], bad.len(), "{tail}");
+    assert_eq!(tail["count"], bad.len() + 1, "{tail}");
     // A record whose `reason` is a free word may be a record; everything else is skipped.
     assert!(
         tail["skipped"].as_u64().unwrap() >= bad.len() as u64 - 2,
@@ -942,6 +936,9 @@ fn audit_tail_does_not_return_the_inside_half_of_a_line_cut_by_the_scan_window()
     let floor = len - WINDOW;
     let prefix = format!("\n{CANARY}");
     use std::os::unix::fs::FileExt;
+    // A record first, so the file is recognisably a log; past the scan window, never shown.
+    file.write_all_at(format!("{record}\n").as_bytes(), 0)
+        .unwrap();
     file.write_all_at(prefix.as_bytes(), floor - prefix.len() as u64)
         .unwrap();
     file.write_all_at(format!("{record}\n").as_bytes(), floor)
@@ -1142,7 +1139,7 @@ fn stdin_abuse_neither_hangs_nor_grows() {
             "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{{\"name\":\"audit_tail\",\"arguments\":{{\"n\":{n},\"path\":\"policy.yaml\"}}}}}}"
         );
         let replies = mcp.exchange(line.as_bytes());
-        assert_eq!(payload(&replies[0])["count"], 0);
+        assert_eq!(kind(&replies[0]), "unreadable");
     }
     let mut many = Vec::new();
     for i in 0..20_000 {
@@ -1225,4 +1222,307 @@ fn a_client_that_closes_stdout_stops_the_server_quietly() {
     };
     drop(stdin);
     assert!(status.success(), "{status:?}");
+}
+
+// --- Issue 24: no answer tells one unread file from another ---------------------------------
+
+/// `tools/call` of `tool` with `{key: path}`, always under id 1: the raw response line.
+#[track_caller]
+fn raw_call(mcp: &mut Mcp, tool: &str, key: &str, path: &Path) -> String {
+    let request = json!({"jsonrpc":"2.0","id":1,"method":"tools/call",
+        "params":{"name":tool,"arguments":{key: path}}});
+    mcp.send_raw(format!("{request}\n").into_bytes());
+    mcp.recv_raw()
+}
+
+/// Removes whatever is at `path`: a file, a link, a FIFO, a socket or a directory tree.
+fn clear(path: &Path) {
+    if let Ok(meta) = fs::symlink_metadata(path) {
+        if meta.is_dir() {
+            fs::remove_dir_all(path).unwrap();
+        } else {
+            fs::remove_file(path).unwrap();
+        }
+    }
+}
+
+/// One way the file at the probed path may be.
+type Setup<'a> = (&'a str, Box<dyn Fn(&Path) + 'a>);
+
+fn file(content: impl AsRef<[u8]> + 'static) -> Box<dyn Fn(&Path)> {
+    Box::new(move |path: &Path| fs::write(path, content.as_ref()).unwrap())
+}
+
+/// Makes the probed path each way in turn and calls `tool` on it: every answer must be the same
+/// bytes (the id is the same), and an error whose `data` is the uniform `{"kind":"unreadable"}`.
+/// The answer of the old code differed with the file (an existence, type, size, line, key or
+/// byte-position oracle).
+#[track_caller]
+fn assert_one_answer(mcp: &mut Mcp, tool: &str, key: &str, path: &Path, setups: &[Setup<'_>]) {
+    let mut answers: Vec<(&str, String)> = Vec::new();
+    for (what, setup) in setups {
+        clear(path);
+        setup(path);
+        answers.push((what, raw_call(mcp, tool, key, path)));
+    }
+    clear(path);
+    let (first_what, first) = &answers[0];
+    for (what, answer) in &answers[1..] {
+        assert_eq!(
+            answer, first,
+            "{tool}: the answer for {what} differs from the one for {first_what}"
+        );
+    }
+    let value: Value = serde_json::from_str(first).unwrap();
+    assert_eq!(kind(&value), "unreadable", "{tool} {first_what}: {first}");
+}
+
+/// Where the probes sit: inside the working directory (the agent's workspace), and outside it
+/// and `MINT_HOME`, where the reviewer's `/etc/shadow` sits.
+fn probe_paths(home: &Home) -> [PathBuf; 2] {
+    let outside = home.dir.path().join("elsewhere");
+    fs::create_dir_all(&outside).unwrap();
+    [home.ws("probe.yaml"), outside.join("probe.yaml")]
+}
+
+#[test]
+fn issue_24_whether_a_file_exists_is_not_told() {
+    let home = Home::new();
+    let mut mcp = home.start();
+    for path in probe_paths(&home) {
+        for (tool, key) in TOOLS {
+            let setups: Vec<Setup<'_>> = vec![
+                ("nothing", Box::new(|_: &Path| {})),
+                ("an empty file", file("")),
+                (
+                    "a text file",
+                    file("root:$6$salt$hash:19000:0:99999:7:::\n"),
+                ),
+                (
+                    "a dangling symlink",
+                    Box::new(|p: &Path| symlink("nowhere", p).unwrap()),
+                ),
+                (
+                    "a 0600 file",
+                    Box::new(|p: &Path| {
+                        use std::os::unix::fs::PermissionsExt;
+                        fs::write(p, "secret: 1\n").unwrap();
+                        fs::set_permissions(p, fs::Permissions::from_mode(0o600)).unwrap();
+                    }),
+                ),
+            ];
+            assert_one_answer(&mut mcp, tool, key, &path, &setups);
+        }
+    }
+}
+
+#[test]
+fn issue_24_the_type_of_a_file_is_not_told() {
+    let home = Home::new();
+    let mut mcp = home.start();
+    for path in probe_paths(&home) {
+        for (tool, key) in TOOLS {
+            let setups: Vec<Setup<'_>> = vec![
+                ("a regular file", file("hello\n")),
+                (
+                    "a directory",
+                    Box::new(|p: &Path| fs::create_dir(p).unwrap()),
+                ),
+                ("a FIFO", Box::new(|p: &Path| mkfifo(p))),
+                (
+                    "a socket",
+                    Box::new(|p: &Path| {
+                        // Bound and closed: the socket file stays.
+                        drop(std::os::unix::net::UnixListener::bind(p).unwrap());
+                    }),
+                ),
+                (
+                    "a symlink to a directory",
+                    Box::new(|p: &Path| symlink("/", p).unwrap()),
+                ),
+                (
+                    "a symlink to a device",
+                    Box::new(|p: &Path| symlink("/dev/null", p).unwrap()),
+                ),
+            ];
+            assert_one_answer(&mut mcp, tool, key, &path, &setups);
+        }
+    }
+}
+
+/// The reviewer's example: `audit_tail` on `/etc/shadow` answered `count: 0` and `skipped`, the
+/// file's number of lines (its number of accounts).
+#[test]
+fn issue_24_the_line_count_of_a_file_is_not_told() {
+    let home = Home::new();
+    let mut mcp = home.start();
+    let account = "user:$6$salt$hash:19000:0:99999:7:::\n";
+    for path in probe_paths(&home) {
+        let setups: Vec<Setup<'_>> = vec![
+            ("one line", file(account)),
+            ("three lines", file(account.repeat(3))),
+            ("a thousand lines", file(account.repeat(1000))),
+            ("blank lines", file("\n".repeat(40))),
+            // A record later in the file does not make it a log: the first line does.
+            (
+                "a record on line two",
+                file(format!("{account}{}\n", example_records()[0])),
+            ),
+        ];
+        assert_one_answer(&mut mcp, "audit_tail", "path", &path, &setups);
+    }
+}
+
+/// A YAML file's lowercase top-level keys came back as unknown-field findings.
+#[test]
+fn issue_24_the_keys_of_a_file_are_not_told() {
+    let home = Home::new();
+    let mut mcp = home.start();
+    for path in probe_paths(&home) {
+        for (tool, key) in [("policy_check", "file"), ("alias_list", "path")] {
+            let setups: Vec<Setup<'_>> = vec![
+                ("keys password and user", file("password: x\nuser: y\n")),
+                ("key token", file("token: 1\n")),
+                ("version and another key", file("version: 1\npassword: x\n")),
+                ("aliases and another key", file("aliases: []\napi_key: x\n")),
+                ("a list", file("- password\n- user\n")),
+                ("a scalar", file("just some text\n")),
+                (
+                    "a capabilities file",
+                    file("version: 1\ncapabilities: []\n"),
+                ),
+            ];
+            assert_one_answer(&mut mcp, tool, key, &path, &setups);
+        }
+    }
+}
+
+/// A duplicate key's name came back in an E005 finding.
+#[test]
+fn issue_24_duplicate_keys_are_not_told() {
+    let home = Home::new();
+    let mut mcp = home.start();
+    for path in probe_paths(&home) {
+        for (tool, key) in [("policy_check", "file"), ("alias_list", "path")] {
+            let setups: Vec<Setup<'_>> = vec![
+                ("duplicate a", file("a: 1\na: 2\n")),
+                ("duplicate password", file("password: 1\npassword: 2\n")),
+                ("duplicate version", file("version: 1\nversion: 1\n")),
+                ("duplicate aliases", file("aliases: []\naliases: []\n")),
+            ];
+            assert_one_answer(&mut mcp, tool, key, &path, &setups);
+        }
+    }
+}
+
+/// The line and column of the first byte that is not UTF-8 came back in an E002 finding.
+#[test]
+fn issue_24_where_a_file_stops_being_utf8_is_not_told() {
+    let home = Home::new();
+    let mut mcp = home.start();
+    for path in probe_paths(&home) {
+        for (tool, key) in TOOLS {
+            let setups: Vec<Setup<'_>> = vec![
+                ("at 1:1", file(b"\xff\n")),
+                ("at 2:1", file(b"x\n\xff\n")),
+                ("at 4:9", file(b"a\n\n\nversion\xfe: 1\n")),
+                ("in a policy", file(b"version: 1\nrules: \xff\n")),
+                ("in a list of aliases", file(b"aliases:\n  - name: \xc3\n")),
+            ];
+            assert_one_answer(&mut mcp, tool, key, &path, &setups);
+        }
+    }
+}
+
+/// Whether a file is over the 4 MiB bound (and its exact size) came back in an E001 finding.
+#[test]
+fn issue_24_whether_a_file_is_over_4_mib_is_not_told() {
+    let home = Home::new();
+    let mut mcp = home.start();
+    for path in probe_paths(&home) {
+        for (tool, key) in TOOLS {
+            let setups: Vec<Setup<'_>> = vec![
+                ("a small file", file("hello\n")),
+                ("4 MiB + 1 bytes", file(vec![b'#'; 4 * 1024 * 1024 + 1])),
+                (
+                    "a policy padded past 4 MiB",
+                    file({
+                        let mut text = b"version: 1\n".to_vec();
+                        text.resize(4 * 1024 * 1024 + 100, b'#');
+                        text
+                    }),
+                ),
+                (
+                    "a sparse 1 GiB file",
+                    Box::new(|p: &Path| File::create(p).unwrap().set_len(1 << 30).unwrap()),
+                ),
+            ];
+            assert_one_answer(&mut mcp, tool, key, &path, &setups);
+        }
+    }
+}
+
+/// Files outside the working directory and `MINT_HOME` are never read, however they are named
+/// (absolute, `..`, a symlink in the workspace, a symlinked directory), even when they are
+/// valid; the same file inside the workspace is. The files the environment names are read
+/// wherever they are.
+#[test]
+fn issue_24_files_outside_the_working_directory_and_home_are_refused() {
+    let home = Home::new();
+    let outside = home.dir.path().join("elsewhere");
+    fs::create_dir(&outside).unwrap();
+    let records = example_records().join("\n") + "\n";
+    fs::write(outside.join("policy.yaml"), VALID_POLICY).unwrap();
+    fs::write(outside.join("aliases.yaml"), "aliases: []\n").unwrap();
+    fs::write(outside.join("audit.log"), &records).unwrap();
+    symlink(&outside, home.ws("out")).unwrap();
+    symlink(outside.join("policy.yaml"), home.ws("policy-link.yaml")).unwrap();
+    let mut mcp = home.start();
+    for (tool, key, name) in [
+        ("policy_check", "file", "policy.yaml"),
+        ("alias_list", "path", "aliases.yaml"),
+        ("audit_tail", "path", "audit.log"),
+    ] {
+        for path in [
+            outside.join(name).display().to_string(),
+            format!("../elsewhere/{name}"),
+            format!("out/{name}"),
+            format!("./out/../out/{name}"),
+        ] {
+            let response = mcp.call(tool, json!({ key: path }));
+            assert_eq!(kind(&response), "unreadable", "{tool} {path}: {response}");
+        }
+        fs::copy(outside.join(name), home.ws(name)).unwrap();
+        let response = mcp.call(tool, json!({ key: name }));
+        assert!(
+            response.get("result").is_some(),
+            "{tool} {name}: {response}"
+        );
+    }
+    let response = mcp.call("policy_check", json!({ "file": "policy-link.yaml" }));
+    assert_eq!(kind(&response), "unreadable", "{response}");
+    drop(mcp);
+    // Named by the environment, the same files outside are read.
+    let mut env = home.env();
+    env.push((
+        "MINT_POLICY_PATH",
+        outside.join("policy.yaml").into_os_string(),
+    ));
+    env.push((
+        "MINT_ALIASES_PATH",
+        outside.join("aliases.yaml").into_os_string(),
+    ));
+    env.push((
+        "MINT_AUDIT_LOG_PATH",
+        outside.join("audit.log").into_os_string(),
+    ));
+    let mut mcp = Mcp::start(&home.ws(""), &env);
+    let policy = mcp.call(
+        "policy_check",
+        json!({ "file": outside.join("policy.yaml") }),
+    );
+    assert_eq!(payload(&policy)["valid"], true, "{policy}");
+    assert_eq!(payload(&mcp.call("alias_list", json!({})))["count"], 0);
+    let tail = payload(&mcp.call("audit_tail", json!({})));
+    assert_eq!(tail["count"], example_records().len(), "{tail}");
 }

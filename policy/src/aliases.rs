@@ -154,7 +154,7 @@ impl AliasesLoad {
     }
 }
 
-const TOP_FIELDS: &[&str] = &["aliases"];
+pub(crate) const TOP_FIELDS: &[&str] = &["aliases"];
 const ALIAS_FIELDS: &[&str] = &["name", "description", "hosts", "sites", "source"];
 
 /// Loads and validates an alias file. `origin` names the file in rendered messages.

@@ -24,6 +24,7 @@ pub mod host;
 pub mod limits;
 pub mod normalize;
 pub mod policy;
+pub mod recognise;
 pub mod site;
 pub mod usage;
 mod yaml;

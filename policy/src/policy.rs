@@ -294,7 +294,7 @@ pub fn load_policy(bytes: &[u8], origin: &str) -> PolicyLoad {
     load
 }
 
-const TOP_FIELDS: &[&str] = &["version", "default", "rules", "call_limits"];
+pub(crate) const TOP_FIELDS: &[&str] = &["version", "default", "rules", "call_limits"];
 const RULE_FIELDS: &[&str] = &[
     "id",
     "description",

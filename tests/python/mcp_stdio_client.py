@@ -125,7 +125,7 @@ async def exercise(session: Any, repo: Path, label: str) -> None:
     refused = await expect_error(
         session.call_tool("policy_check", {"file": "mcp/tests/fixtures/home/capabilities.yaml"}),
         INTERNAL_ERROR, "policy_check on the capabilities file")
-    check(refused["data"] == {"kind": "refused_capabilities_file"}, f"refusal data {refused}")
+    check(refused["data"] == {"kind": "unreadable"}, f"refusal data {refused}")
 
     # audit_tail: the default 20 (the example has 15), a given n and path, and a bad n.
     tail = payload(await session.call_tool("audit_tail", {}))

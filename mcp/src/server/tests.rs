@@ -12,8 +12,10 @@ fn repo(path: &str) -> PathBuf {
 
 fn server() -> Server {
     Server::new(Config {
+        home: repo("mcp/tests/fixtures/home"),
         aliases: repo("examples/aliases.yaml"),
         audit_log: repo("examples/audit.log"),
+        policy: repo("examples/policy.yaml"),
         capabilities: repo("mcp/tests/fixtures/home/capabilities.yaml"),
         listen: "127.0.0.1:8700".to_owned(),
     })

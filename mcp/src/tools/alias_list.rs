@@ -1,7 +1,8 @@
 //! `alias_list`: the alias declarations, as an agent may see them.
 //!
 //! Loads the file with `mint_policy::aliases::load_aliases` and returns each alias's name,
-//! description, hosts and request sites. The `source` is left out: where a secret is kept (a
+//! description, hosts and request sites, or its findings; a file that `mint_policy::recognise`
+//! does not take for an alias file gets the uniform `tools::unreadable` answer. The `source` is left out: where a secret is kept (a
 //! file path, an environment variable) tells the agent nothing it needs and would point a
 //! prompt injection at the secret.
 
@@ -10,11 +11,12 @@ use std::path::PathBuf;
 use mint_policy::Severity;
 use mint_policy::aliases::{Alias, load_aliases};
 use mint_policy::diagnostic::count_noun;
+use mint_policy::recognise::is_alias_file;
 use mint_policy::site::SiteSet;
 use serde::Serialize;
 
 use super::{Arguments, findings, pretty, unreadable};
-use crate::file_guard::{Guard, OpenFile};
+use crate::file_guard::{FileError, Guard, OpenFile};
 use crate::jsonrpc::RpcError;
 use crate::paths::Config;
 
@@ -27,7 +29,15 @@ pub(super) fn call(args: Arguments<'_>, config: &Config) -> Result<String, RpcEr
     let bytes = Guard::load(config)
         .open(&path)
         .and_then(OpenFile::read_declaration)
-        .map_err(|error| unreadable("aliases file", &name, error))?;
+        .and_then(|bytes| {
+            // Findings only for a file that is one: those of another would describe it.
+            if is_alias_file(&bytes) {
+                Ok(bytes)
+            } else {
+                Err(FileError::NotRecognised)
+            }
+        })
+        .map_err(|error| unreadable("aliases file", "an alias file", &name, error))?;
     let load = load_aliases(&bytes, &name);
     let Some(file) = load.aliases else {
         let errors: Vec<_> = load.errors().collect();

@@ -8,6 +8,10 @@
 //! (not UTF-8, not JSON, not a valid record, too long, blank) is only counted in `skipped`,
 //! never echoed, not even in part. A line that opens a top-level `capabilities` key makes the
 //! whole call a refusal: the file is a capabilities file under another name.
+//!
+//! Only a file whose first line is an audit record is read at all (`first_line_is_a_record`):
+//! any other file gets the uniform `tools::unreadable` answer, without a `skipped` count that
+//! would tell its number of lines.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -51,12 +55,13 @@ pub(super) fn call(args: Arguments<'_>, config: &Config) -> Result<String, RpcEr
     let name = path.display().to_string();
     let open = Guard::load(config)
         .open(&path)
-        .map_err(|error| unreadable("audit log", &name, error))?;
+        .and_then(|open| first_line_is_a_record(&open.file).map(|()| open))
+        .map_err(|error| unreadable("audit log", "an audit log", &name, error))?;
     // INVARIANT: `n` is at most `MAX_EVENTS`, which fits any `usize`.
     let n = usize::try_from(n).unwrap_or(usize::MAX);
     let budget = TEXT_BUDGET.saturating_sub(frame_len(&name)?);
     let mut tail = read_tail(&open.file, open.len, n, budget)
-        .map_err(|error| unreadable("audit log", &name, error))?;
+        .map_err(|error| unreadable("audit log", "an audit log", &name, error))?;
     if tail.full {
         tracing::info!(
             kept = tail.records.len(),
@@ -86,6 +91,46 @@ struct Tail {
     used: usize,
     /// Whether a record was left out because the response was full.
     full: bool,
+}
+
+/// Whether the file's first line is an audit record, the mark of an audit log (whose first
+/// line the broker always writes as one). Reads that line and nothing more, at most
+/// `MAX_LINE_BYTES` and its line feed: no other file is read further, so `skipped` never counts
+/// the lines of a file that is not a log, and an empty file, like a missing one, is no log.
+fn first_line_is_a_record(file: &File) -> Result<(), FileError> {
+    let mut head = vec![0; MAX_LINE_BYTES + 1];
+    let mut len = 0;
+    let line_end = loop {
+        let Some(room) = head.get_mut(len..) else {
+            break None;
+        };
+        if room.is_empty() {
+            break None;
+        }
+        let read = file.read_at(room, len as u64)?;
+        let start = len;
+        len += read;
+        let found = head
+            .get(start..len)
+            .and_then(|new| new.iter().position(|&byte| byte == b'\n'))
+            .map(|at| start + at);
+        if found.is_some() {
+            break found;
+        }
+        if read == 0 {
+            // The end of the file ends the line.
+            break (len > 0).then_some(len);
+        }
+    };
+    let record = line_end
+        .and_then(|end| head.get(..end))
+        .and_then(|line| std::str::from_utf8(line).ok())
+        .is_some_and(|line| parse_record(line).is_ok());
+    if record {
+        Ok(())
+    } else {
+        Err(FileError::NotRecognised)
+    }
 }
 
 /// Pretty-prints the result. `read_tail` keeps only records that fit in one response line; as

@@ -1,7 +1,8 @@
 //! `policy_check`: validates one policy file with the code behind `mint policy check --json`.
 //!
 //! The report is `mint_policy::check::check_policy`'s, so the tool and the CLI can never
-//! disagree. A valid file returns the reference's five fields and then `warnings`; an invalid
+//! disagree, for a file that `mint_policy::recognise` takes for a policy; any other file gets
+//! the uniform `tools::unreadable` answer. A valid file returns the reference's five fields and then `warnings`; an invalid
 //! one becomes a JSON-RPC error whose message is the report's one-line summary and whose `data`
 //! holds the same findings the CLI prints (errors, then warnings).
 
@@ -10,10 +11,11 @@ use std::path::Path;
 use mint_policy::Diagnostic;
 use mint_policy::check::check_policy;
 use mint_policy::policy::DefaultEffect;
+use mint_policy::recognise::is_policy_file;
 use serde::Serialize;
 
 use super::{Arguments, findings, pretty, unreadable};
-use crate::file_guard::{Guard, OpenFile};
+use crate::file_guard::{FileError, Guard, OpenFile};
 use crate::jsonrpc::RpcError;
 use crate::paths::Config;
 
@@ -23,7 +25,15 @@ pub(super) fn call(args: Arguments<'_>, config: &Config) -> Result<String, RpcEr
     let bytes = Guard::load(config)
         .open(Path::new(file))
         .and_then(OpenFile::read_declaration)
-        .map_err(|error| unreadable("policy file", file, error))?;
+        .and_then(|bytes| {
+            // Findings only for a file that is one: those of another would describe it.
+            if is_policy_file(&bytes) {
+                Ok(bytes)
+            } else {
+                Err(FileError::NotRecognised)
+            }
+        })
+        .map_err(|error| unreadable("policy file", "a policy", file, error))?;
     let report = check_policy(&bytes, file);
     if !report.valid {
         return Err(findings(

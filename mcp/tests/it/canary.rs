@@ -107,22 +107,10 @@ fn no_planted_value_ever_leaves_the_server() {
             h("symlinked-secret.yaml"),
             dotted.join("slack-token"),
         ] {
-            outputs.push(expect_refused(
-                &mut mcp,
-                tool,
-                key,
-                &path,
-                "refused_secret_file",
-            ));
+            outputs.push(expect_refused(&mut mcp, tool, key, &path, "unreadable"));
         }
         for path in [h("capabilities.yaml"), h("caps-copy.yaml")] {
-            outputs.push(expect_refused(
-                &mut mcp,
-                tool,
-                key,
-                &path,
-                "refused_capabilities_file",
-            ));
+            outputs.push(expect_refused(&mut mcp, tool, key, &path, "unreadable"));
         }
     }
 
@@ -157,6 +145,14 @@ fn no_planted_value_ever_leaves_the_server() {
             "the canary leaked on {name}"
         );
     }
+    // The agent got one answer for all of them; the operator's log names the guard's reason.
+    for reason in [
+        "refused_secret_file",
+        "refused_capabilities_file",
+        "refused_outside",
+    ] {
+        assert!(finished.stderr.contains(reason), "{reason} not logged");
+    }
     // The trace-level log did run: the canary's absence is not for want of logging.
     assert!(
         finished.stderr.contains("Request answered"),
@@ -170,11 +166,12 @@ fn an_unloadable_aliases_file_fails_closed() {
     let home = tempfile::tempdir().unwrap();
     let secret = home.path().join("token");
     fs::write(&secret, format!("{CANARY}\n")).unwrap();
-    // A broken aliases file: which files hold secrets is unknown, so nothing else is read.
+    // An aliases file that does not load: which files hold secrets is unknown, so nothing else
+    // is read.
     fs::write(
         home.path().join("aliases.yaml"),
         format!(
-            "aliases:\n  - name: a\n    source: file:{}\n    oops: [\n",
+            "aliases:\n  - name: a\n    source: file:{}\n    oops: 1\n",
             secret.display()
         ),
     )
@@ -183,15 +180,18 @@ fn an_unloadable_aliases_file_fails_closed() {
     let mut mcp = Mcp::start(&[("MINT_HOME", home.path().as_os_str().to_owned())]);
     for path in [secret.clone(), home.path().join("policy.yaml")] {
         let response = mcp.call("policy_check", json!({ "file": path }));
-        assert_eq!(
-            error(&response, -32603)["data"]["kind"],
-            "refused_secrets_unknown"
-        );
+        assert_eq!(error(&response, -32603)["data"]["kind"], "unreadable");
     }
-    // The aliases file itself is still reported, by position and kind.
+    // The aliases file itself, recognisably one, is still reported, by position and kind.
     let response = mcp.call("alias_list", json!({}));
     let error = error(&response, -32603);
-    assert_eq!(error["data"][0]["code"], "E003");
+    let codes: Vec<&Value> = error["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| &d["code"])
+        .collect();
+    assert!(codes.contains(&&json!("E010")), "{error}");
     let finished = mcp.finish();
     assert!(!finished.stderr.contains(CANARY));
 }

@@ -33,6 +33,15 @@ pub(crate) fn example_env() -> Vec<(&'static str, OsString)> {
     ]
 }
 
+/// [`example_env`] with `home` as `MINT_HOME`: the server reads only under its working
+/// directory (the workspace root) and its home, so a test's temporary files go in its home.
+pub(crate) fn home_env(home: &Path) -> Vec<(&'static str, OsString)> {
+    let mut env = example_env();
+    env.retain(|(key, _)| *key != "MINT_HOME");
+    env.push(("MINT_HOME", home.as_os_str().to_owned()));
+    env
+}
+
 /// A running `mint-mcp`.
 pub(crate) struct Mcp {
     child: Child,
