@@ -351,6 +351,84 @@ fn issue_24_files_in_a_home_another_user_owns_are_refused() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Finding 5: a policy rewritten in place is never loaded half-written
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn issue_24_a_policy_written_in_pieces_is_never_decided_by_a_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let peer = echo_peer(dir.path(), EchoConfig::default());
+    let port = peer.server.port();
+    let home = MintHome::new(&policy(port, "GET", ""), ALIASES, &[("echo", CANARY)]);
+    let cap = home.issue_capability("mino", &[]);
+    let broker = home.serve(&peer.ca_file, &[]);
+    // The probe: DELETE /echo/probe. The policy in force denies it, and so does the final one
+    // (its last rule); only the prefix without that rule allows it.
+    assert_eq!(send(&broker, &cap, port, "DELETE", "probe").0, 403);
+    assert_eq!(send(&broker, &cap, port, "DELETE", "other").0, 403);
+    let prefix = policy(port, "GET, DELETE", "");
+    let deny = format!(
+        "  - id: no-probe\n    effect: deny\n    match:\n      host: [127.0.0.1]\n      port: [{port}]\n      path: [\"/echo/probe\"]\n"
+    );
+    let (deny_head, deny_tail) = deny.split_at(deny.len() / 2);
+
+    // An editor writing the file in place: truncate, then three writes with pauses between.
+    let mut writer = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(home.path().join("policy.yaml"))
+        .unwrap();
+    let mut probes = 0;
+    let mut probe = |broker: &Broker| {
+        probes += 1;
+        let (status, body) = send(broker, &cap, port, "DELETE", "probe");
+        assert_eq!(
+            status, 403,
+            "a prefix of the policy decided a request: {body}"
+        );
+    };
+    for (piece, hup) in [(prefix.as_str(), false), (deny_head, true)] {
+        writer.write_all(piece.as_bytes()).unwrap();
+        writer.flush().unwrap();
+        if hup {
+            hangup(&broker);
+        }
+        // Give a poller every chance to load what is there (the old one did within half a
+        // second), then probe: nothing may have been loaded.
+        let loaded = wait_for_events(&broker, "policy_reloaded", 1, Duration::from_secs(3));
+        for _ in 0..5 {
+            probe(&broker);
+        }
+        assert!(!loaded, "a part of the policy was loaded");
+        assert_eq!(count_events(&broker, "policy_reload_failed"), 0);
+    }
+    writer.write_all(deny_tail.as_bytes()).unwrap();
+    drop(writer);
+
+    // Once whole, the file is loaded: DELETE elsewhere is allowed, the probe still denied.
+    assert!(
+        wait_for_events(&broker, "policy_reloaded", 1, Duration::from_secs(20)),
+        "the finished policy was not loaded"
+    );
+    probe(&broker);
+    assert_eq!(send(&broker, &cap, port, "DELETE", "other").0, 200);
+    assert_eq!(count_events(&broker, "policy_reload_failed"), 0);
+    assert_eq!(count_events(&broker, "policy_reloaded"), 1);
+    // The audit trail agrees: every probe was denied.
+    let decisions: Vec<_> = broker
+        .audit_records()
+        .into_iter()
+        .filter(|r| r["phase"] == "decision" && r["path"] == "/echo/probe")
+        .collect();
+    assert_eq!(decisions.len(), probes + 1);
+    assert!(
+        decisions.iter().all(|r| r["decision"] == "deny"),
+        "{decisions:?}"
+    );
+    assert_no_canary(&broker);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Finding 6: `mint cap revoke` and locks held by others
 // ---------------------------------------------------------------------------------------------
 
