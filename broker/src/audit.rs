@@ -144,6 +144,10 @@ pub enum AuditError {
         /// What is wrong with it.
         problem: UnsafeFile,
     },
+    /// A directory above the log's, or a symbolic link on the way to it, could be changed by
+    /// another user (who could then move the log into a directory of theirs).
+    #[error(transparent)]
+    UnsafeDirectory(#[from] crate::secure_file::SecureFileError),
     /// Another process (or another `AuditLog` in this one) is writing this log.
     #[error("audit log `{}` is in use by another process", path.display())]
     Locked {

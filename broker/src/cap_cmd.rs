@@ -2,8 +2,10 @@
 //!
 //! `issue` prints the token once, alone on stdout (so `CAP=$(mint cap issue ...)` works), with
 //! what was issued on stderr; only the token's SHA-256 reaches `capabilities.yaml`. `list` never
-//! shows a token or a hash. Changes run under a lock on the file's directory and are written
-//! atomically (0600); a running broker picks them up within a second.
+//! shows a token or a hash. Changes run under the lock file `.capabilities.yaml.lock` beside the
+//! file (in a directory only Mint's user may write; waiting for it is bounded) and are written
+//! atomically (0600); a running broker picks them up within a second. A revocation that could not
+//! be written says that the capability is still accepted.
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -114,6 +116,14 @@ pub enum CapCommandError {
     NoFile {
         /// The file.
         path: PathBuf,
+    },
+    /// `mint cap revoke` could not write the revocation: the capability still works.
+    #[error("capability `{id}` was NOT revoked and is still accepted: {problem}")]
+    NotRevoked {
+        /// The capability's id.
+        id: String,
+        /// Why.
+        problem: Box<CapCommandError>,
     },
     /// The result could not be written to the output.
     #[error("cannot write the output")]
@@ -240,14 +250,33 @@ pub fn revoke(path: &Path, id: &str, out: &mut dyn Write) -> Result<(), CapComma
     {
         return Err(CapCommandError::InvalidId);
     }
-    load(path)?;
-    let _lock = DirLock::for_file(path).map_err(CapabilityFileError::from)?;
-    let mut file = load(path)?;
-    let was_live = file.revoke(id)?;
-    let text = if was_live {
-        file.save(path)?;
+    let not_revoked = |error: CapCommandError| match error {
+        // Nothing to revoke: the error says so already.
+        CapCommandError::File(CapabilityFileError::UnknownId { .. })
+        | CapCommandError::NoFile { .. } => error,
+        problem => CapCommandError::NotRevoked {
+            id: id.to_owned(),
+            problem: Box::new(problem),
+        },
+    };
+    let revoked = (|| {
+        load(path)?;
+        let _lock = DirLock::for_file(path).map_err(CapabilityFileError::from)?;
+        let mut file = load(path)?;
+        let was_live = file.revoke(id)?;
+        if was_live {
+            file.save(path)?;
+        }
+        Ok(was_live)
+    })()
+    .map_err(not_revoked)?;
+    let text = if revoked {
         tracing::debug!(capability = %id, "Capability revoked");
-        format!("Revoked capability {id}; a running broker refuses it within a second.\n")
+        format!(
+            "Revoked capability {id}: written to {}; a running broker reading that file refuses \
+             it within a second.\n",
+            path.display()
+        )
     } else {
         format!("Capability {id} was already revoked.\n")
     };

@@ -19,8 +19,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::fs;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -33,8 +31,8 @@ use sha2::{Digest, Sha256};
 use subtle::{Choice, ConstantTimeEq};
 use zeroize::Zeroizing;
 
-use crate::declaration_file::{ReadError, read_declaration_file};
-use crate::secure_file::{SecureFileError, check_config_file, write_atomic};
+use crate::declaration_file::{ConfigFileError, ReadError, read_config_file};
+use crate::secure_file::{FileStamp, SecureFileError, write_atomic};
 
 /// Every token starts with this.
 pub const TOKEN_PREFIX: &str = "mint_cap_";
@@ -252,22 +250,37 @@ pub enum CapabilityFileError {
 // === impl CapabilityFile ===
 
 impl CapabilityFile {
-    /// Reads and checks the file at `path`: its permissions first (no write access for group or
-    /// others, owned by Mint's user or root), then its contents.
+    /// Reads and checks the file at `path`: opened once through `secure_file::open_trusted` (the
+    /// file, the directories on its way and the links followed safe from other users), then its
+    /// contents.
     pub fn load(path: &Path) -> Result<CapabilityFile, CapabilityFileError> {
-        check_config_file(path)?;
-        let bytes = read_declaration_file(path, MAX_FILE_BYTES).map_err(|problem| {
-            CapabilityFileError::Unreadable {
+        CapabilityFile::load_version(path).map(|(file, _)| file)
+    }
+
+    /// [`CapabilityFile::load`], also returning the version of the file that was read (from its
+    /// descriptor).
+    fn load_version(path: &Path) -> Result<(CapabilityFile, FileStamp), CapabilityFileError> {
+        let read = read_config_file(path, MAX_FILE_BYTES).map_err(|error| match error {
+            ConfigFileError::Insecure(error) => CapabilityFileError::File(error),
+            ConfigFileError::Unreadable(ReadError::NotFound) => {
+                CapabilityFileError::File(SecureFileError::Io {
+                    action: "read",
+                    path: path.to_path_buf(),
+                    source: std::io::Error::from(std::io::ErrorKind::NotFound),
+                })
+            }
+            ConfigFileError::Unreadable(problem) => CapabilityFileError::Unreadable {
                 path: path.to_path_buf(),
                 problem,
-            }
+            },
         })?;
-        if bytes.len() > MAX_FILE_BYTES {
+        if read.bytes.len() > MAX_FILE_BYTES {
             return Err(CapabilityFileError::TooLarge {
                 path: path.to_path_buf(),
             });
         }
-        CapabilityFile::parse(&bytes, &path.display().to_string())
+        let file = CapabilityFile::parse(&read.bytes, &path.display().to_string())?;
+        Ok((file, read.stamp))
     }
 
     /// Parses the file's bytes; `origin` names it in errors.
@@ -495,16 +508,6 @@ struct Watch {
     checked: Instant,
 }
 
-/// What identifies one version of the file without reading it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct FileStamp {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
-}
-
 /// What a [`CapabilityStore::refresh`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refresh {
@@ -521,8 +524,8 @@ pub enum Refresh {
 impl CapabilityStore {
     /// Loads the file at `path`; failing here stops the broker from serving.
     pub fn open(path: &Path) -> Result<CapabilityStore, CapabilityFileError> {
-        let stamp = stamp(path).ok();
-        let file = CapabilityFile::load(path)?;
+        let (file, stamp) = CapabilityFile::load_version(path)?;
+        let stamp = Some(stamp);
         Ok(CapabilityStore {
             path: path.to_path_buf(),
             check_interval: DEFAULT_CHECK_INTERVAL,
@@ -594,7 +597,7 @@ impl CapabilityStore {
 
     fn refresh_locked(&self, watch: &mut Watch) -> Result<Refresh, CapabilityFileError> {
         watch.checked = Instant::now();
-        let current = match stamp(&self.path) {
+        let current = match FileStamp::at(&self.path) {
             Ok(stamp) => stamp,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 if watch.stamp.take().is_some() || !self.index().is_empty() {
@@ -619,14 +622,16 @@ impl CapabilityStore {
             return Ok(Refresh::Unchanged);
         }
         // The version is remembered only once it loaded: a failure is retried at the next check.
-        let file = match CapabilityFile::load(&self.path) {
-            Ok(file) => file,
+        let (file, read) = match CapabilityFile::load_version(&self.path) {
+            Ok(loaded) => loaded,
             Err(error) => {
                 watch.failed = Some(current);
                 return Err(error);
             }
         };
-        watch.stamp = Some(current);
+        // The version read, which a change right after the `stat` may have made newer than
+        // `current`: the next check compares against what is really in force.
+        watch.stamp = Some(read);
         watch.failed = None;
         let count = file.capabilities.len();
         self.replace(file.index());
@@ -674,17 +679,6 @@ fn whole_seconds(time: SystemTime) -> SystemTime {
         .map(|d| d.as_secs())
         .unwrap_or(0);
     UNIX_EPOCH + Duration::from_secs(secs)
-}
-
-fn stamp(path: &Path) -> std::io::Result<FileStamp> {
-    let m = fs::metadata(path)?;
-    Ok(FileStamp {
-        dev: m.dev(),
-        ino: m.ino(),
-        size: m.size(),
-        mtime: (m.mtime(), m.mtime_nsec()),
-        ctime: (m.ctime(), m.ctime_nsec()),
-    })
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -1,15 +1,22 @@
-//! Reads a declaration file (policy, aliases) from disk for the pure loaders in `mint-policy`.
+//! Reads a declaration file (policy, aliases, capabilities) from disk for the pure loaders in
+//! `mint-policy` and the capability store.
 //!
 //! Sits between the CLI or the broker's config loading and `mint_policy`: it opens the file
 //! without blocking (a FIFO or device named as a policy file must not hang Mint), refuses anything
 //! that is not a regular file, and reads at most one byte more than the loader accepts, so an
-//! oversized file is reported by the loader (E001) without being read whole. Its errors name the
-//! kind of problem only; they never carry the file's contents.
+//! oversized file is reported by the loader (E001) without being read whole. The files Mint acts on
+//! are read with [`read_config_file`]: opened once through [`open_trusted`] (every directory and
+//! link on the way checked, the file judged on its descriptor), and refused as
+//! [`ReadError::Changing`] when the descriptor shows the file changed while it was read (an editor
+//! writing it in place). Its errors name the kind of problem only; they never carry the file's
+//! contents.
 
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+
+use crate::secure_file::{FileStamp, SecureFileError, open_trusted};
 
 /// Why a declaration file could not be read. Displays as a short lowercase phrase that never
 /// holds the file's contents.
@@ -28,6 +35,9 @@ pub enum ReadError {
     /// The path names a FIFO, socket or device rather than a regular file.
     #[error("not a regular file")]
     NotRegularFile,
+    /// The file changed while it was being read (someone is still writing it).
+    #[error("the file changed while it was read; it is still being written")]
+    Changing,
     /// Any other I/O failure, by kind.
     #[error("{0}")]
     Io(io::ErrorKind),
@@ -44,6 +54,50 @@ impl From<io::Error> for ReadError {
             kind => ReadError::Io(kind),
         }
     }
+}
+
+/// A configuration file read by [`read_config_file`].
+#[derive(Debug)]
+pub struct ConfigFile {
+    /// At most `max_bytes + 1` bytes of it.
+    pub bytes: Vec<u8>,
+    /// The version that was read, from its descriptor.
+    pub stamp: FileStamp,
+}
+
+/// Why [`read_config_file`] read nothing.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigFileError {
+    /// The file, a directory on its way or a link followed could be changed by another user.
+    #[error(transparent)]
+    Insecure(SecureFileError),
+    /// The file could not be read.
+    #[error("{0}")]
+    Unreadable(ReadError),
+}
+
+/// Opens the configuration file `path` once with [`open_trusted`] and reads at most
+/// `max_bytes + 1` bytes from that descriptor. Refuses with [`ReadError::Changing`] a file whose
+/// size, modification or change time moved while it was read.
+pub fn read_config_file(path: &Path, max_bytes: usize) -> Result<ConfigFile, ConfigFileError> {
+    let trusted = open_trusted(path).map_err(|error| match error {
+        SecureFileError::Io { source, .. } => ConfigFileError::Unreadable(source.into()),
+        SecureFileError::NotRegularFile { .. } => {
+            ConfigFileError::Unreadable(ReadError::NotRegularFile)
+        }
+        SecureFileError::Changed { .. } => ConfigFileError::Unreadable(ReadError::Changing),
+        other => ConfigFileError::Insecure(other),
+    })?;
+    let stamp = FileStamp::of(&trusted.metadata);
+    let bytes = read_bounded(&trusted.file, trusted.metadata.len(), max_bytes)
+        .map_err(|e| ConfigFileError::Unreadable(e.into()))?;
+    let after =
+        FileStamp::of_file(&trusted.file).map_err(|e| ConfigFileError::Unreadable(e.into()))?;
+    if after != stamp {
+        return Err(ConfigFileError::Unreadable(ReadError::Changing));
+    }
+    Ok(ConfigFile { bytes, stamp })
 }
 
 /// Reads the regular file at `path`, returning at most `max_bytes + 1` bytes: enough for the
@@ -64,8 +118,12 @@ pub fn read_declaration_file(path: &Path, max_bytes: usize) -> Result<Vec<u8>, R
     if !metadata.is_file() {
         return Err(ReadError::NotRegularFile);
     }
+    Ok(read_bounded(&file, metadata.len(), max_bytes)?)
+}
+
+fn read_bounded(file: &File, len: u64, max_bytes: usize) -> io::Result<Vec<u8>> {
     let limit = max_bytes.saturating_add(1);
-    let expected = usize::try_from(metadata.len()).unwrap_or(limit).min(limit);
+    let expected = usize::try_from(len).unwrap_or(limit).min(limit);
     let mut bytes = Vec::with_capacity(expected);
     file.take(u64::try_from(limit).unwrap_or(u64::MAX))
         .read_to_end(&mut bytes)?;

@@ -4,9 +4,11 @@
 //! Loaded whole at start, and (hot reload) into a new value that replaces the old one only when
 //! everything loaded: a request is decided and its secrets substituted with one consistent
 //! [`Declarations`], whatever happens to the files meanwhile; its answer is scrubbed with the
-//! newest ones, which keep every earlier secret ([`Declarations::retaining`]). Loading refuses policy and alias
-//! files that group or others may write (invariant 7) and any file with an error; the messages
-//! cite `path:line:col` and a code, never a value.
+//! newest ones, which keep every earlier secret ([`Declarations::retaining`]). Loading opens each
+//! file once through `secure_file::open_trusted` and refuses policy and alias files that another
+//! user could change, by their own mode or owner or through a directory or link on their way
+//! (invariant 7), a file caught changing while it was read, and any file with an error; the
+//! messages cite `path:line:col` and a code, never a value.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -17,10 +19,10 @@ use mint_policy::policy::load_policy;
 use mint_policy::{Diagnostic, MAX_FILE_BYTES, Severity};
 
 use crate::credential_store::{CredentialSet, CredentialSetError, CredentialSources};
-use crate::declaration_file::{ReadError, read_declaration_file};
+use crate::declaration_file::{ConfigFileError, ReadError, read_config_file};
 use crate::inject::Secrets;
 use crate::scrub::Scrubber;
-use crate::secure_file::{SecureFileError, check_config_file};
+use crate::secure_file::{FileStamp, SecureFileError};
 
 /// The loaded declarations. Never changes once built; a reload builds a new one.
 pub struct Declarations {
@@ -30,6 +32,8 @@ pub struct Declarations {
     /// Every secret answers are scrubbed of: the current ones and those earlier reloads replaced.
     scrubbed: Secrets,
     scrubber: Scrubber,
+    /// The versions of the policy and alias files these came from (none when built from values).
+    stamps: Option<(FileStamp, FileStamp)>,
 }
 
 /// Why the declarations could not be loaded.
@@ -69,6 +73,22 @@ pub enum DeclarationsError {
     Scrubber,
 }
 
+// === impl DeclarationsError ===
+
+impl DeclarationsError {
+    /// Whether the error means a file was caught changing (being written, or replaced) while it
+    /// was read: trying again once it is still is the answer, not a reload failure.
+    pub fn is_changing(&self) -> bool {
+        matches!(
+            self,
+            DeclarationsError::Unreadable {
+                problem: ReadError::Changing,
+                ..
+            } | DeclarationsError::Insecure(SecureFileError::Changed { .. })
+        )
+    }
+}
+
 // === impl Declarations ===
 
 impl Declarations {
@@ -78,10 +98,18 @@ impl Declarations {
         aliases_path: &Path,
         sources: &CredentialSources,
     ) -> Result<Declarations, DeclarationsError> {
-        let policy = load_policy_file(policy_path)?;
-        let aliases = load_alias_file(aliases_path)?;
+        let (policy, policy_stamp) = load_policy_file(policy_path)?;
+        let (aliases, aliases_stamp) = load_alias_file(aliases_path)?;
         let credentials = sources.load_all(&aliases)?;
-        Declarations::new(policy, aliases, credentials)
+        let mut loaded = Declarations::new(policy, aliases, credentials)?;
+        loaded.stamps = Some((policy_stamp, aliases_stamp));
+        Ok(loaded)
+    }
+
+    /// The versions of the policy and alias files that were read, as their descriptors showed
+    /// them; `None` for declarations built from values.
+    pub fn stamps(&self) -> Option<(FileStamp, FileStamp)> {
+        self.stamps
     }
 
     /// Declarations from values already loaded (tests, `mint demo`).
@@ -106,6 +134,7 @@ impl Declarations {
             credentials,
             scrubbed: all,
             scrubber,
+            stamps: None,
         })
     }
 
@@ -162,9 +191,10 @@ impl fmt::Debug for Declarations {
     }
 }
 
-/// Reads and compiles the policy file after its permission check.
-pub fn load_policy_file(path: &Path) -> Result<CompiledPolicy, DeclarationsError> {
-    let bytes = read_checked(path, "policy file")?;
+/// Reads (through its permission checks) and compiles the policy file; returns it with the
+/// version read.
+pub fn load_policy_file(path: &Path) -> Result<(CompiledPolicy, FileStamp), DeclarationsError> {
+    let (bytes, stamp) = read_checked(path, "policy file")?;
     let origin = path.display().to_string();
     let load = load_policy(&bytes, &origin);
     let errors: Vec<&Diagnostic> = load
@@ -173,30 +203,37 @@ pub fn load_policy_file(path: &Path) -> Result<CompiledPolicy, DeclarationsError
         .filter(|d| d.severity() == Severity::Error)
         .collect();
     match (&load.policy, errors.first()) {
-        (Some(policy), None) => Ok(CompiledPolicy::new(policy.clone())),
+        (Some(policy), None) => Ok((CompiledPolicy::new(policy.clone()), stamp)),
         (_, first) => Err(invalid("policy file", path, &origin, errors.len(), first)),
     }
 }
 
-/// Reads and validates the alias file after its permission check.
-pub fn load_alias_file(path: &Path) -> Result<AliasFile, DeclarationsError> {
-    let bytes = read_checked(path, "alias file")?;
+/// Reads (through its permission checks) and validates the alias file; returns it with the
+/// version read.
+pub fn load_alias_file(path: &Path) -> Result<(AliasFile, FileStamp), DeclarationsError> {
+    let (bytes, stamp) = read_checked(path, "alias file")?;
     let origin = path.display().to_string();
     let load = load_aliases(&bytes, &origin);
     let errors: Vec<&Diagnostic> = load.errors().collect();
     match (&load.aliases, errors.first()) {
-        (Some(file), None) => Ok(file.clone()),
+        (Some(file), None) => Ok((file.clone(), stamp)),
         (_, first) => Err(invalid("alias file", path, &origin, errors.len(), first)),
     }
 }
 
-fn read_checked(path: &Path, what: &'static str) -> Result<Vec<u8>, DeclarationsError> {
-    check_config_file(path)?;
-    read_declaration_file(path, MAX_FILE_BYTES).map_err(|problem| DeclarationsError::Unreadable {
-        what,
-        path: path.to_path_buf(),
-        problem,
-    })
+fn read_checked(
+    path: &Path,
+    what: &'static str,
+) -> Result<(Vec<u8>, FileStamp), DeclarationsError> {
+    match read_config_file(path, MAX_FILE_BYTES) {
+        Ok(file) => Ok((file.bytes, file.stamp)),
+        Err(ConfigFileError::Insecure(error)) => Err(DeclarationsError::Insecure(error)),
+        Err(ConfigFileError::Unreadable(problem)) => Err(DeclarationsError::Unreadable {
+            what,
+            path: path.to_path_buf(),
+            problem,
+        }),
+    }
 }
 
 fn invalid(

@@ -1,9 +1,12 @@
 //! `mint init`: creates Mint's home directory (0700) with a default-deny policy, an empty alias
 //! file and an empty capabilities file (all 0600), and prints the next steps.
 //!
-//! Never overwrites: if any of the three files exists, nothing is created. Each file appears whole
-//! or not at all (temp file, fsync, hard link), and a failure part-way removes what this run
-//! created, so a failed `mint init` leaves the disk as it found it.
+//! Refuses a home that another user could change: the home, every directory above it and every
+//! symbolic link on the way must be owned by root or Mint's user and closed to writing by group
+//! and others (sticky directories such as `/tmp` excepted above the home), as `mint serve` checks
+//! at every start and reload. Never overwrites: if any of the three files exists, nothing is
+//! created. Each file appears whole or not at all (temp file, fsync, hard link), and a failure
+//! part-way removes what this run created, so a failed `mint init` leaves the disk as it found it.
 
 use std::fs;
 use std::io::{self, Write};
@@ -16,7 +19,8 @@ use crate::alias_cmd::render_file;
 use crate::capability::CapabilityFile;
 use crate::env::Paths;
 use crate::secure_file::{
-    DIR_MODE, SecureFileError, check_private_dir, create_new, create_private_dir, parent_dir,
+    DIR_MODE, SecureFileError, check_parent_dirs, check_private_dir, create_new,
+    create_private_dir, parent_dir,
 };
 
 /// Why `mint init` did nothing (or undid what it started).
@@ -117,6 +121,9 @@ pub fn init(paths: &Paths, out: &mut dyn Write) -> Result<(), InitError> {
                     path: home.to_path_buf(),
                 });
             }
+            // Another user who may write a directory above the home could swap it (or the files
+            // in it) for theirs later: refused now rather than at every start.
+            check_parent_dirs(home).map_err(InitError::File)?;
             create_private_dir(home).map_err(InitError::File)?;
             true
         }

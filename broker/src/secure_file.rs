@@ -4,18 +4,35 @@
 //! through here: a temporary file in the same directory, created 0600 with `O_EXCL` and
 //! `O_NOFOLLOW`, written, fsynced, renamed over the target (or hard-linked, when an existing file
 //! must never be replaced), and the directory fsynced. A crash leaves the old file or the new one,
-//! never a mix. Read-modify-write commands hold [`DirLock`] so two of them cannot lose each
-//! other's change.
+//! never a mix. Read-modify-write commands hold [`DirLock`] (a lock file beside the file they
+//! change, in a directory only Mint's user can write) so two of them cannot lose each other's
+//! change; waiting for it is bounded.
 //!
-//! [`check_config_file`] is the gate in front of every file Mint acts on: a file that group or
-//! others may write, or that another user owns, is refused with a message naming the file and the
-//! fix. Nothing here logs or returns a file's contents.
+//! [`open_trusted`] is the gate in front of every file Mint reads its configuration from (policy,
+//! aliases, capabilities, `file:` secrets) and [`check_private_dir`] in front of every directory it
+//! writes in (`MINT_HOME` at `mint init`, the audit log's directory). Both resolve the path one
+//! component at a time from `/`, on open descriptors (`openat` with `O_PATH | O_NOFOLLOW`), the way
+//! OpenSSH's StrictModes checks a user's files: every directory passed through and every symbolic
+//! link followed must be owned by root or Mint's user and not writable by group or others (a
+//! directory with the sticky bit, such as `/tmp`, may be passed through: others cannot rename what
+//! Mint's user or root owns in it), and the directory that finally holds the file must not be
+//! writable by group or others at all. The file is then opened from that directory without
+//! following a link and judged on its descriptor (`fstat`): a regular file, owned by Mint's user or
+//! root, not writable by group or others, and the very inode that was checked. No path is looked up
+//! twice, so no rename between a check and the open can slip another file in. A refusal names the
+//! path and the fix. Nothing here logs or returns a file's contents.
 
-use std::ffi::OsString;
+use std::collections::VecDeque;
+use std::ffi::{OsStr, OsString};
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rustix::fs::{FileType, Mode, OFlags};
 
 /// The mode of every file Mint writes: read and write for its owner only.
 pub const FILE_MODE: u32 = 0o600;
@@ -54,6 +71,68 @@ pub enum SecureFileError {
         owner: u32,
         /// Mint's effective uid.
         uid: u32,
+    },
+    /// A directory on the way to the file is open to other users, who could replace the file (or
+    /// a directory above it) with their own.
+    #[error(
+        "`{dir}` is writable by group or others (mode {mode:04o}), so another user could replace \
+         `{file}` under it; run `chmod go-w {dir}`, or keep Mint's files in directories that only \
+         root and uid {uid} can write",
+        dir = dir.display(),
+        file = file.display()
+    )]
+    DirectoryWritableByOthers {
+        /// The directory.
+        dir: PathBuf,
+        /// The file (or directory) Mint was reaching.
+        file: PathBuf,
+        /// The directory's permission bits.
+        mode: u32,
+        /// Mint's effective uid.
+        uid: u32,
+    },
+    /// A directory on the way to the file, or a symbolic link followed, belongs to another user,
+    /// who could replace what it leads to.
+    #[error(
+        "`{dir}` is owned by uid {owner}, so that user could replace `{file}`; Mint trusts only \
+         what root or uid {uid} owns: run `chown {uid} {dir}`, or keep Mint's files elsewhere",
+        dir = dir.display(),
+        file = file.display()
+    )]
+    ForeignDirectory {
+        /// The directory or symbolic link.
+        dir: PathBuf,
+        /// The file (or directory) Mint was reaching.
+        file: PathBuf,
+        /// Its owner.
+        owner: u32,
+        /// Mint's effective uid.
+        uid: u32,
+    },
+    /// The file was replaced between its check and its opening.
+    #[error("`{}` was replaced while Mint was checking it; nothing was read", path.display())]
+    Changed {
+        /// The file.
+        path: PathBuf,
+    },
+    /// Resolving the path followed too many symbolic links.
+    #[error("`{}`: too many levels of symbolic links", path.display())]
+    TooManyLinks {
+        /// The path.
+        path: PathBuf,
+    },
+    /// Another process held the lock for longer than Mint waits.
+    #[error(
+        "another process has held the lock `{}` for {waited_s} s; nothing was changed (if no other \
+         `mint` command is running, `fuser {}` shows who holds it)",
+        path.display(),
+        path.display()
+    )]
+    LockBusy {
+        /// The lock file.
+        path: PathBuf,
+        /// How long Mint waited, in seconds.
+        waited_s: u64,
     },
     /// The file must not exist yet, and does.
     #[error("`{}` already exists; Mint never overwrites it", path.display())]
@@ -100,23 +179,84 @@ impl SecureFileError {
     }
 }
 
-/// An exclusive advisory lock on a directory, held while a command reads, changes and rewrites a
-/// file in it. Released when dropped.
+/// An exclusive lock held while a command reads, changes and rewrites a file, so two commands
+/// cannot lose each other's change. It is an `flock` on the lock file `.NAME.lock` beside the file
+/// `NAME`, in a directory that only Mint's user (or root) may write: no other user can create,
+/// replace or hold it. Waiting for it is bounded by [`LOCK_WAIT`]. Released when dropped.
 #[derive(Debug)]
 pub struct DirLock {
-    _dir: File,
+    _file: File,
 }
 
 // === impl DirLock ===
 
 impl DirLock {
-    /// Locks the directory that holds `file`, waiting for another Mint command to finish.
+    /// Locks `file` for a change, waiting at most [`LOCK_WAIT`] for another Mint command to
+    /// finish. Refuses a directory that group or others may write (they could hold the lock
+    /// forever, or plant one) and a lock file Mint's user does not own alone.
     pub fn for_file(file: &Path) -> Result<DirLock, SecureFileError> {
+        DirLock::for_file_within(file, LOCK_WAIT)
+    }
+
+    /// [`DirLock::for_file`] with another bound on the wait.
+    pub fn for_file_within(file: &Path, wait: Duration) -> Result<DirLock, SecureFileError> {
         let dir = parent_dir(file);
-        let handle = File::open(dir).map_err(SecureFileError::io("lock", dir))?;
-        rustix::fs::flock(&handle, rustix::fs::FlockOperation::LockExclusive)
-            .map_err(|e| SecureFileError::io("lock", dir)(e.into()))?;
-        Ok(DirLock { _dir: handle })
+        let name = file
+            .file_name()
+            .ok_or_else(|| SecureFileError::NotRegularFile {
+                path: file.to_path_buf(),
+            })?;
+        let mut lock_name = OsString::from(".");
+        lock_name.push(name);
+        lock_name.push(".lock");
+        let path = dir.join(&lock_name);
+        let dir_fd = open_dir_checked(dir)?;
+        let fd = rustix::fs::openat(
+            &dir_fd,
+            Path::new(&lock_name),
+            OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+            Mode::from_raw_mode(FILE_MODE),
+        )
+        .map_err(|e| SecureFileError::io("lock", &path)(e.into()))?;
+        let lock = File::from(fd);
+        let metadata = lock
+            .metadata()
+            .map_err(SecureFileError::io("lock", &path))?;
+        if !metadata.is_file() {
+            return Err(SecureFileError::NotRegularFile { path });
+        }
+        let uid = effective_uid();
+        if metadata.uid() != uid {
+            return Err(SecureFileError::ForeignOwner {
+                path,
+                owner: metadata.uid(),
+                uid,
+            });
+        }
+        if metadata.mode() & 0o077 != 0 {
+            // Whoever can open it can hold it.
+            return Err(SecureFileError::WritableByOthers {
+                path,
+                is_dir: false,
+            });
+        }
+        let started = Instant::now();
+        loop {
+            match rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+                Ok(()) => return Ok(DirLock { _file: lock }),
+                Err(rustix::io::Errno::WOULDBLOCK) if started.elapsed() < wait => {
+                    std::thread::sleep(LOCK_POLL);
+                }
+                Err(rustix::io::Errno::WOULDBLOCK) => {
+                    return Err(SecureFileError::LockBusy {
+                        path,
+                        waited_s: wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
+                    });
+                }
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(SecureFileError::io("lock", &path)(e.into())),
+            }
+        }
     }
 }
 
@@ -125,29 +265,383 @@ pub fn effective_uid() -> u32 {
     rustix::process::geteuid().as_raw()
 }
 
-/// Refuses a file Mint is about to act on (alias, policy or capability file) when group or
-/// others may write it or its directory, or when a user other than Mint's or root owns it. A
-/// directory with the sticky bit (`/tmp`) may be shared: others cannot replace a file in it.
-pub fn check_config_file(path: &Path) -> Result<(), SecureFileError> {
-    let metadata = fs::metadata(path).map_err(SecureFileError::io("read", path))?;
+/// A configuration file opened by [`open_trusted`], judged on its descriptor.
+#[derive(Debug)]
+pub struct TrustedFile {
+    /// The open file, positioned at its start.
+    pub file: File,
+    /// What `fstat` said of it when it was checked.
+    pub metadata: fs::Metadata,
+    /// The path it really lives at, with every symbolic link resolved.
+    pub resolved: PathBuf,
+}
+
+/// The identity of one version of a file, as far as its metadata tells: device, inode, size,
+/// modification and change times (nanoseconds). Two versions written within one timestamp tick
+/// still differ in size or change time in practice; a reload also re-checks it on the descriptor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileStamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+// === impl FileStamp ===
+
+impl FileStamp {
+    /// The stamp of `metadata` (from `fstat` or `stat`).
+    pub fn of(metadata: &fs::Metadata) -> FileStamp {
+        FileStamp {
+            dev: metadata.dev(),
+            ino: metadata.ino(),
+            size: metadata.size(),
+            mtime: (metadata.mtime(), metadata.mtime_nsec()),
+            ctime: (metadata.ctime(), metadata.ctime_nsec()),
+        }
+    }
+
+    /// The stamp of what `path` names now (following symbolic links).
+    pub fn at(path: &Path) -> io::Result<FileStamp> {
+        fs::metadata(path).map(|m| FileStamp::of(&m))
+    }
+
+    /// The stamp of the open `file` now.
+    pub fn of_file(file: &File) -> io::Result<FileStamp> {
+        file.metadata().map(|m| FileStamp::of(&m))
+    }
+}
+
+/// Opens the configuration file `path` for reading, deciding on open descriptors only (see the
+/// module header): every directory on its way and every symbolic link followed must be owned by
+/// root or Mint's user and closed to writing by group and others (sticky directories excepted
+/// above the last), the directory holding it must not be writable by group or others at all, and
+/// the file must be a regular file owned by root or Mint's user that group and others cannot
+/// write. Never blocks on a FIFO.
+pub fn open_trusted(path: &Path) -> Result<TrustedFile, SecureFileError> {
+    open_trusted_with(path, true, &mut |_| ())
+}
+
+/// [`open_trusted`] without its checks of the file's own owner and mode, for a caller that applies
+/// stricter ones to [`TrustedFile::metadata`] (`file:` secrets: owned by Mint's user, 0600).
+pub fn open_in_trusted_dirs(path: &Path) -> Result<TrustedFile, SecureFileError> {
+    open_trusted_with(path, false, &mut |_| ())
+}
+
+/// [`open_trusted`] with a hook run between the file's check and its opening for reading (tests
+/// swap the file there to prove the swap is caught).
+fn open_trusted_with(
+    path: &Path,
+    check_file: bool,
+    between: &mut dyn FnMut(&Path),
+) -> Result<TrustedFile, SecureFileError> {
+    let found = resolve(path, Target::File)?;
+    let Resolved {
+        dir,
+        dir_path,
+        dir_mode,
+        name,
+        fd,
+        stat,
+    } = found;
+    let resolved = dir_path.join(&name);
+    let uid = effective_uid();
+    match FileType::from_raw_mode(stat.st_mode) {
+        FileType::RegularFile => {}
+        FileType::Directory => {
+            return Err(SecureFileError::io("read", path)(io::Error::from(
+                io::ErrorKind::IsADirectory,
+            )));
+        }
+        _ => {
+            return Err(SecureFileError::NotRegularFile {
+                path: path.to_path_buf(),
+            });
+        }
+    }
+    if dir_mode & WRITABLE_BY_OTHERS != 0 {
+        return Err(SecureFileError::DirectoryWritableByOthers {
+            dir: dir_path,
+            file: path.to_path_buf(),
+            mode: dir_mode & 0o7777,
+            uid,
+        });
+    }
+    if check_file {
+        check_owner_mode(path, stat.st_uid, stat.st_mode, false)?;
+    }
+    drop(fd);
+    between(&resolved);
+    let read = rustix::fs::openat(
+        &dir,
+        Path::new(&name),
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| match e {
+        rustix::io::Errno::LOOP => SecureFileError::Changed {
+            path: path.to_path_buf(),
+        },
+        e => SecureFileError::io("read", path)(e.into()),
+    })?;
+    let file = File::from(read);
+    let metadata = file.metadata().map_err(SecureFileError::io("read", path))?;
+    if metadata.dev() != stat.st_dev || metadata.ino() != stat.st_ino {
+        return Err(SecureFileError::Changed {
+            path: path.to_path_buf(),
+        });
+    }
+    // Checked again on the descriptor read from: what was decided on is what is read.
     if !metadata.is_file() {
         return Err(SecureFileError::NotRegularFile {
             path: path.to_path_buf(),
         });
     }
-    check_owner_and_mode(path, &metadata, false)?;
-    let dir = parent_dir(path);
-    let dir_metadata = fs::metadata(dir).map_err(SecureFileError::io("read", dir))?;
-    if dir_metadata.mode() & STICKY == 0 {
-        check_owner_and_mode(dir, &dir_metadata, true)?;
+    if check_file {
+        check_owner_mode(path, metadata.uid(), metadata.mode(), false)?;
+    }
+    Ok(TrustedFile {
+        file,
+        metadata,
+        resolved,
+    })
+}
+
+/// Refuses a file Mint is about to act on (alias, policy or capability file) unless
+/// [`open_trusted`] would open it.
+pub fn check_config_file(path: &Path) -> Result<(), SecureFileError> {
+    open_trusted(path).map(|_| ())
+}
+
+/// Refuses a directory Mint writes in (`MINT_HOME`, the audit log's directory) unless it is owned
+/// by root or Mint's user, group and others cannot write it (not even with the sticky bit: they
+/// could plant files at the names Mint creates), and every directory above it and every symbolic
+/// link on the way passes the checks of [`open_trusted`].
+pub fn check_private_dir(path: &Path) -> Result<(), SecureFileError> {
+    open_dir_checked(path).map(|_| ())
+}
+
+/// Checks the directories above `path` (which need not exist), as [`open_trusted`] checks a file's:
+/// for a directory about to be created there.
+pub fn check_parent_dirs(path: &Path) -> Result<(), SecureFileError> {
+    let parent = parent_dir(path);
+    let found = resolve(parent, Target::Directory)?;
+    if FileType::from_raw_mode(found.stat.st_mode) != FileType::Directory {
+        return Err(SecureFileError::Io {
+            action: "read",
+            path: parent.to_path_buf(),
+            source: io::Error::from(io::ErrorKind::NotADirectory),
+        });
+    }
+    check_passed_dir(&found.dir_path.join(&found.name), path, &found.stat)
+}
+
+/// Opens the directory `path` after the walk of [`resolve`]; it must itself be owned by root or
+/// Mint's user and closed to group and others' writes, sticky or not.
+fn open_dir_checked(path: &Path) -> Result<OwnedFd, SecureFileError> {
+    let found = resolve(path, Target::Directory)?;
+    let file_type = FileType::from_raw_mode(found.stat.st_mode);
+    if file_type != FileType::Directory {
+        return Err(SecureFileError::Io {
+            action: "read",
+            path: path.to_path_buf(),
+            source: io::Error::from(io::ErrorKind::NotADirectory),
+        });
+    }
+    let uid = effective_uid();
+    if !trusted_owner(found.stat.st_uid) {
+        return Err(SecureFileError::ForeignOwner {
+            path: path.to_path_buf(),
+            owner: found.stat.st_uid,
+            uid,
+        });
+    }
+    if found.stat.st_mode & WRITABLE_BY_OTHERS != 0 {
+        return Err(SecureFileError::WritableByOthers {
+            path: path.to_path_buf(),
+            is_dir: true,
+        });
+    }
+    Ok(found.fd)
+}
+
+/// What a path was resolved to: the (checked) directory holding its last component, that
+/// component's name, and the component itself opened `O_PATH` with its `fstat`.
+struct Resolved {
+    dir: OwnedFd,
+    dir_path: PathBuf,
+    dir_mode: u32,
+    name: OsString,
+    fd: OwnedFd,
+    stat: rustix::fs::Stat,
+}
+
+/// What the last component is expected to be.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Target {
+    File,
+    Directory,
+}
+
+/// Resolves `path` from `/` one component at a time on descriptors, checking every directory
+/// passed through and every symbolic link followed (owned by root or Mint's user; not writable by
+/// group or others unless a sticky directory). The last component is opened `O_PATH |
+/// O_NOFOLLOW` (after following it when it is a link) and returned unchecked with its directory.
+fn resolve(path: &Path, target: Target) -> Result<Resolved, SecureFileError> {
+    let absolute = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(SecureFileError::io("read", path))?
+            .join(path)
+    };
+    let mut queue: VecDeque<OsString> = VecDeque::new();
+    push_components(&mut queue, &absolute);
+    if queue.is_empty() && target == Target::Directory {
+        // `/` itself: its own holder.
+        queue.push_back(OsString::from("."));
+    }
+    let (mut dir, mut dir_stat) = open_root(path)?;
+    let mut dir_path = PathBuf::from("/");
+    let mut links = 0;
+    while let Some(name) = queue.pop_front() {
+        if name == "." && !queue.is_empty() {
+            continue;
+        }
+        let fd = rustix::fs::openat(
+            &dir,
+            Path::new(&name),
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| SecureFileError::io("read", path)(e.into()))?;
+        let stat =
+            rustix::fs::fstat(&fd).map_err(|e| SecureFileError::io("read", path)(e.into()))?;
+        let file_type = FileType::from_raw_mode(stat.st_mode);
+        if file_type == FileType::Symlink {
+            links += 1;
+            if links > MAX_LINKS {
+                return Err(SecureFileError::TooManyLinks {
+                    path: path.to_path_buf(),
+                });
+            }
+            let link_path = dir_path.join(&name);
+            if !trusted_owner(stat.st_uid) {
+                return Err(SecureFileError::ForeignDirectory {
+                    dir: link_path,
+                    file: path.to_path_buf(),
+                    owner: stat.st_uid,
+                    uid: effective_uid(),
+                });
+            }
+            let target_text = rustix::fs::readlinkat(&fd, "", Vec::new())
+                .map_err(|e| SecureFileError::io("read", path)(e.into()))?;
+            let target_path = PathBuf::from(OsStr::from_bytes(target_text.as_bytes()));
+            let mut expanded = VecDeque::new();
+            push_components(&mut expanded, &target_path);
+            if target_path.is_absolute() {
+                (dir, dir_stat) = open_root(path)?;
+                dir_path = PathBuf::from("/");
+            }
+            if expanded.is_empty() {
+                expanded.push_back(OsString::from("."));
+            }
+            while let Some(component) = expanded.pop_back() {
+                queue.push_front(component);
+            }
+            continue;
+        }
+        let last = queue.is_empty();
+        if last {
+            return Ok(Resolved {
+                dir,
+                dir_path,
+                dir_mode: dir_stat.st_mode,
+                name,
+                fd,
+                stat,
+            });
+        }
+        if file_type != FileType::Directory {
+            return Err(SecureFileError::Io {
+                action: "read",
+                path: path.to_path_buf(),
+                source: io::Error::from(io::ErrorKind::NotADirectory),
+            });
+        }
+        let next_path = if name == ".." {
+            dir_path
+                .parent()
+                .map_or_else(|| PathBuf::from("/"), Path::to_path_buf)
+        } else {
+            dir_path.join(&name)
+        };
+        check_passed_dir(&next_path, path, &stat)?;
+        dir = fd;
+        dir_stat = stat;
+        dir_path = next_path;
+    }
+    // INVARIANT: the loop returns at the last component, and the queue never starts empty (an
+    // empty path for a file is refused here).
+    Err(SecureFileError::NotRegularFile {
+        path: path.to_path_buf(),
+    })
+}
+
+fn push_components(queue: &mut VecDeque<OsString>, path: &Path) {
+    for component in path.components() {
+        match component {
+            Component::RootDir | Component::Prefix(_) => {}
+            Component::CurDir => queue.push_back(OsString::from(".")),
+            Component::ParentDir => queue.push_back(OsString::from("..")),
+            Component::Normal(name) => queue.push_back(name.to_os_string()),
+        }
+    }
+}
+
+fn open_root(path: &Path) -> Result<(OwnedFd, rustix::fs::Stat), SecureFileError> {
+    let root = rustix::fs::open(
+        "/",
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| SecureFileError::io("read", path)(e.into()))?;
+    let stat = rustix::fs::fstat(&root).map_err(|e| SecureFileError::io("read", path)(e.into()))?;
+    check_passed_dir(Path::new("/"), path, &stat)?;
+    Ok((root, stat))
+}
+
+/// A directory passed through on the way to `file`: owned by root or Mint's user, and writable by
+/// group or others only with the sticky bit (then no other user can rename or remove what root
+/// or Mint's user owns in it, and the next component is checked in turn).
+fn check_passed_dir(
+    dir: &Path,
+    file: &Path,
+    stat: &rustix::fs::Stat,
+) -> Result<(), SecureFileError> {
+    let uid = effective_uid();
+    if !trusted_owner(stat.st_uid) {
+        return Err(SecureFileError::ForeignDirectory {
+            dir: dir.to_path_buf(),
+            file: file.to_path_buf(),
+            owner: stat.st_uid,
+            uid,
+        });
+    }
+    if stat.st_mode & WRITABLE_BY_OTHERS != 0 && stat.st_mode & STICKY == 0 {
+        return Err(SecureFileError::DirectoryWritableByOthers {
+            dir: dir.to_path_buf(),
+            file: file.to_path_buf(),
+            mode: stat.st_mode & 0o7777,
+            uid,
+        });
     }
     Ok(())
 }
 
-/// Refuses a directory that group or others may write, or that another user owns.
-pub fn check_private_dir(path: &Path) -> Result<(), SecureFileError> {
-    let metadata = fs::metadata(path).map_err(SecureFileError::io("read", path))?;
-    check_owner_and_mode(path, &metadata, true)
+fn trusted_owner(owner: u32) -> bool {
+    owner == effective_uid() || owner == 0
 }
 
 /// Creates the directory `path` with mode 0700 (whatever the umask). Its parent must exist.
@@ -252,13 +746,13 @@ impl Drop for TempFile {
     }
 }
 
-fn check_owner_and_mode(
+fn check_owner_mode(
     path: &Path,
-    metadata: &fs::Metadata,
+    owner: u32,
+    mode: u32,
     is_dir: bool,
 ) -> Result<(), SecureFileError> {
     let uid = effective_uid();
-    let owner = metadata.uid();
     if owner != uid && owner != 0 {
         return Err(SecureFileError::ForeignOwner {
             path: path.to_path_buf(),
@@ -266,7 +760,7 @@ fn check_owner_and_mode(
             uid,
         });
     }
-    if metadata.mode() & 0o022 != 0 {
+    if mode & WRITABLE_BY_OTHERS != 0 {
         return Err(SecureFileError::WritableByOthers {
             path: path.to_path_buf(),
             is_dir,
@@ -289,6 +783,16 @@ fn random_suffix() -> String {
 }
 
 const STICKY: u32 = 0o1000;
+const WRITABLE_BY_OTHERS: u32 = 0o022;
+
+/// The most symbolic links one path may go through (Linux's own limit).
+const MAX_LINKS: usize = 40;
+
+/// How long [`DirLock::for_file`] waits for another holder, at most.
+pub const LOCK_WAIT: Duration = Duration::from_secs(5);
+
+/// How often a busy lock is tried again.
+const LOCK_POLL: Duration = Duration::from_millis(25);
 
 #[cfg(test)]
 mod tests {
@@ -374,10 +878,213 @@ mod tests {
         check_config_file(&path).unwrap();
         fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o777)).unwrap();
         let err = check_config_file(&path).unwrap_err();
-        assert!(err.to_string().contains("chmod 700"), "{err}");
+        assert!(err.to_string().contains("chmod go-w"), "{err}");
+        // Sticky (as /tmp) is no excuse for the directory that holds the file: others could plant
+        // files at the names Mint creates beside it (its lock, its temporary files).
         fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o1777)).unwrap();
-        check_config_file(&path).unwrap();
+        let err = check_config_file(&path).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SecureFileError::DirectoryWritableByOthers { mode: 0o1777, .. }
+            ),
+            "{err}"
+        );
         fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700)).unwrap();
+    }
+
+    /// A private directory `name` under `parent` with mode `mode`.
+    fn subdir(parent: &Path, name: &str, mode: u32) -> PathBuf {
+        let path = parent.join(name);
+        fs::create_dir(&path).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(mode)).unwrap();
+        path
+    }
+
+    #[test]
+    fn checks_every_directory_above_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = subdir(dir.path(), "shared", 0o777);
+        let home = subdir(&shared, "home", 0o700);
+        let path = home.join("policy.yaml");
+        write_atomic(&path, b"version: 1\n").unwrap();
+        let err = open_trusted(&path).unwrap_err();
+        match &err {
+            SecureFileError::DirectoryWritableByOthers {
+                dir, file, mode, ..
+            } => {
+                assert_eq!(dir, &shared);
+                assert_eq!(file, &path);
+                assert_eq!(*mode, 0o777);
+            }
+            other => panic!("expected DirectoryWritableByOthers, got {other}"),
+        }
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "`{}` is writable by group or others (mode 0777), so another user could replace \
+                 `{}` under it; run `chmod go-w {}`, or keep Mint's files in directories that only \
+                 root and uid {} can write",
+                shared.display(),
+                path.display(),
+                shared.display(),
+                effective_uid()
+            )
+        );
+        // The same for a directory Mint writes in, and for one about to be created.
+        assert!(matches!(
+            check_private_dir(&home),
+            Err(SecureFileError::DirectoryWritableByOthers { .. })
+        ));
+        assert!(matches!(
+            check_parent_dirs(&home.join("new")),
+            Err(SecureFileError::DirectoryWritableByOthers { .. })
+        ));
+        // A sticky directory above may be passed through: others cannot rename what is ours in it.
+        fs::set_permissions(&shared, fs::Permissions::from_mode(0o1777)).unwrap();
+        let opened = open_trusted(&path).unwrap();
+        assert_eq!(opened.resolved, path);
+        check_private_dir(&home).unwrap();
+        check_parent_dirs(&home.join("new")).unwrap();
+    }
+
+    #[test]
+    fn checks_where_a_symbolic_link_leads_and_the_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = subdir(dir.path(), "home", 0o700);
+        let elsewhere = subdir(dir.path(), "repo", 0o755);
+        let target = elsewhere.join("policy.yaml");
+        write_atomic(&target, b"version: 1\n").unwrap();
+        // A link to a trusted place is followed (a policy kept in a repository).
+        let link = home.join("policy.yaml");
+        std::os::unix::fs::symlink("../repo/policy.yaml", &link).unwrap();
+        let opened = open_trusted(&link).unwrap();
+        assert_eq!(opened.resolved, target);
+        // A link into a directory others may write is refused, naming that directory.
+        let open_dir = subdir(dir.path(), "open", 0o777);
+        let planted = open_dir.join("policy.yaml");
+        write_atomic(&planted, b"version: 1\n").unwrap();
+        let bad = home.join("aliases.yaml");
+        std::os::unix::fs::symlink(&planted, &bad).unwrap();
+        match open_trusted(&bad).unwrap_err() {
+            SecureFileError::DirectoryWritableByOthers { dir, .. } => assert_eq!(dir, open_dir),
+            other => panic!("expected DirectoryWritableByOthers, got {other}"),
+        }
+        // A loop ends.
+        let a = home.join("a");
+        let b = home.join("b");
+        std::os::unix::fs::symlink(&b, &a).unwrap();
+        std::os::unix::fs::symlink(&a, &b).unwrap();
+        assert!(matches!(
+            open_trusted(&a),
+            Err(SecureFileError::TooManyLinks { .. })
+        ));
+    }
+
+    #[test]
+    fn refuses_directories_and_links_another_user_owns() {
+        if effective_uid() != 0 {
+            return; // Only root can give a file away.
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let theirs = subdir(dir.path(), "theirs", 0o755);
+        let home = subdir(&theirs, "home", 0o700);
+        let path = home.join("policy.yaml");
+        write_atomic(&path, b"version: 1\n").unwrap();
+        std::os::unix::fs::chown(&theirs, Some(65_534), None).unwrap();
+        match open_trusted(&path).unwrap_err() {
+            SecureFileError::ForeignDirectory { dir, owner, .. } => {
+                assert_eq!(dir, theirs);
+                assert_eq!(owner, 65_534);
+            }
+            other => panic!("expected ForeignDirectory, got {other}"),
+        }
+        std::os::unix::fs::chown(&theirs, Some(0), None).unwrap();
+        open_trusted(&path).unwrap();
+        // A link another user owns could be pointed anywhere by them.
+        let link = dir.path().join("link.yaml");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        std::os::unix::fs::lchown(&link, Some(65_534), None).unwrap();
+        assert!(matches!(
+            open_trusted(&link),
+            Err(SecureFileError::ForeignDirectory { owner: 65_534, .. })
+        ));
+    }
+
+    #[test]
+    fn a_file_swapped_between_check_and_open_is_caught() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("policy.yaml");
+        write_atomic(&path, b"checked\n").unwrap();
+        let other = dir.path().join("other.yaml");
+        write_atomic(&other, b"swapped in\n").unwrap();
+        // Swapped for another file: the inode read is not the one checked.
+        let err = open_trusted_with(&path, true, &mut |resolved| {
+            fs::rename(&other, resolved).unwrap();
+        })
+        .unwrap_err();
+        assert!(matches!(err, SecureFileError::Changed { .. }), "{err}");
+        // Swapped for a symbolic link: never followed at the open.
+        write_atomic(&path, b"checked\n").unwrap();
+        let err = open_trusted_with(&path, true, &mut |resolved| {
+            fs::remove_file(resolved).unwrap();
+            std::os::unix::fs::symlink("/etc/hostname", resolved).unwrap();
+        })
+        .unwrap_err();
+        assert!(matches!(err, SecureFileError::Changed { .. }), "{err}");
+        // Nothing swapped: the descriptor is the file checked.
+        fs::remove_file(&path).unwrap();
+        write_atomic(&path, b"checked\n").unwrap();
+        let mut opened = open_trusted(&path).unwrap();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut opened.file, &mut text).unwrap();
+        assert_eq!(text, "checked\n");
+    }
+
+    #[test]
+    fn a_busy_lock_fails_within_its_bound_and_names_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("capabilities.yaml");
+        let _held = DirLock::for_file(&path).unwrap();
+        let lock = dir.path().join(".capabilities.yaml.lock");
+        assert_eq!(mode(&lock), 0o600);
+        let err = DirLock::for_file_within(&path, Duration::from_millis(100)).unwrap_err();
+        match &err {
+            SecureFileError::LockBusy { path, .. } => assert_eq!(path, &lock),
+            other => panic!("expected LockBusy, got {other}"),
+        }
+        assert!(err.to_string().contains("nothing was changed"), "{err}");
+    }
+
+    #[test]
+    fn a_lock_others_could_hold_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("capabilities.yaml");
+        // In a directory others may write (sticky or not), they could plant or hold the lock.
+        for open in [0o777, 0o1777] {
+            fs::set_permissions(dir.path(), fs::Permissions::from_mode(open)).unwrap();
+            assert!(matches!(
+                DirLock::for_file(&path),
+                Err(SecureFileError::WritableByOthers { is_dir: true, .. })
+            ));
+        }
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700)).unwrap();
+        // A lock file others may open is refused too (they could hold it).
+        let lock = dir.path().join(".capabilities.yaml.lock");
+        fs::write(&lock, b"").unwrap();
+        fs::set_permissions(&lock, fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(matches!(
+            DirLock::for_file(&path),
+            Err(SecureFileError::WritableByOthers { is_dir: false, .. })
+        ));
+        if effective_uid() == 0 {
+            fs::set_permissions(&lock, fs::Permissions::from_mode(0o600)).unwrap();
+            std::os::unix::fs::chown(&lock, Some(65_534), None).unwrap();
+            assert!(matches!(
+                DirLock::for_file(&path),
+                Err(SecureFileError::ForeignOwner { owner: 65_534, .. })
+            ));
+        }
     }
 
     #[test]

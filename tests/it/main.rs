@@ -4,6 +4,7 @@ mod audit_crash;
 mod audit_disk_full;
 mod demo;
 mod examples;
+mod local_files;
 mod proxy;
 mod proxy_attacks;
 mod proxy_connections;

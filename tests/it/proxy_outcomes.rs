@@ -2192,20 +2192,28 @@ fn serve_refuses_to_start_when_others_may_write_the_audit_log_directory() {
         ALIASES,
         &[("echo", CANARY), ("other", CANARY_OTHER)],
     );
-    // Even with the sticky bit, as /tmp: others could plant the lock or a rotated file.
-    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
-    let stderr = serve_refuses(&home, &peer.ca_file);
-    assert!(
-        stderr.contains(&home.path().display().to_string()),
-        "{stderr}"
-    );
+    // Even with the sticky bit, as /tmp: others could plant the lock or a rotated file. (The log
+    // has a directory of its own here: the policy beside it would be refused first.)
+    let logs = home.path().join("logs");
+    std::fs::create_dir(&logs).unwrap();
+    std::fs::set_permissions(&logs, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let output = home
+        .mint()
+        .env("MINT_AUDIT_LOG_PATH", logs.join("audit.log"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--upstream-ca"])
+        .arg(&peer.ca_file)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(output.stdout.is_empty(), "it listened");
+    assert!(!stderr.contains(CANARY), "{stderr}");
+    assert!(stderr.contains(&logs.display().to_string()), "{stderr}");
     assert!(stderr.contains("refusing audit file"), "{stderr}");
     assert!(stderr.contains("plant audit files"), "{stderr}");
     assert!(stderr.contains("chmod 700"), "{stderr}");
-    assert!(
-        !home.path().join("audit.log").exists(),
-        "no log was created"
-    );
+    assert!(!logs.join("audit.log").exists(), "no log was created");
 }
 
 #[test]

@@ -124,8 +124,9 @@ pub(super) fn unsafe_file(error: &io::Error) -> Option<UnsafeFile> {
 /// Checks the directory the log is in: owned by Mint's user or root, and not writable by group
 /// or others (not even with the sticky bit, as `/tmp`: others could still plant a file at the
 /// lock's or a rotated file's name), so that no other user can rename, delete, replace or add
-/// audit files there. Only this directory is checked, not its parents. Follows symbolic links:
-/// what matters is the directory the log's name resolves in.
+/// audit files there. Follows symbolic links: what matters is the directory the log's name
+/// resolves in. Its parents and the links on the way are checked next by
+/// `secure_file::check_private_dir`, the walk every file of Mint goes through.
 pub(super) fn check_log_dir(dir: &Path) -> io::Result<()> {
     let meta = fs::metadata(dir)?;
     if !meta.is_dir() {

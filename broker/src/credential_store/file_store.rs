@@ -2,21 +2,22 @@
 //! container secret or a systemd credential (`LoadCredential=`). Read-only: the operator writes
 //! the file.
 //!
-//! The file is opened first and checked on the open descriptor, so a swap between check and read
-//! cannot slip another file in: it must be a regular file (symbolic links are followed; the
-//! operator named the path), owned by the broker's effective uid, with no permission for group or
-//! others (0600 or 0400). One trailing newline (`\n` or `\r\n`) is dropped, as `echo` and editors
+//! The file is opened once through `secure_file::open_in_trusted_dirs` (every directory on its way
+//! and every symbolic link followed owned by root or the broker's user and closed to others'
+//! writes) and checked on the open descriptor, so a swap between check and read cannot slip
+//! another file in: it must be a regular file, owned by the broker's effective uid, with no
+//! permission for group or others (0600 or 0400). One trailing newline (`\n` or `\r\n`) is dropped, as `echo` and editors
 //! add one. Errors name the file and the fix, never its contents.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use zeroize::Zeroizing;
 
 use super::{CredentialStore, CredentialValue, MAX_VALUE_BYTES, StoreError};
-use crate::secure_file::effective_uid;
+use crate::secure_file::{SecureFileError, effective_uid, open_in_trusted_dirs};
 
 /// Reads secrets from files. Stateless.
 #[derive(Debug, Default)]
@@ -66,6 +67,9 @@ pub enum FileProblem {
         /// The file's permission bits.
         mode: u32,
     },
+    /// A directory on the way to the file, or a link followed, could be changed by another user.
+    #[error(transparent)]
+    Insecure(SecureFileError),
     /// The file could not be opened or read.
     #[error("cannot read `{}`: {kind}", path.display())]
     Unreadable {
@@ -91,30 +95,30 @@ impl FileStore {
             }
             .into());
         }
-        // O_NONBLOCK: a FIFO named as a secret file must not hang the broker.
-        let file = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
-            .open(path)
-            .map_err(|e| match e.kind() {
-                io::ErrorKind::NotFound => StoreError::Missing,
-                kind => FileProblem::Unreadable {
+        // Opened once, from directories no other user can change, never blocking on a FIFO; the
+        // file itself is judged on the descriptor below.
+        let trusted = open_in_trusted_dirs(path).map_err(|e| match e {
+            SecureFileError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound => {
+                StoreError::Missing
+            }
+            SecureFileError::Io { source, .. } if source.kind() == io::ErrorKind::IsADirectory => {
+                FileProblem::NotRegularFile {
                     path: path.to_path_buf(),
-                    kind,
                 }
-                .into(),
-            })?;
-        let unreadable = |e: io::Error| FileProblem::Unreadable {
-            path: path.to_path_buf(),
-            kind: e.kind(),
-        };
-        let metadata = file.metadata().map_err(unreadable)?;
-        if !metadata.is_file() {
-            return Err(FileProblem::NotRegularFile {
+                .into()
+            }
+            SecureFileError::Io { source, .. } => FileProblem::Unreadable {
+                path: path.to_path_buf(),
+                kind: source.kind(),
+            }
+            .into(),
+            SecureFileError::NotRegularFile { .. } => FileProblem::NotRegularFile {
                 path: path.to_path_buf(),
             }
-            .into());
-        }
+            .into(),
+            other => FileProblem::Insecure(other).into(),
+        })?;
+        let (file, metadata) = (trusted.file, trusted.metadata);
         let uid = effective_uid();
         if metadata.uid() != uid {
             return Err(FileProblem::ForeignOwner {

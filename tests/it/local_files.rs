@@ -1,0 +1,653 @@
+//! Issue 24: Mint's local files against another local user and against half-written files, with
+//! the real `mint` binary.
+//!
+//! Finding 1: a policy reached through a symbolic link into a directory others may write, and a
+//! `MINT_HOME` whose parent others may write, are refused by `mint init`, at `mint serve` start and
+//! by a reload (the last good policy stays, and the log and the audit trail say why). Finding 5: a
+//! policy rewritten in place in several pieces, with pauses and a SIGHUP between them, never
+//! decides a request by a prefix. Finding 6: `mint cap revoke` is never blocked by a lock another
+//! process holds: it ignores the directory lock of old, refuses a shared directory at once, waits a
+//! bounded time for its own lock and then says the capability is still accepted; after a revoke
+//! that succeeded, the running broker refuses the capability. A canary secret throughout, never in
+//! what the agent sees, the audit log or Mint's stderr.
+
+#![allow(clippy::unwrap_used, clippy::panic, reason = "tests")]
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use mint_tests::broker::{Broker, MintHome, capability_id, curl, mint_bin};
+use mint_tests::echo_peer;
+use mint_tests::echo_upstream::EchoConfig;
+
+const CANARY: &str = "canary-files-Qm4Zt8Wc2Lp6Vx9R";
+
+const ALIASES: &str =
+    "aliases:\n  - name: echo\n    hosts: [127.0.0.1]\n    source: file:$SECRETS/echo\n";
+
+/// A policy allowing `methods` on `/echo/**` of the echo upstream with the alias, plus `extra`
+/// rules.
+fn policy(port: u16, methods: &str, extra: &str) -> String {
+    format!(
+        "version: 1\ndefault: deny\nrules:\n  - id: echo-read\n    effect: allow\n    match:\n      alias: [echo]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [{methods}]\n      path: [\"/echo/**\"]\n{extra}"
+    )
+}
+
+/// Sends `method` to `/echo/NAME` with the alias in a header; returns the status and the body.
+fn send(broker: &Broker, cap: &str, port: u16, method: &str, name: &str) -> (u16, String) {
+    let response = curl(&[
+        "-X",
+        method,
+        "-H",
+        &format!("Mint-Capability: {cap}"),
+        "-H",
+        "Authorization: Bearer {{mint:echo}}",
+        &broker.proxy_url(port, &format!("/echo/{name}")),
+    ]);
+    let everything = response.everything();
+    assert!(
+        !everything.contains(CANARY),
+        "the agent saw the secret: {everything}"
+    );
+    (response.status, everything)
+}
+
+fn count_events(broker: &Broker, reason: &str) -> usize {
+    broker
+        .audit_records()
+        .iter()
+        .filter(|r| r["phase"] == "event" && r["reason"] == reason)
+        .count()
+}
+
+/// Waits (bounded: a hang guard, not a timing assertion) until the audit log holds `n` events
+/// with `reason`; returns whether it did.
+fn wait_for_events(broker: &Broker, reason: &str, n: usize, bound: Duration) -> bool {
+    let deadline = Instant::now() + bound;
+    loop {
+        if count_events(broker, reason) >= n {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn assert_no_canary(broker: &Broker) {
+    assert!(
+        !broker.audit_text().contains(CANARY),
+        "the audit log holds the secret"
+    );
+    assert!(
+        !broker.stderr().contains(CANARY),
+        "Mint's stderr holds the secret"
+    );
+}
+
+fn hangup(broker: &Broker) {
+    let pid = broker.pid().unwrap();
+    assert!(
+        Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
+/// Whether this test may run: it needs root (to act as a second user, or to own files as one).
+/// Skips with a note otherwise, except under CI, where it must run.
+fn running_as_root(what: &str) -> bool {
+    if effective_uid() == 0 {
+        return true;
+    }
+    assert!(
+        !std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false" && v != "0"),
+        "{what} needs root (a second uid), and CI must run it"
+    );
+    let _ = writeln!(std::io::stderr(), "skipped: {what} needs root");
+    false
+}
+
+fn effective_uid() -> u32 {
+    let out = Command::new("id").arg("-u").output().unwrap();
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// A directory under `parent` with `mode`.
+fn subdir(parent: &Path, name: &str, mode: u32) -> PathBuf {
+    let path = parent.join(name);
+    std::fs::create_dir(&path).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    path
+}
+
+fn write_file(path: &Path, text: &str, mode: u32) {
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Replaces `link` by a symbolic link to `target` in one rename (no moment without a file).
+fn swap_in_link(link: &Path, target: &Path) {
+    let temp = link.with_extension("link-new");
+    std::os::unix::fs::symlink(target, &temp).unwrap();
+    std::fs::rename(&temp, link).unwrap();
+}
+
+/// Runs a `mint serve` that must refuse to start; fails the test if it is still running after a
+/// bound (it started serving).
+#[track_caller]
+fn serve_must_fail(command: Command) -> Output {
+    run_bounded(command, Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("mint serve started instead of refusing"))
+}
+
+fn stderr_of(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finding 1: the directory a file really lives in, and the directories above it
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn issue_24_serve_refuses_a_policy_linked_into_a_directory_others_may_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let peer = echo_peer(dir.path(), EchoConfig::default());
+    let port = peer.server.port();
+    let home = MintHome::new(&policy(port, "GET", ""), ALIASES, &[("echo", CANARY)]);
+    // The operator keeps the policy elsewhere and links it; that directory is open to everyone,
+    // so another user could rename a policy of theirs over the file at any time.
+    let open = subdir(dir.path(), "shared", 0o777);
+    let target = open.join("policy.yaml");
+    write_file(&target, &policy(port, "GET, POST", ""), 0o600);
+    swap_in_link(&home.path().join("policy.yaml"), &target);
+
+    let output = serve_must_fail({
+        let mut c = home.mint();
+        c.args(["serve", "--listen", "127.0.0.1:0", "--upstream-ca"])
+            .arg(&peer.ca_file);
+        c
+    });
+    let stderr = stderr_of(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(output.stdout.is_empty(), "it listened");
+    assert!(
+        stderr.contains(&format!(
+            "`{}` is writable by group or others (mode 0777)",
+            open.display()
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("run `chmod go-w {}`", open.display())),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(CANARY), "{stderr}");
+
+    // The same link into a private directory is followed.
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cap = home.issue_capability("mino", &[]);
+    let broker = home.serve(&peer.ca_file, &[]);
+    assert_eq!(send(&broker, &cap, port, "POST", "x").0, 200);
+    assert_no_canary(&broker);
+}
+
+#[test]
+fn issue_24_a_reload_refuses_a_policy_swapped_for_a_link_into_an_open_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let peer = echo_peer(dir.path(), EchoConfig::default());
+    let port = peer.server.port();
+    let home = MintHome::new(&policy(port, "GET", ""), ALIASES, &[("echo", CANARY)]);
+    let cap = home.issue_capability("mino", &[]);
+    let broker = home.serve(&peer.ca_file, &[]);
+    assert_eq!(send(&broker, &cap, port, "GET", "x").0, 200);
+    assert_eq!(send(&broker, &cap, port, "POST", "x").0, 403);
+
+    // A policy that allows more, in a directory anyone may write, put in place by a link.
+    let open = subdir(dir.path(), "shared", 0o777);
+    let target = open.join("policy.yaml");
+    write_file(&target, &policy(port, "GET, POST", ""), 0o600);
+    swap_in_link(&home.path().join("policy.yaml"), &target);
+    assert!(
+        wait_for_events(&broker, "policy_reload_failed", 1, Duration::from_secs(20)),
+        "the reload was not refused"
+    );
+    hangup(&broker);
+    assert!(
+        wait_for_events(&broker, "policy_reload_failed", 2, Duration::from_secs(20)),
+        "the SIGHUP reload was not refused"
+    );
+    // The last good policy stays in force.
+    assert_eq!(send(&broker, &cap, port, "POST", "x").0, 403);
+    assert_eq!(send(&broker, &cap, port, "GET", "x").0, 200);
+    assert_eq!(count_events(&broker, "policy_reloaded"), 0);
+    let stderr = broker.stderr();
+    assert!(
+        stderr.contains(&format!(
+            "`{}` is writable by group or others",
+            open.display()
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("the last good policy"), "{stderr}");
+    assert_no_canary(&broker);
+}
+
+/// Runs the real `mint` with `MINT_HOME=home` and nothing else of Mint's inherited.
+fn mint_at(home: &Path) -> Command {
+    let mut command = Command::new(mint_bin());
+    for (key, _) in std::env::vars() {
+        if key.starts_with("MINT_") {
+            command.env_remove(key);
+        }
+    }
+    command
+        .env("MINT_HOME", home)
+        .env("MINT_KEYRING_BACKEND", "keyutils")
+        .stdin(Stdio::null());
+    command
+}
+
+#[test]
+fn issue_24_init_and_serve_refuse_a_home_whose_parent_others_may_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let parent = subdir(dir.path(), "parent", 0o777);
+    let home = parent.join("mint");
+
+    let output = mint_at(&home).arg("init").output().unwrap();
+    let stderr = stderr_of(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "`{}` is writable by group or others (mode 0777)",
+            parent.display()
+        )),
+        "{stderr}"
+    );
+    assert!(!home.exists(), "mint init created the home anyway");
+
+    // Made private, the parent is accepted; opened again later, `mint serve` refuses to start and
+    // creates nothing (the audit log included) in a directory another user could swap.
+    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let output = mint_at(&home).arg("init").output().unwrap();
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let output = serve_must_fail({
+        let mut c = mint_at(&home);
+        c.args(["serve", "--listen", "127.0.0.1:0"]);
+        c
+    });
+    let stderr = stderr_of(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(output.stdout.is_empty(), "it listened");
+    assert!(
+        stderr.contains(&format!(
+            "`{}` is writable by group or others",
+            parent.display()
+        )),
+        "{stderr}"
+    );
+    assert!(!home.join("audit.log").exists(), "an audit log was created");
+
+    // Sticky, as /tmp: others cannot rename what is Mint's in it, so it may be passed through.
+    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let mut child = mint_at(&home)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(line.starts_with("listening on "), "{line:?}");
+}
+
+#[test]
+fn issue_24_files_in_a_home_another_user_owns_are_refused() {
+    if !running_as_root("issue_24_files_in_a_home_another_user_owns_are_refused") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let peer = echo_peer(dir.path(), EchoConfig::default());
+    let port = peer.server.port();
+    let home = MintHome::new(&policy(port, "GET", ""), ALIASES, &[("echo", CANARY)]);
+    // A directory above the policy's that uid 65534 owns: that user could rename the directory
+    // holding the policy away and put one of theirs in its place.
+    let theirs = subdir(dir.path(), "theirs", 0o755);
+    let repo = subdir(&theirs, "repo", 0o755);
+    let policy_path = repo.join("policy.yaml");
+    write_file(&policy_path, &policy(port, "GET", ""), 0o600);
+    std::os::unix::fs::chown(&theirs, Some(65_534), Some(65_534)).unwrap();
+    let output = serve_must_fail({
+        let mut c = home.mint();
+        c.env("MINT_POLICY_PATH", &policy_path)
+            .args(["serve", "--listen", "127.0.0.1:0", "--upstream-ca"])
+            .arg(&peer.ca_file);
+        c
+    });
+    let stderr = stderr_of(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("`{}` is owned by uid 65534", theirs.display())),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(CANARY), "{stderr}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finding 5: a policy rewritten in place is never loaded half-written
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn issue_24_a_policy_written_in_pieces_is_never_decided_by_a_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let peer = echo_peer(dir.path(), EchoConfig::default());
+    let port = peer.server.port();
+    let home = MintHome::new(&policy(port, "GET", ""), ALIASES, &[("echo", CANARY)]);
+    let cap = home.issue_capability("mino", &[]);
+    let broker = home.serve(&peer.ca_file, &[]);
+    // The probe: DELETE /echo/probe. The policy in force denies it, and so does the final one
+    // (its last rule); only the prefix without that rule allows it.
+    assert_eq!(send(&broker, &cap, port, "DELETE", "probe").0, 403);
+    assert_eq!(send(&broker, &cap, port, "DELETE", "other").0, 403);
+    let prefix = policy(port, "GET, DELETE", "");
+    let deny = format!(
+        "  - id: no-probe\n    effect: deny\n    match:\n      host: [127.0.0.1]\n      port: [{port}]\n      path: [\"/echo/probe\"]\n"
+    );
+    let (deny_head, deny_tail) = deny.split_at(deny.len() / 2);
+
+    // An editor writing the file in place: truncate, then three writes with pauses between.
+    let mut writer = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(home.path().join("policy.yaml"))
+        .unwrap();
+    let mut probes = 0;
+    let mut probe = |broker: &Broker| {
+        probes += 1;
+        let (status, body) = send(broker, &cap, port, "DELETE", "probe");
+        assert_eq!(
+            status, 403,
+            "a prefix of the policy decided a request: {body}"
+        );
+    };
+    for (piece, hup) in [(prefix.as_str(), false), (deny_head, true)] {
+        writer.write_all(piece.as_bytes()).unwrap();
+        writer.flush().unwrap();
+        if hup {
+            hangup(&broker);
+        }
+        // Give a poller every chance to load what is there (the old one did within half a
+        // second), then probe: nothing may have been loaded.
+        let loaded = wait_for_events(&broker, "policy_reloaded", 1, Duration::from_secs(3));
+        for _ in 0..5 {
+            probe(&broker);
+        }
+        assert!(!loaded, "a part of the policy was loaded");
+        assert_eq!(count_events(&broker, "policy_reload_failed"), 0);
+    }
+    writer.write_all(deny_tail.as_bytes()).unwrap();
+    drop(writer);
+
+    // Once whole, the file is loaded: DELETE elsewhere is allowed, the probe still denied.
+    assert!(
+        wait_for_events(&broker, "policy_reloaded", 1, Duration::from_secs(20)),
+        "the finished policy was not loaded"
+    );
+    probe(&broker);
+    assert_eq!(send(&broker, &cap, port, "DELETE", "other").0, 200);
+    assert_eq!(count_events(&broker, "policy_reload_failed"), 0);
+    assert_eq!(count_events(&broker, "policy_reloaded"), 1);
+    // The audit trail agrees: every probe was denied.
+    let decisions: Vec<_> = broker
+        .audit_records()
+        .into_iter()
+        .filter(|r| r["phase"] == "decision" && r["path"] == "/echo/probe")
+        .collect();
+    assert_eq!(decisions.len(), probes + 1);
+    assert!(
+        decisions.iter().all(|r| r["decision"] == "deny"),
+        "{decisions:?}"
+    );
+    assert_no_canary(&broker);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finding 6: `mint cap revoke` and locks held by others
+// ---------------------------------------------------------------------------------------------
+
+/// Runs `command`, killing it if it has not finished within `bound` (a hang guard): returns its
+/// output, or `None` when it had to be killed.
+fn run_bounded(mut command: Command, bound: Duration) -> Option<Output> {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + bound;
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return Some(child.wait_with_output().unwrap());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A process holding an `flock` on `path` (as `user`, when given) until dropped; returns once
+/// the lock is held.
+struct Holder(Child);
+
+impl Holder {
+    fn start(path: &Path, user: Option<u32>) -> Holder {
+        let mut command = match user {
+            Some(uid) => {
+                let mut c = Command::new("setpriv");
+                c.args([
+                    format!("--reuid={uid}"),
+                    format!("--regid={uid}"),
+                    "--clear-groups".to_owned(),
+                    "sh".to_owned(),
+                ]);
+                c
+            }
+            None => Command::new("sh"),
+        };
+        // The shell opens the path, locks it, says so on stdout and becomes `sleep` with the
+        // descriptor: killing this one process releases the lock.
+        let child = command
+            .args([
+                "-c",
+                "exec 9<\"$1\" && flock -x 9 && echo held && exec sleep 120",
+                "sh",
+            ])
+            .arg(path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut holder = Holder(child);
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(holder.0.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        assert_eq!(line.trim(), "held", "the lock holder did not start");
+        holder
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits (bounded) until the broker refuses `cap`.
+fn wait_refused(broker: &Broker, cap: &str, port: u16) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if send(broker, cap, port, "GET", "x").0 == 401 {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn issue_24_revoke_ignores_a_lock_held_on_the_directory_and_takes_effect() {
+    let dir = tempfile::tempdir().unwrap();
+    let peer = echo_peer(dir.path(), EchoConfig::default());
+    let port = peer.server.port();
+    let home = MintHome::new(&policy(port, "GET", ""), ALIASES, &[("echo", CANARY)]);
+    let cap = home.issue_capability("mino", &[]);
+    let broker = home.serve(&peer.ca_file, &[]);
+    assert_eq!(send(&broker, &cap, port, "GET", "x").0, 200);
+
+    // Another process holds an flock on the home directory, where the old lock was taken.
+    let _holder = Holder::start(home.path(), None);
+    let output = run_bounded(
+        {
+            let mut c = home.mint();
+            c.args(["cap", "revoke", capability_id(&cap)]);
+            c
+        },
+        Duration::from_secs(30),
+    )
+    .expect("mint cap revoke blocked on another process's lock");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    assert!(stdout.contains("Revoked capability"), "{stdout}");
+    assert!(
+        wait_refused(&broker, &cap, port),
+        "the running broker still accepts the revoked capability"
+    );
+    assert_no_canary(&broker);
+}
+
+#[test]
+fn issue_24_revoke_waits_a_bounded_time_for_its_lock_and_says_it_did_not_revoke() {
+    let dir = tempfile::tempdir().unwrap();
+    let peer = echo_peer(dir.path(), EchoConfig::default());
+    let port = peer.server.port();
+    let home = MintHome::new(&policy(port, "GET", ""), ALIASES, &[("echo", CANARY)]);
+    let cap = home.issue_capability("mino", &[]);
+    let broker = home.serve(&peer.ca_file, &[]);
+    let lock = home.path().join(".capabilities.yaml.lock");
+    assert!(lock.is_file(), "issuing left no lock file");
+
+    let holder = Holder::start(&lock, None);
+    let output = run_bounded(
+        {
+            let mut c = home.mint();
+            c.args(["cap", "revoke", capability_id(&cap)]);
+            c
+        },
+        Duration::from_secs(60),
+    )
+    .expect("mint cap revoke waited without a bound");
+    let stderr = stderr_of(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "capability `{}` was NOT revoked and is still accepted",
+            capability_id(&cap)
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains(&lock.display().to_string()), "{stderr}");
+    // It said so, and it is so.
+    assert_eq!(send(&broker, &cap, port, "GET", "x").0, 200);
+
+    drop(holder);
+    home.revoke_capability(&cap);
+    assert!(
+        wait_refused(&broker, &cap, port),
+        "the running broker still accepts the revoked capability"
+    );
+    assert_no_canary(&broker);
+}
+
+#[test]
+fn issue_24_revoke_in_a_shared_directory_another_user_locks_fails_at_once() {
+    if !running_as_root("issue_24_revoke_in_a_shared_directory_another_user_locks_fails_at_once") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let home = MintHome::new(
+        "version: 1\ndefault: deny\nrules: []\n",
+        "aliases: []\n",
+        &[],
+    );
+    let shared = subdir(dir.path(), "shared", 0o755);
+    let caps = shared.join("capabilities.yaml");
+    write_file(&caps, "version: 1\ncapabilities: []\n", 0o600);
+    let with_caps = |args: &[&str]| {
+        let mut c = home.mint();
+        c.env("MINT_CAPABILITIES_PATH", &caps).args(args);
+        c
+    };
+    let issued = run_bounded(
+        with_caps(&["cap", "issue", "--agent", "mino"]),
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    assert!(issued.status.success(), "{}", stderr_of(&issued));
+    let token = String::from_utf8(issued.stdout).unwrap().trim().to_owned();
+
+    // The directory becomes shared (sticky, as /tmp), and uid 65534 holds an flock on it: the old
+    // `mint cap revoke` waited for that lock forever.
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let _holder = Holder::start(&shared, Some(65_534));
+    let output = run_bounded(
+        with_caps(&["cap", "revoke", capability_id(&token)]),
+        Duration::from_secs(30),
+    )
+    .expect("mint cap revoke blocked on another user's lock");
+    let stderr = stderr_of(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("was NOT revoked and is still accepted"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "`{}` is writable by group or others",
+            shared.display()
+        )),
+        "{stderr}"
+    );
+    assert!(
+        !std::fs::read_to_string(&caps)
+            .unwrap()
+            .contains("revoked: true")
+    );
+}
