@@ -552,17 +552,35 @@ fn pipeline(
     // hop-by-hop header is dropped, not refused.
     let mut forwarded = request.headers.clone();
     headers::strip_request(&mut forwarded);
+
+    // 3a. As the proxy does before it reads a body: the placeholders of the target and the
+    // headers, and the policy for whatever the body could hold.
+    if !request.body.is_empty() {
+        let found = pipeline::find_placeholders(&raw, &forwarded, &[])?;
+        explanation.aliases = alias_reports(&found, aliases, &target);
+        pipeline::check_placeholders(&found, aliases)?;
+        let uses = found.alias_uses();
+        pipeline::check_bindings(aliases, &target, &uses)?;
+        pipeline::refuse_whatever_the_body(
+            policy,
+            &request.agent,
+            &request.method,
+            &target,
+            &uses,
+        )?;
+    }
     if request.body.len() as u64 > max_body {
         return Err(ProxyError::BodyTooLarge { limit: max_body });
     }
+
+    // 3b. The body as a receiver decodes it: method overrides, then the tools.
+    let decoded = pipeline::decoded_body(&forwarded, &request.body)?;
     headers::check_override_params(
         &request.method,
         target.query.as_deref(),
         &forwarded,
-        &request.body,
+        &decoded,
     )?;
-
-    // 3. Tools, placeholders, aliases, bindings, sites.
     let (tools, other_messages) = match &request.tool {
         Some(tool) => {
             explanation.tool_source = Some(ToolSource::Flag);
@@ -572,14 +590,15 @@ fn pipeline(
         }
         None => {
             explanation.tool_source = Some(ToolSource::Body);
-            let tools = pipeline::mcp_tools(&request.method, &forwarded, &request.body)?;
+            let tools = pipeline::mcp_tools(&forwarded, &decoded)?;
             // A batch is allowed only if every element is: messages besides the tool calls are
             // the endpoint's own traffic, evaluated without a tool.
             let other =
-                tools.is_empty() || JsonRpcIds::of(&request.body).holds_other_messages(tools.len());
+                tools.is_empty() || JsonRpcIds::of(&decoded).holds_other_messages(tools.len());
             (tools, other)
         }
     };
+    drop(decoded);
     explanation.tools.clone_from(&tools);
     let found = pipeline::find_placeholders(&raw, &forwarded, &request.body)?;
     explanation.aliases = alias_reports(&found, aliases, &target);

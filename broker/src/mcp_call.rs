@@ -4,7 +4,8 @@
 //! Runs in the proxy on every request, before the policy is evaluated and before any placeholder is
 //! substituted, on the body as received; the proxy then forwards exactly the bytes examined here. A
 //! request whose calls cannot be named safely is refused: every [`McpCallError`] is a 400
-//! `invalid_request` or a 413 `body_too_large` ([`McpCallError::code`]), never a forward. Pure: no
+//! `invalid_request`, a 413 `body_too_large` or a 415 `unsupported_content_encoding`
+//! ([`McpCallError::code`]), never a forward. Pure: no
 //! I/O, no secret; errors name a kind of problem and at most a byte offset, never text from the
 //! body or the headers, because they reach the agent and the logs.
 //!
@@ -34,11 +35,13 @@
 //!    decode with the named charset (UTF-7, UTF-16, EBCDIC, even `base64` through iconv-lite), and
 //!    those spell a JSON text with bytes that do not look like one. In the allowed charsets every
 //!    byte below 0x80 means the same as in UTF-8, so a JSON text's structure reads the same.
-//! 5. `Content-Encoding`: none or `identity` examines the body as is; exactly one `gzip` or
+//! 5. `Content-Encoding`: none or one `identity` examines the body as is; exactly one `gzip` or
 //!    `x-gzip` examines the decoded body (members concatenated, at most
-//!    [`MAX_DECODED_BODY_BYTES`]); anything else — `deflate` (zlib or raw: receivers disagree),
-//!    `br`, `zstd`, several codings — is [`McpCallError::UnsupportedContentEncoding`], since this
-//!    module cannot see inside and some servers decode it.
+//!    [`MAX_DECODED_BODY_BYTES`], else [`McpCallError::DecodedBodyTooLarge`] whatever the
+//!    decoded bytes start with); anything else — `deflate` (zlib or raw: receivers disagree),
+//!    `br`, `zstd`, a list of codings (`identity, gzip` included) — is
+//!    [`McpCallError::UnsupportedContentEncoding`], since this module cannot see inside and some
+//!    servers decode it. A body this module cannot examine whole is never "no call".
 //! 6. The text of the (decoded) body is JSON-like when its first significant character is `{` or
 //!    `[`. Skipped before it, as lenient parsers skip them: one UTF-8 byte order mark, any Unicode
 //!    whitespace (`char::is_whitespace`, U+FEFF), `/* … */`, `// …` and `# …` comments and the
@@ -63,7 +66,9 @@
 //! `\" \\ \/ \b \f \n \r \t \uXXXX`, surrogates in pairs; numbers without leading zeros, `+` or
 //! bare `.` (any magnitude); at most [`MAX_JSON_DEPTH`] levels of nesting, as serde_json. Duplicate
 //! member names (after unescaping) are refused in every object ([`McpCallError::DuplicateKey`]):
-//! receivers disagree on which one counts. The body may hold several JSON texts one after another
+//! receivers disagree on which one counts. An object of more than a few members is checked when
+//! it closes (its names sorted, never copied), so its duplicate is reported even when a later
+//! error in the same object would have come first. The body may hold several JSON texts one after another
 //! (JSON Lines, or a stream that `json.Decoder` reads the first value of); each is examined as if
 //! it were one more element of a batch. Parsing is iterative and builds no document: only member
 //! names and the few values read below are decoded.
@@ -94,17 +99,21 @@
 //! A body holding at least one call and longer than [`MAX_MCP_MESSAGE_BYTES`] (the decoded length
 //! for gzip) is [`McpCallError::BodyTooLarge`]. Other JSON bodies of any size are examined (up to
 //! the proxy's own body limit) and pass: large uploads that are not MCP calls keep working. A gzip
-//! body that decodes past [`MAX_DECODED_BODY_BYTES`] is [`McpCallError::DecodedBodyTooLarge`] when
-//! it is JSON-like and no call otherwise.
+//! body that decodes past [`MAX_DECODED_BODY_BYTES`] is [`McpCallError::DecodedBodyTooLarge`],
+//! whatever it holds: what lies past the limit is unseen, and a call may hide there behind any
+//! amount of whitespace.
 //!
 //! # Cost
 //!
 //! No body: one length check. A body that is not JSON-like: two header lookups and a look at its
 //! first characters. A JSON-like body: one UTF-8 check and one pass of the tokenizer, with member
-//! names (borrowed unless escaped) in a set per object; no `serde_json::Value` is built.
+//! names decoded one at a time (borrowed unless escaped), and per open object the positions of
+//! its member names (4 bytes a member, for the duplicate check); no `serde_json::Value` is built.
+//! So the memory beyond the body is about half the body at worst (an object of a million
+//! three-letter names: 4 bytes for each 8 of text, up to twice that while the list grows).
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::cmp::Ordering;
 use std::fmt;
 use std::io::Read;
 
@@ -184,8 +193,8 @@ pub enum McpCallError {
     /// A `charset` other than UTF-8 or an ASCII-compatible single-byte charset.
     #[error("unsupported `charset` in the `Content-Type`: send JSON as UTF-8")]
     UnsupportedCharset,
-    /// A `Content-Encoding` other than `identity` or a single `gzip`.
-    #[error("unsupported `Content-Encoding` on the request body: use `gzip` or none")]
+    /// A `Content-Encoding` other than one `identity` or one `gzip`, or a list of codings.
+    #[error("unsupported `Content-Encoding` on the request body: send one `gzip` or none")]
     UnsupportedContentEncoding,
     /// A `gzip` body that does not decode.
     #[error("the request body does not decode as `gzip`")]
@@ -198,7 +207,7 @@ pub enum McpCallError {
         /// The limit, [`MAX_MCP_MESSAGE_BYTES`].
         limit: usize,
     },
-    /// A JSON-like gzip body that decodes past [`MAX_DECODED_BODY_BYTES`].
+    /// A gzip body that decodes past [`MAX_DECODED_BODY_BYTES`].
     #[error("the gzip body decodes past the {limit}-byte limit")]
     DecodedBodyTooLarge {
         /// The limit, [`MAX_DECODED_BODY_BYTES`].
@@ -283,7 +292,8 @@ impl ToolCalls {
 // === impl McpCallError ===
 
 impl McpCallError {
-    /// The stable error code for the client: `invalid_request` (400) or `body_too_large` (413).
+    /// The stable error code for the client: `invalid_request` (400), `body_too_large` (413) or
+    /// `unsupported_content_encoding` (415).
     pub fn code(&self) -> &'static str {
         match self {
             McpCallError::Malformed { .. }
@@ -293,8 +303,8 @@ impl McpCallError {
             | McpCallError::InvalidToolCall { .. }
             | McpCallError::NotUtf8
             | McpCallError::UnsupportedCharset
-            | McpCallError::UnsupportedContentEncoding
             | McpCallError::UndecodableBody => "invalid_request",
+            McpCallError::UnsupportedContentEncoding => "unsupported_content_encoding",
             McpCallError::BodyTooLarge { .. } | McpCallError::DecodedBodyTooLarge { .. } => {
                 "body_too_large"
             }
@@ -351,29 +361,39 @@ pub fn tool_calls(
 ) -> Result<ToolCalls, McpCallError> {
     // Deliberately unused (module docs, "When a body is examined", 2.).
     let _ = method;
+    examine(&decoded_body(headers, body)?)
+}
+
+/// The body as a receiver reads it: checked for its `charset` and decoded from its content
+/// coding (steps 4 and 5 of the module documentation). A body this module cannot see whole is
+/// an error, never passed on partly or undecoded: an unknown coding or a list of codings is
+/// [`McpCallError::UnsupportedContentEncoding`], and a gzip body that inflates past
+/// [`MAX_DECODED_BODY_BYTES`] is [`McpCallError::DecodedBodyTooLarge`] whatever its first bytes
+/// say (a call may follow any amount of padding). Borrowed unless it was decoded.
+pub fn decoded_body<'a>(
+    headers: &HeaderMap,
+    body: &'a [u8],
+) -> Result<Cow<'a, [u8]>, McpCallError> {
     if body.is_empty() {
-        return Ok(ToolCalls::None);
+        return Ok(Cow::Borrowed(body));
     }
     check_charsets(headers)?;
     match content_coding(headers)? {
-        Coding::Identity => examine(body),
+        Coding::Identity => Ok(Cow::Borrowed(body)),
         Coding::Gzip => {
             let decoded = gunzip(body)?;
             if decoded.len() > MAX_DECODED_BODY_BYTES {
-                return match shape(&decoded) {
-                    Shape::NotJson => Ok(ToolCalls::None),
-                    Shape::Json | Shape::Wide => Err(McpCallError::DecodedBodyTooLarge {
-                        limit: MAX_DECODED_BODY_BYTES,
-                    }),
-                };
+                return Err(McpCallError::DecodedBodyTooLarge {
+                    limit: MAX_DECODED_BODY_BYTES,
+                });
             }
-            examine(&decoded)
+            Ok(Cow::Owned(decoded))
         }
     }
 }
 
-/// The tool calls of a body already decoded from its content coding.
-fn examine(body: &[u8]) -> Result<ToolCalls, McpCallError> {
+/// The tool calls of a body already decoded from its content coding ([`decoded_body`]).
+pub fn examine(body: &[u8]) -> Result<ToolCalls, McpCallError> {
     match shape(body) {
         Shape::NotJson => Ok(ToolCalls::None),
         Shape::Wide => Err(McpCallError::NotUtf8),
@@ -400,24 +420,27 @@ enum Coding {
 }
 
 /// The body's content coding: every `Content-Encoding` header, as one comma-separated list.
+/// Exactly one coding is accepted (empty items aside): a list, even `identity, gzip`, is refused,
+/// since receivers disagree on whether and in which order they undo each item.
 fn content_coding(headers: &HeaderMap) -> Result<Coding, McpCallError> {
     let mut coding = Coding::Identity;
     let mut count = 0usize;
     for value in headers.get_all(http::header::CONTENT_ENCODING) {
         for token in value.as_bytes().split(|&b| b == b',') {
             let token = token.trim_ascii();
-            if token.is_empty() || token.eq_ignore_ascii_case(b"identity") {
+            if token.is_empty() {
                 continue;
             }
             count += 1;
-            if token.eq_ignore_ascii_case(b"gzip") || token.eq_ignore_ascii_case(b"x-gzip") {
+            if token.eq_ignore_ascii_case(b"identity") {
+                coding = Coding::Identity;
+            } else if token.eq_ignore_ascii_case(b"gzip") || token.eq_ignore_ascii_case(b"x-gzip") {
                 coding = Coding::Gzip;
             } else {
                 return Err(McpCallError::UnsupportedContentEncoding);
             }
         }
     }
-    // Stacked codings (`gzip, gzip`) would need decoding in turn; nobody sends them.
     if count > 1 {
         return Err(McpCallError::UnsupportedContentEncoding);
     }
@@ -506,17 +529,33 @@ fn skip_ascii_whitespace(bytes: &[u8], mut pos: usize) -> usize {
     pos
 }
 
-/// Decodes a gzip body (concatenated members, as Go and Node decode them), reading at most one
-/// byte past [`MAX_DECODED_BODY_BYTES`] so the caller sees that it is too long.
+/// Decodes a gzip body (concatenated members, as Go and Node decode them), keeping at most one
+/// byte past [`MAX_DECODED_BODY_BYTES`] so the caller sees that it is too long. The buffer grows
+/// by doubling but never past that, so a bomb costs at most the limit (plus one byte).
 fn gunzip(body: &[u8]) -> Result<Vec<u8>, McpCallError> {
-    let mut decoded = Vec::new();
-    let limit = u64::try_from(MAX_DECODED_BODY_BYTES)
-        .unwrap_or(u64::MAX)
-        .saturating_add(1);
-    MultiGzDecoder::new(body)
-        .take(limit)
-        .read_to_end(&mut decoded)
-        .map_err(|_| McpCallError::UndecodableBody)?;
+    let cap = MAX_DECODED_BODY_BYTES.saturating_add(1);
+    let mut decoder = MultiGzDecoder::new(body);
+    let mut decoded: Vec<u8> = Vec::new();
+    let mut chunk = [0u8; 16 << 10];
+    while decoded.len() < cap {
+        let read = match decoder.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(read) => read,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return Err(McpCallError::UndecodableBody),
+        };
+        let take = read.min(cap - decoded.len());
+        if decoded.capacity() - decoded.len() < take {
+            let want = decoded
+                .capacity()
+                .saturating_mul(2)
+                .max(64 << 10)
+                .min(cap)
+                .max(decoded.len() + take);
+            decoded.reserve_exact(want - decoded.len());
+        }
+        decoded.extend_from_slice(chunk.get(..take).unwrap_or_default());
+    }
     Ok(decoded)
 }
 
@@ -670,11 +709,14 @@ enum ObjectKind {
 }
 
 /// An open container.
-enum Frame<'a> {
+enum Frame {
     Object {
         kind: ObjectKind,
-        /// The member names seen so far, unescaped.
-        names: HashSet<Cow<'a, str>>,
+        /// Where the member names seen so far start (their opening quotes, tagged with
+        /// [`ESCAPED`] when they hold an escape): 4 bytes a member
+        /// whatever its length, never a copy of a name. Duplicates among the first
+        /// [`INLINE_NAMES`] are found as they come; in a larger object, when it closes.
+        names: Vec<u32>,
     },
     Array {
         batch: bool,
@@ -717,7 +759,7 @@ struct StringToken {
 struct Parser<'a> {
     text: &'a str,
     pos: usize,
-    stack: Vec<Frame<'a>>,
+    stack: Vec<Frame>,
     message: Option<Message<'a>>,
     calls: Vec<ToolName>,
 }
@@ -780,7 +822,7 @@ impl<'a> Parser<'a> {
                     };
                     self.stack.push(Frame::Object {
                         kind,
-                        names: HashSet::new(),
+                        names: Vec::new(),
                     });
                     self.pos += 1;
                     self.whitespace();
@@ -906,7 +948,7 @@ impl<'a> Parser<'a> {
             None => return Err(self.malformed(self.pos, SyntaxReason::UnexpectedEnd)),
         }
         self.whitespace();
-        let Some(Frame::Object { kind, names }) = self.stack.last_mut() else {
+        let Some(Frame::Object { kind, names }) = self.stack.last() else {
             // INVARIANT: member names are only read right after `{` or an object's `,`.
             return Err(self.malformed(token.open, SyntaxReason::UnexpectedByte));
         };
@@ -916,8 +958,16 @@ impl<'a> Parser<'a> {
             ObjectKind::Params if reads_as(&name, "name") => Some(Member::Name),
             ObjectKind::Message | ObjectKind::Params | ObjectKind::Plain => None,
         };
-        if !names.insert(name) {
+        let open = match u32::try_from(token.open) {
+            Ok(open) if open & ESCAPED == 0 => open | if token.escaped { ESCAPED } else { 0 },
+            // Bodies are far below 2 GiB (the proxy's body limit); fail closed past that.
+            _ => return Err(self.malformed(token.open, SyntaxReason::UnexpectedByte)),
+        };
+        if names.len() < INLINE_NAMES && names.iter().any(|&other| self.same_name(other, open)) {
             return Err(McpCallError::DuplicateKey { offset: token.open });
+        }
+        if let Some(Frame::Object { names, .. }) = self.stack.last_mut() {
+            names.push(open);
         }
         let Some(member) = member else {
             return Ok(Role::Plain);
@@ -960,14 +1010,18 @@ impl<'a> Parser<'a> {
 
     /// Pops the object just closed; a message yields its tool call, if it is one.
     fn close_object(&mut self) -> Result<(), McpCallError> {
-        let closed = self.stack.pop();
-        let Some(Frame::Object {
-            kind: ObjectKind::Message,
-            ..
-        }) = closed
-        else {
-            return Ok(());
+        let kind = match self.stack.pop() {
+            Some(Frame::Object { kind, names }) => {
+                if names.len() > INLINE_NAMES {
+                    self.check_duplicates(names)?;
+                }
+                kind
+            }
+            Some(Frame::Array { .. }) | None => return Ok(()),
         };
+        if kind != ObjectKind::Message {
+            return Ok(());
+        }
         let Some(message) = self.message.take() else {
             return Ok(());
         };
@@ -994,6 +1048,64 @@ impl<'a> Parser<'a> {
         let name = ToolName::new(text).map_err(|_| invalid(CallProblem::InvalidName))?;
         self.calls.push(name);
         Ok(())
+    }
+
+    /// Whether the checked string tokens at `a` and `b` (positions tagged with [`ESCAPED`])
+    /// hold the same name once unescaped.
+    fn same_name(&self, a: u32, b: u32) -> bool {
+        self.compare_names(a, b) == Ordering::Equal
+    }
+
+    /// Orders two names by their unescaped characters: the bytes themselves when neither has an
+    /// escape (UTF-8 orders as its characters do), else character by character.
+    fn compare_names(&self, a: u32, b: u32) -> Ordering {
+        match (self.raw_name(a), self.raw_name(b)) {
+            (Some(a), Some(b)) => a.cmp(b),
+            _ => self.name_chars(a).cmp(self.name_chars(b)),
+        }
+    }
+
+    /// The bytes of a name without escapes (its closing quote is the first quote after it).
+    fn raw_name(&self, tagged: u32) -> Option<&'a [u8]> {
+        if tagged & ESCAPED != 0 {
+            return None;
+        }
+        let start = tagged as usize + 1;
+        let rest = self.text.as_bytes().get(start..)?;
+        // Names are short: a plain scan beats setting up `memchr` for each comparison.
+        rest.get(..rest.iter().position(|&b| b == b'"')?)
+    }
+
+    /// Refuses an object whose member names (their opening quotes, `names`) hold a duplicate,
+    /// at the second occurrence that comes first in the body, as [`Parser::member_name`] would
+    /// have found it: sorted by name, then by position, without copying a name.
+    fn check_duplicates(&self, mut names: Vec<u32>) -> Result<(), McpCallError> {
+        names.sort_unstable_by(|&a, &b| match self.compare_names(a, b) {
+            Ordering::Equal => (a & !ESCAPED).cmp(&(b & !ESCAPED)),
+            other => other,
+        });
+        let second = names
+            .windows(2)
+            .filter_map(|pair| match pair {
+                &[a, b] if self.same_name(a, b) => Some(b & !ESCAPED),
+                _ => None,
+            })
+            .min();
+        match second {
+            Some(offset) => Err(McpCallError::DuplicateKey {
+                offset: offset as usize,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// The characters of the checked string token whose opening quote is at `open`, unescaped,
+    /// one at a time.
+    fn name_chars(&self, tagged: u32) -> NameChars<'a> {
+        NameChars {
+            text: self.text,
+            pos: (tagged & !ESCAPED) as usize + 1,
+        }
     }
 
     /// A string token starting at its opening quote; the position ends after the closing quote.
@@ -1170,6 +1282,58 @@ impl<'a> Parser<'a> {
 
     fn malformed(&self, offset: usize, reason: SyntaxReason) -> McpCallError {
         McpCallError::Malformed { offset, reason }
+    }
+}
+
+/// The bit of a recorded name position that says the name holds an escape.
+const ESCAPED: u32 = 1 << 31;
+
+/// How many member names of an object are checked for duplicates as they come; a larger
+/// object's names are checked all together when it closes (sorted, without copies).
+const INLINE_NAMES: usize = 16;
+
+/// The unescaped characters of a string token already checked by [`Parser::string`], read
+/// lazily from the body. Ends at the closing quote (and, unreachably, at anything malformed).
+struct NameChars<'a> {
+    text: &'a str,
+    pos: usize,
+}
+
+impl Iterator for NameChars<'_> {
+    type Item = char;
+
+    fn next(&mut self) -> Option<char> {
+        let bytes = self.text.as_bytes();
+        let (c, len) = match *bytes.get(self.pos)? {
+            b'"' => return None,
+            b'\\' => match *bytes.get(self.pos + 1)? {
+                b'"' => ('"', 2),
+                b'\\' => ('\\', 2),
+                b'/' => ('/', 2),
+                b'b' => ('\u{8}', 2),
+                b'f' => ('\u{c}', 2),
+                b'n' => ('\n', 2),
+                b'r' => ('\r', 2),
+                b't' => ('\t', 2),
+                b'u' => {
+                    let high = hex4(bytes, self.pos + 2)?;
+                    if (0xD800..0xDC00).contains(&high) {
+                        let low = hex4(bytes, self.pos + 8)?;
+                        let code = 0x10000 + ((high - 0xD800) << 10) + low.wrapping_sub(0xDC00);
+                        (char::from_u32(code)?, 12)
+                    } else {
+                        (char::from_u32(high)?, 6)
+                    }
+                }
+                _ => return None,
+            },
+            _ => {
+                let c = self.text.get(self.pos..)?.chars().next()?;
+                (c, c.len_utf8())
+            }
+        };
+        self.pos += len;
+        Some(c)
     }
 }
 

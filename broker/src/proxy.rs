@@ -5,7 +5,10 @@
 //!
 //! 1. authenticate (`Mint-Capability`, or `Proxy-Authorization: Bearer` in forward-proxy mode);
 //! 2. parse and canonicalize the target once (`mint_policy::normalize`), check the method,
-//!    framing and headers, strip what is never forwarded, read the body within its limit;
+//!    framing and headers, strip what is never forwarded; for a request with a body, check the
+//!    placeholders of the target and headers and refuse, unread, a request the policy denies
+//!    whatever its body holds; read the body within its limit, decode its content coding (a body
+//!    Mint cannot examine whole is refused), check `_method` parameters;
 //! 3. name the tools of an MCP `tools/call` body (`Mcp-Name` must agree); find placeholders
 //!    and where they sit; unknown alias 400; a placeholder in a forbidden place 403; then alias
 //!    by alias: not bound to the host 403, a site the alias does not allow 403, capability
@@ -36,7 +39,7 @@ use axum::{Json, Router};
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{Method, StatusCode, Version};
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::{BodyExt, Full};
 use mint_policy::audit::{
     AgentName, AliasName, AuditDecision, CapabilityId, Outcome, ReasonCode, RequestId, RuleId,
     ToolName,
@@ -667,40 +670,58 @@ async fn forward(
     let declared = headers::content_length(&parts.headers);
     let mut request_headers = parts.headers;
     headers::strip_request(&mut request_headers);
-    let body = read_body(body, declared, state.limits()).await?;
-    headers::check_override_params(&method, target.query.as_deref(), &request_headers, &body)?;
+    let declarations = state.declarations();
 
-    // 3. Placeholders, aliases, bindings, sites, capability narrowing.
-    let tools = pipeline::mcp_tools(&method, &request_headers, &body)?;
-    // A batch is allowed only if every element is: messages besides the tool calls are the
-    // endpoint's own traffic, evaluated without a tool.
-    let mut other_messages = tools.is_empty();
-    if !tools.is_empty() {
-        let ids = JsonRpcIds::of(&body);
-        other_messages = ids.holds_other_messages(tools.len());
-        exchange.jsonrpc = Some(ids);
+    // 3a. Before the body is read: the placeholders of the target and the headers, and the
+    // policy for whatever the body could hold. A request denied whatever its body says is
+    // refused unread, so it costs no body-sized memory.
+    use hyper::body::Body as _;
+    if declared != Some(0) && !body.is_end_stream() {
+        let found = pipeline::find_placeholders(&raw, &request_headers, &[])?;
+        exchange.facts.aliases = audit_aliases(&found);
+        pipeline::check_placeholders(&found, declarations.aliases())?;
+        let uses = found.alias_uses();
+        check_alias_uses(&declarations, &target, &grant, &uses)?;
+        pipeline::refuse_whatever_the_body(
+            declarations.policy(),
+            grant.agent.as_str(),
+            &method,
+            &target,
+            &uses,
+        )?;
     }
+    let body = read_body(body, declared, state.limits()).await?;
+
+    // 3b. The body as a receiver decodes it: method overrides, then the MCP tools.
+    let (tools, other_messages) = {
+        let decoded = pipeline::decoded_body(&request_headers, &body)?;
+        headers::check_override_params(
+            &method,
+            target.query.as_deref(),
+            &request_headers,
+            &decoded,
+        )?;
+        let tools = pipeline::mcp_tools(&request_headers, &decoded)?;
+        // A batch is allowed only if every element is: messages besides the tool calls are the
+        // endpoint's own traffic, evaluated without a tool.
+        let mut other_messages = tools.is_empty();
+        if !tools.is_empty() {
+            let ids = JsonRpcIds::of(&decoded);
+            other_messages = ids.holds_other_messages(tools.len());
+            exchange.jsonrpc = Some(ids);
+        }
+        (tools, other_messages)
+    };
     exchange.facts.mcp_tool = tools
         .first()
         .and_then(|tool| ToolName::new(tool.as_str()).ok());
+
+    // 3c. Placeholders, aliases, bindings, sites, capability narrowing.
     let found = pipeline::find_placeholders(&raw, &request_headers, &body)?;
-    exchange.facts.aliases = found
-        .aliases()
-        .into_iter()
-        .filter_map(|alias| AliasName::new(alias).ok())
-        .collect();
-    let declarations = state.declarations();
+    exchange.facts.aliases = audit_aliases(&found);
     pipeline::check_placeholders(&found, declarations.aliases())?;
     let uses = found.alias_uses();
-    // Alias by alias: its declaration, then the capability.
-    for alias_use in &uses {
-        pipeline::check_binding(declarations.aliases(), &target, alias_use)?;
-        if !grant.allows_alias(&alias_use.alias) {
-            return Err(ProxyError::CapabilityScope {
-                alias: alias_use.alias.clone(),
-            });
-        }
-    }
+    check_alias_uses(&declarations, &target, &grant, &uses)?;
 
     // 4. Policy, then call limits.
     let evaluated = pipeline::evaluate_calls(
@@ -734,6 +755,34 @@ async fn forward(
         state.limiter().refund_each(&calls, charges.1);
     }
     sent
+}
+
+/// The aliases the placeholders name, as the audit record holds them.
+fn audit_aliases(found: &crate::placeholder::Placeholders) -> Vec<AliasName> {
+    found
+        .aliases()
+        .into_iter()
+        .filter_map(|alias| AliasName::new(alias).ok())
+        .collect()
+}
+
+/// Alias by alias: its declaration (bound to the host, in sites it allows), then the
+/// capability's narrowing.
+fn check_alias_uses(
+    declarations: &Declarations,
+    target: &Target,
+    grant: &CapabilityGrant,
+    uses: &[AliasUse],
+) -> Result<(), ProxyError> {
+    for alias_use in uses {
+        pipeline::check_binding(declarations.aliases(), target, alias_use)?;
+        if !grant.allows_alias(&alias_use.alias) {
+            return Err(ProxyError::CapabilityScope {
+                alias: alias_use.alias.clone(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// What is about to be sent, before substitution.
@@ -859,7 +908,11 @@ fn admit(state: &AppState, allowed: Allowed) -> Result<Admitted, ProxyError> {
     })
 }
 
-/// Reads the agent's body within the size limit and the request timeout.
+/// Reads the agent's body within the size limit and the request timeout, into one buffer of
+/// at most the limit: allocated once at the declared `Content-Length`, or grown by doubling (never
+/// past the limit) for a body without one. Chunks are copied in and dropped as they come, so a
+/// request holds its body once (plus, while the buffer grows, its previous copy). A body that
+/// arrives in one chunk is kept as it came, without a copy.
 async fn read_body(
     body: Body,
     declared: Option<u64>,
@@ -869,14 +922,47 @@ async fn read_body(
     if declared.is_some_and(|length| length > limit) {
         return Err(ProxyError::BodyTooLarge { limit });
     }
-    let limited = Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX));
-    match tokio::time::timeout(limits.request_timeout, limited.collect()).await {
-        Err(_) => Err(Invalid::Body.into()),
-        Ok(Err(error)) if error.downcast_ref::<LengthLimitError>().is_some() => {
-            Err(ProxyError::BodyTooLarge { limit })
+    let max = usize::try_from(limit).unwrap_or(usize::MAX);
+    let read = async move {
+        let mut body = body;
+        let mut first: Option<Bytes> = None;
+        let mut buffer: Vec<u8> = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let Ok(data) = frame.map_err(|_| Invalid::Body)?.into_data() else {
+                // Trailers are not forwarded.
+                continue;
+            };
+            let held = first.as_ref().map_or(buffer.len(), Bytes::len);
+            if held.saturating_add(data.len()) > max {
+                return Err(ProxyError::BodyTooLarge { limit });
+            }
+            if first.is_none() && buffer.is_empty() {
+                first = Some(data);
+                continue;
+            }
+            if let Some(chunk) = first.take() {
+                let size = declared
+                    .and_then(|length| usize::try_from(length).ok())
+                    .filter(|&length| length >= chunk.len() + data.len())
+                    .unwrap_or_else(|| (chunk.len() + data.len()).saturating_mul(2).min(max));
+                buffer.reserve_exact(size);
+                buffer.extend_from_slice(&chunk);
+            }
+            if buffer.capacity() - buffer.len() < data.len() {
+                let size = buffer
+                    .capacity()
+                    .saturating_mul(2)
+                    .max(buffer.len() + data.len())
+                    .min(max);
+                buffer.reserve_exact(size - buffer.len());
+            }
+            buffer.extend_from_slice(&data);
         }
-        Ok(Err(_)) => Err(Invalid::Body.into()),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(first.unwrap_or_else(|| Bytes::from(buffer)))
+    };
+    match tokio::time::timeout(limits.request_timeout, read).await {
+        Err(_) => Err(Invalid::Body.into()),
+        Ok(result) => result,
     }
 }
 

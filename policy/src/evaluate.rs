@@ -185,7 +185,7 @@ impl CompiledPolicy {
     /// Evaluates the request with deny-overrides; limits are not consulted.
     pub fn evaluate(&self, request: &Request<'_>) -> Evaluation {
         let mut matches = Matches::new();
-        self.matching(request, &mut matches);
+        self.matching(request, &mut matches, rule_matches);
         let matched = matches.sorted();
         // The matching rules in file order, each once, with their indices.
         let rules = || {
@@ -265,6 +265,37 @@ impl CompiledPolicy {
         }
     }
 
+    /// The denial every evaluation of `request` ends in, whatever MCP tool it calls, or none
+    /// (`request.tool` is ignored), and whatever aliases (or sites of its aliases) are added to
+    /// `request.aliases`; `None` when some call could be allowed. The broker asks before it reads
+    /// a request body, which can only add tool calls and alias uses: a request that is denied
+    /// whatever its body holds is refused unread. The denial is the one of the request without a
+    /// tool: a deny rule that matches it has no `tool`, so it matches every call; the body could
+    /// only add more matching deny rules.
+    pub fn denial_for_any_call(&self, request: &Request<'_>) -> Option<Denial> {
+        let request = Request {
+            tool: None,
+            ..*request
+        };
+        let Evaluation::Deny(denial) = self.evaluate(&request) else {
+            return None;
+        };
+        if denial.reason == DenyReason::DenyRule {
+            return Some(denial);
+        }
+        // No allow rule matched without a tool; one with a `tool` might match some call. More
+        // aliases never make an allow rule match: it must list them all, and their sites.
+        let mut matches = Matches::new();
+        self.matching(&request, &mut matches, rule_matches_some_tool);
+        let allowed = matches.sorted().iter().any(|&i| {
+            self.policy
+                .rules
+                .get(i as usize)
+                .is_some_and(|rule| rule.effect == Effect::Allow)
+        });
+        (!allowed).then_some(denial)
+    }
+
     /// What each limit that applies to the request has left, without consuming anything.
     pub fn budgets(&self, request: &Request<'_>, limiter: &Limiter, now: Duration) -> Vec<Budget> {
         match self.evaluate(request) {
@@ -276,14 +307,19 @@ impl CompiledPolicy {
     /// Collects the indices of the rules that match the request. Only rules indexed under the
     /// request's host (exactly, by a wildcard suffix, or without `host`) are tried; a rule
     /// listed under several keys is collected more than once, which [`distinct`] undoes.
-    fn matching(&self, request: &Request<'_>, out: &mut Matches) {
+    fn matching(
+        &self,
+        request: &Request<'_>,
+        out: &mut Matches,
+        matches: fn(&Rule, &Request<'_>) -> bool,
+    ) {
         let mut try_rules = |indices: &[u32]| {
             for &i in indices {
                 if self
                     .policy
                     .rules
                     .get(i as usize)
-                    .is_some_and(|r| rule_matches(r, request))
+                    .is_some_and(|r| matches(r, request))
                 {
                     out.push(i);
                 }
@@ -315,7 +351,10 @@ impl CompiledPolicy {
         for (n, limit) in self.policy.call_limits.iter().enumerate() {
             let applies = match &limit.key {
                 CallLimitKey::Alias(a) => request.aliases.iter().any(|u| &u.alias == a),
-                CallLimitKey::Tool(t) => request.tool == Some(t.as_str()),
+                // As limit rules: any case of the tool name counts.
+                CallLimitKey::Tool(t) => request
+                    .tool
+                    .is_some_and(|tool| tool.eq_ignore_ascii_case(t)),
             };
             if applies {
                 let rule = match self.legacy_names.get(n) {
@@ -389,20 +428,35 @@ fn legacy_name(limit: &CallLimit) -> String {
 
 /// Whether `rule` matches `request`, with the reading of omitted fields its effect calls for.
 pub fn rule_matches(rule: &Rule, request: &Request<'_>) -> bool {
-    let m: &Match = &rule.matcher;
-    let target = request.target;
     let allow = rule.effect == Effect::Allow;
-
-    // Cheapest tests first; each returns as soon as the rule cannot match.
-    let tool = match (&m.tool, request.tool) {
-        (Some(globs), Some(t)) => globs.iter().any(|g| g.matches(t)),
+    // Cheapest tests first; each returns as soon as the rule cannot match. Allow rules match the
+    // tool name byte-exact; deny and limit rules also catch other ASCII cases of it (`Drop` for
+    // `drop`), which a server that looks tools up case-insensitively treats as the same tool.
+    // Tool names are printable ASCII (the broker refuses others), so no other folding applies.
+    let tool = match (&rule.matcher.tool, request.tool) {
+        (Some(globs), Some(t)) if allow => globs.iter().any(|g| g.matches(t)),
+        (Some(globs), Some(t)) => globs.iter().any(|g| g.matches_ignore_ascii_case(t)),
         (Some(_), None) => false,
         (None, Some(_)) => !allow,
         (None, None) => true,
     };
-    if !tool {
-        return false;
+    tool && fields_match(rule, request)
+}
+
+/// Whether `rule` could match `request` with some tool call: [`rule_matches`] without the tool
+/// test for a rule that names tools.
+fn rule_matches_some_tool(rule: &Rule, request: &Request<'_>) -> bool {
+    match rule.matcher.tool {
+        Some(_) => fields_match(rule, request),
+        None => rule_matches(rule, request),
     }
+}
+
+/// The tests of [`rule_matches`] besides the tool.
+fn fields_match(rule: &Rule, request: &Request<'_>) -> bool {
+    let m: &Match = &rule.matcher;
+    let target = request.target;
+    let allow = rule.effect == Effect::Allow;
     let scheme = match &m.scheme {
         Some(s) => s.contains(&target.scheme),
         None => !allow || target.scheme == Scheme::Https,
@@ -469,6 +523,16 @@ fn rule_charges(rule: &Rule, heads: &[String], request: &Request<'_>, out: &mut 
             Host::Name(name) => Cow::Borrowed(name.as_str()),
             other => Cow::Owned(other.as_text()),
         };
+        // One counter per tool whatever its case: limit rules match tools in any case, and a
+        // server may run `Drop` as `drop`.
+        let tool = match request.tool {
+            _ if !limit.by.contains(&LimitKey::Tool) => Cow::Borrowed(""),
+            Some(t) if t.bytes().any(|b| b.is_ascii_uppercase()) => {
+                Cow::Owned(t.to_ascii_lowercase())
+            }
+            Some(t) => Cow::Borrowed(t),
+            None => Cow::Borrowed(""),
+        };
         let fans_out = request.aliases.len() > 1 && limit.by.contains(&LimitKey::Alias);
         if !fans_out {
             // One counter: the head, then each `by` value after a unit separator.
@@ -476,7 +540,7 @@ fn rule_charges(rule: &Rule, heads: &[String], request: &Request<'_>, out: &mut 
                 match by {
                     LimitKey::Agent => request.agent,
                     LimitKey::Host => &host,
-                    LimitKey::Tool => request.tool.unwrap_or(""),
+                    LimitKey::Tool => &tool,
                     LimitKey::Alias => request.aliases.first().map_or("", |u| u.alias.as_str()),
                 }
             };
@@ -509,7 +573,7 @@ fn rule_charges(rule: &Rule, heads: &[String], request: &Request<'_>, out: &mut 
             match by {
                 LimitKey::Agent => extend(request.agent),
                 LimitKey::Host => extend(&host),
-                LimitKey::Tool => extend(request.tool.unwrap_or("")),
+                LimitKey::Tool => extend(&tool),
                 LimitKey::Alias => {
                     // One counter per alias the request uses.
                     keys = keys

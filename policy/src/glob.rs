@@ -2,7 +2,8 @@
 //! of characters, and path globs where `*` stays within one segment and `**` spans whole segments.
 //!
 //! Patterns are checked when the policy loads, so matching never meets a malformed pattern.
-//! Matching is byte-exact and case-sensitive; it never allocates per request beyond a small table.
+//! Matching is byte-exact and case-sensitive, except [`NameGlob::matches_ignore_ascii_case`] (deny
+//! and limit rules on tools); it never allocates per request beyond a small table.
 
 use std::fmt;
 
@@ -38,7 +39,13 @@ impl NameGlob {
 
     /// Whether `name` matches the pattern.
     pub fn matches(&self, name: &str) -> bool {
-        wildcard_match(self.text.as_bytes(), name.as_bytes())
+        wildcard_match(self.text.as_bytes(), name.as_bytes(), false)
+    }
+
+    /// Whether `name` matches the pattern with ASCII letters compared case-insensitively: how
+    /// deny and limit rules match MCP tool names, since a server may look tools up in any case.
+    pub fn matches_ignore_ascii_case(&self, name: &str) -> bool {
+        wildcard_match(self.text.as_bytes(), name.as_bytes(), true)
     }
 
     /// Whether every name this pattern matches is also matched by `other`.
@@ -194,7 +201,7 @@ impl PathGlob {
                         // A lone `*` stands for one segment, never an empty one.
                         if reachable.get(j).copied().unwrap_or(false)
                             && !(part.is_empty() && pattern == "*")
-                            && wildcard_match(pattern.as_bytes(), part.as_bytes())
+                            && wildcard_match(pattern.as_bytes(), part.as_bytes(), false)
                             && let Some(slot) = next.get_mut(j + 1)
                         {
                             *slot = true;
@@ -224,7 +231,12 @@ impl fmt::Display for PathGlob {
 }
 
 /// Classic `*` wildcard matching with one backtrack point: O(pattern × text) at worst.
-fn wildcard_match(pattern: &[u8], text: &[u8]) -> bool {
+fn wildcard_match(pattern: &[u8], text: &[u8], fold: bool) -> bool {
+    let same = |pc: Option<u8>, tc: Option<u8>| match (pc, tc) {
+        (Some(a), Some(b)) if fold => a.eq_ignore_ascii_case(&b),
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    };
     let (mut p, mut t) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
     while t < text.len() {
@@ -233,7 +245,7 @@ fn wildcard_match(pattern: &[u8], text: &[u8]) -> bool {
         if pc == Some(b'*') {
             star = Some((p, t));
             p += 1;
-        } else if pc.is_some() && pc == tc {
+        } else if same(pc, tc) {
             p += 1;
             t += 1;
         } else if let Some((sp, st)) = star {

@@ -654,3 +654,111 @@ fn limits_by_alias_keep_one_counter_per_alias() {
         "allow"
     );
 }
+
+/// Issue 22: deny and limit rules match tool names in any ASCII case (an MCP server may look
+/// tools up case-insensitively); allow rules stay byte-exact, so no spelling widens them.
+#[test]
+fn deny_and_limit_rules_match_tools_in_any_case_allow_rules_exactly() {
+    let p = compile(
+        "  - id: tools\n    effect: allow\n    match: { host: mcp.example.com, tool: ['*'] }\n  - id: docs\n    effect: allow\n    match: { host: docs.example.com, tool: [query-docs] }\n  - id: no-drop\n    effect: deny\n    match: { tool: ['drop*'] }\n",
+    );
+    let mcp = "https://mcp.example.com/mcp";
+    let docs = "https://docs.example.com/mcp";
+    for (url, tool, expected) in [
+        (mcp, "drop", "deny:[\"no-drop\"]:DenyRule"),
+        (mcp, "DROP", "deny:[\"no-drop\"]:DenyRule"),
+        (mcp, "Drop_Table", "deny:[\"no-drop\"]:DenyRule"),
+        (mcp, "dRoPx", "deny:[\"no-drop\"]:DenyRule"),
+        (mcp, "undrop", "allow:[\"tools\"]"),
+        (docs, "query-docs", "allow:[\"docs\"]"),
+        (docs, "Query-Docs", "deny:[]:NoAllowRule"),
+        (docs, "QUERY-DOCS", "deny:[]:NoAllowRule"),
+    ] {
+        assert_eq!(
+            verdict(&p, &req("POST", url).tool(tool)),
+            expected,
+            "{tool}"
+        );
+    }
+    // Limits: one counter per tool whatever its case, and legacy per-tool limits in any case.
+    let p = compile(
+        "  - id: tools\n    effect: allow\n    match: { host: mcp.example.com, tool: ['*'] }\n    limits: [{ max: 1, per: 1h, by: [tool] }]\ncall_limits:\n  'tool:search': 1\n",
+    );
+    let mut l = Limiter::new();
+    assert_eq!(
+        decide(&p, &mut l, &req("POST", mcp).tool("drop"), 0),
+        "allow"
+    );
+    assert_eq!(
+        decide(&p, &mut l, &req("POST", mcp).tool("DROP"), 1),
+        "limited:[\"tools\"]:3599"
+    );
+    let mut l = Limiter::new();
+    let search = |tool| req("POST", mcp).tool(tool);
+    // The rule's counter is per tool; the legacy one catches `SEARCH` after `search`.
+    assert_eq!(decide(&p, &mut l, &search("search"), 0), "allow");
+    assert!(decide(&p, &mut l, &search("SEARCH"), 1).starts_with("limited:"));
+}
+
+/// Issue 22: `denial_for_any_call` names the requests that are denied whatever their body holds
+/// (any tool, more aliases), so the broker can refuse them before reading the body, and only
+/// those.
+#[test]
+fn denial_for_any_call_only_when_no_body_could_be_allowed() {
+    let p = compile(
+        "  - id: endpoint\n    effect: allow\n    match: { host: mcp.example.com, method: [POST, GET], path: /mcp }\n  - id: docs\n    effect: allow\n    match: { host: mcp.example.com, method: POST, path: /tools, tool: [query-docs] }\n  - id: gh\n    effect: allow\n    match: { alias: github, host: api.github.com, method: POST }\n  - id: no-delete\n    effect: deny\n    match: { method: DELETE }\n  - id: no-drop\n    effect: deny\n    match: { tool: drop }\n",
+    );
+    let any_call = |r: &Req<'_>| {
+        r.with_request(|request| p.denial_for_any_call(request))
+            .map(|d| format!("{:?}:{:?}", d.rules, d.reason))
+    };
+    for (r, expected) in [
+        // Some body could be allowed: the body must be read.
+        (req("POST", "https://mcp.example.com/mcp"), None),
+        (req("POST", "https://mcp.example.com/tools"), None),
+        (
+            req("POST", "https://api.github.com/graphql").alias("github"),
+            None,
+        ),
+        // No allow rule for this target, whatever tool or alias the body adds.
+        (
+            req("POST", "https://mcp.example.com/other"),
+            Some("[]:NoAllowRule"),
+        ),
+        (
+            req("PUT", "https://mcp.example.com/mcp"),
+            Some("[]:NoAllowRule"),
+        ),
+        // A deny rule without `tool` denies every call.
+        (
+            req("DELETE", "https://mcp.example.com/mcp"),
+            Some("[\"no-delete\"]:DenyRule"),
+        ),
+        // An alias no allow rule lists (more aliases only narrow allow rules further).
+        (
+            req("POST", "https://mcp.example.com/mcp").alias("slack"),
+            Some("[]:NoAllowRule"),
+        ),
+        // A header alias with a site the rule does not allow.
+        (
+            req("POST", "https://api.github.com/graphql").alias_in("github", &[Site::Query]),
+            Some("[]:NoAllowRule"),
+        ),
+    ] {
+        assert_eq!(any_call(&r).as_deref(), expected, "{} {}", r.method, r.url);
+    }
+    // The tool of the request is ignored: `drop` is denied, but another tool might not be.
+    assert_eq!(
+        any_call(&req("POST", "https://mcp.example.com/tools").tool("drop")),
+        None
+    );
+    // Default allow: denied unread only when it could never allow (an alias, loopback).
+    let open = compile_with_default(
+        "allow",
+        "  - id: none\n    effect: deny\n    match: { host: nothing.example }\n",
+    );
+    let any_open = |r: &Req<'_>| r.with_request(|request| open.denial_for_any_call(request));
+    assert!(any_open(&req("POST", "https://example.com/")).is_none());
+    assert!(any_open(&req("POST", "https://example.com/").alias("github")).is_some());
+    assert!(any_open(&req("POST", "http://127.0.0.1/")).is_some());
+}

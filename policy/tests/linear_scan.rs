@@ -245,7 +245,7 @@ fn plain(compiled: &CompiledPolicy, request: &Request<'_>) -> Evaluation {
                 let values: Vec<String> = match by {
                     LimitKey::Agent => vec![request.agent.to_owned()],
                     LimitKey::Host => vec![request.target.host.as_text()],
-                    LimitKey::Tool => vec![request.tool.unwrap_or("").to_owned()],
+                    LimitKey::Tool => vec![request.tool.unwrap_or("").to_ascii_lowercase()],
                     LimitKey::Alias if request.aliases.len() <= 1 => vec![
                         request
                             .aliases
@@ -272,7 +272,9 @@ fn plain(compiled: &CompiledPolicy, request: &Request<'_>) -> Evaluation {
     for limit in &policy.call_limits {
         let applies = match &limit.key {
             CallLimitKey::Alias(a) => request.aliases.iter().any(|u| &u.alias == a),
-            CallLimitKey::Tool(t) => request.tool == Some(t.as_str()),
+            CallLimitKey::Tool(t) => request
+                .tool
+                .is_some_and(|tool| tool.eq_ignore_ascii_case(t)),
         };
         if applies {
             let name = format!("call_limits:{}", limit.key);

@@ -32,7 +32,7 @@ const METHODS: &[&str] = &["GET", "POST"];
 const PATH_GLOBS: &[&str] = &["/a/**", "/a/*", "/c"];
 const PATHS: &[&str] = &["/a", "/a/b", "/a/b/c", "/c"];
 const TOOL_GLOBS: &[&str] = &["q", "*"];
-const TOOLS: &[&str] = &["q", "del"];
+const TOOLS: &[&str] = &["q", "del", "Q"];
 
 #[derive(Clone, Debug)]
 struct GenRule {
@@ -260,8 +260,12 @@ fn reference_matches(r: &GenRule, q: &GenRequest) -> bool {
     };
     let method = any_or(&r.method, &|m| m == q.method);
     let path = any_or(&r.path, &|g| path_matches(g, q.path));
+    // Deny and limit rules match tool names in any ASCII case (issue 22).
     let tool = match (&r.tool, q.tool) {
-        (Some(globs), Some(t)) => globs.iter().any(|g| glob_matches(g, t)),
+        (Some(globs), Some(t)) if allow => globs.iter().any(|g| glob_matches(g, t)),
+        (Some(globs), Some(t)) => globs
+            .iter()
+            .any(|g| glob_matches(&g.to_ascii_lowercase(), &t.to_ascii_lowercase())),
         (Some(_), None) => false,
         (None, Some(_)) => !allow,
         (None, None) => true,
@@ -305,6 +309,14 @@ fn real(default: &str, rules: &[GenRule], q: &GenRequest) -> (String, CompiledPo
 }
 
 fn real_with(compiled: &CompiledPolicy, q: &GenRequest) -> String {
+    with_request(q, |request| match compiled.evaluate(request) {
+        Evaluation::Allow(g) => format!("allow:{:?}", g.rules),
+        Evaluation::Deny(d) => format!("deny:{:?}", d.rules),
+    })
+}
+
+/// Runs `f` on the evaluator's view of `q`.
+fn with_request<T>(q: &GenRequest, f: impl FnOnce(&Request<'_>) -> T) -> T {
     let authority = if q.port == if q.scheme == "http" { 80 } else { 443 } {
         q.host.to_owned()
     } else {
@@ -326,10 +338,7 @@ fn real_with(compiled: &CompiledPolicy, q: &GenRequest) -> String {
         aliases: &aliases,
         tool: q.tool,
     };
-    match compiled.evaluate(&request) {
-        Evaluation::Allow(g) => format!("allow:{:?}", g.rules),
-        Evaluation::Deny(d) => format!("deny:{:?}", d.rules),
-    }
+    f(&request)
 }
 
 fn kind_and_ids(verdict: &str) -> (String, Vec<String>) {
@@ -413,5 +422,40 @@ proptest! {
                 }
             }
         }
+    }
+
+    /// A request `denial_for_any_call` refuses unread is denied whatever its body adds: any tool
+    /// or none, more aliases, more sites (issue 22: the broker then never reads the body).
+    #[test]
+    fn a_denial_for_any_call_holds_for_every_body(
+        default in prop_oneof![Just("deny"), Just("allow")],
+        rules in proptest::collection::vec(rule(), 0..8),
+        q in request(),
+    ) {
+        let (_, compiled) = real(default, &rules, &q);
+        let Some(denial) = with_request(&q, |request| compiled.denial_for_any_call(request)) else {
+            return Ok(());
+        };
+        let mut bodies = Vec::new();
+        for tool in [None, Some("q"), Some("del"), Some("Q"), Some("other")] {
+            bodies.push(GenRequest { tool, ..q.clone() });
+            for alias in ALIASES {
+                let mut more = q.clone();
+                more.tool = tool;
+                match more.aliases.iter_mut().find(|(a, _)| a == alias) {
+                    Some((_, sites)) => sites.push("body"),
+                    None => more.aliases.push((alias, vec!["body"])),
+                }
+                bodies.push(more);
+            }
+        }
+        for body in &bodies {
+            let got = real_with(&compiled, body);
+            prop_assert!(got.starts_with("deny"), "{:?} refused unread, but {:?} is {}", denial, body, got);
+        }
+        // Without a tool, the denial is exactly the evaluation's.
+        let plain = GenRequest { tool: None, ..q.clone() };
+        let evaluated = with_request(&plain, |request| compiled.evaluate(request));
+        prop_assert_eq!(evaluated, Evaluation::Deny(denial));
     }
 }

@@ -11,3 +11,4 @@ mod proxy_connections;
 mod proxy_mcp;
 mod proxy_outcomes;
 mod proxy_reload;
+mod request_body;

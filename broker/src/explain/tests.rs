@@ -925,6 +925,13 @@ fn replay_refuses_a_log_that_is_not_a_regular_file() {
 /// allowed request ends as 502 `upstream_failed`) and checks that explain gives the same answer.
 /// A broker's state for router tests: the policy and aliases above (the local rule on `port`),
 /// a capability for `mino`, an audit log in `dir`. Returns the state and the token.
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    encoder.write_all(bytes).unwrap();
+    encoder.finish().unwrap()
+}
+
 fn router_state(dir: &std::path::Path) -> (crate::proxy::AppState, String, u16) {
     let audit = AuditLog::open(&dir.join("audit.log"), AuditConfig::default()).unwrap();
     router_state_with(dir, audit)
@@ -1124,6 +1131,102 @@ async fn explain_answers_as_the_proxy_router_does() {
             "https://mcp.example.com/mcp".to_owned(),
             vec![JSON],
             br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"drop"}}"#.to_vec(),
+        ),
+        // Issue 22: bodies Mint cannot examine whole.
+        (
+            "POST",
+            format!("{local}/x"),
+            vec![JSON, ("content-encoding", "gzip")],
+            gzip(&[&b" ".repeat((10 << 20) + 1)[..], call.as_bytes()].concat()),
+        ),
+        (
+            "POST",
+            format!("{local}/x"),
+            vec![JSON, ("content-encoding", "gzip")],
+            gzip(call.as_bytes()),
+        ),
+        (
+            "POST",
+            format!("{local}/x"),
+            vec![JSON, ("content-encoding", "br")],
+            call.as_bytes().to_vec(),
+        ),
+        (
+            "POST",
+            format!("{local}/x"),
+            vec![JSON, ("content-encoding", "identity, gzip")],
+            gzip(call.as_bytes()),
+        ),
+        (
+            "POST",
+            format!("{local}/x"),
+            vec![JSON, ("transfer-encoding", "gzip, chunked")],
+            call.as_bytes().to_vec(),
+        ),
+        // Issue 22: override spellings PHP reads.
+        (
+            "POST",
+            format!("{local}/x"),
+            vec![("content-type", "application/x-www-form-urlencoded")],
+            b".method=DELETE".to_vec(),
+        ),
+        (
+            "POST",
+            format!("{local}/x"),
+            vec![],
+            b"+_method=DELETE".to_vec(),
+        ),
+        (
+            "POST",
+            format!("{local}/x?%20_method=DELETE"),
+            vec![],
+            vec![],
+        ),
+        (
+            "POST",
+            format!("{local}/x"),
+            vec![("x_http_method_override", "DELETE")],
+            vec![],
+        ),
+        (
+            "POST",
+            format!("{local}/x"),
+            vec![JSON],
+            br#"{"_m\u0065thod":"PUT"}"#.to_vec(),
+        ),
+        // Issue 22: denied whatever the body holds, refused before it is read (and its
+        // placeholders checked first, as without a body).
+        (
+            "PUT",
+            format!("{local}/x"),
+            vec![JSON],
+            call.as_bytes().to_vec(),
+        ),
+        (
+            "PUT",
+            format!("{local}/x"),
+            vec![JSON, ("content-encoding", "br")],
+            b"x".to_vec(),
+        ),
+        (
+            "PUT",
+            format!("{local}/x"),
+            vec![JSON, ("x-k", "{{mint:nope}}")],
+            b"{}".to_vec(),
+        ),
+        (
+            "POST",
+            "https://api.github.com/nowhere".to_owned(),
+            vec![JSON, AUTH],
+            b"{\"a\":\"{{mint:github}}\"}".to_vec(),
+        ),
+        // Issue 22: tool names in another case are not the allowed tool.
+        (
+            "POST",
+            "https://mcp.example.com/mcp".to_owned(),
+            vec![JSON],
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"Query-Docs"}}"#
+                .to_vec(),
         ),
     ];
     for (method, url, headers, body) in cases {

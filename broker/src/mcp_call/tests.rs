@@ -890,11 +890,14 @@ fn gzip_bodies_are_examined_decoded() {
         gz(CALL.as_bytes(), "X-GZIP"),
         &Expect::Names(&["query-docs"]),
     );
-    check(
-        "gzip with identity",
-        gz(CALL.as_bytes(), "identity, gzip"),
-        &Expect::Names(&["query-docs"]),
-    );
+    // A list of codings is refused, even with `identity` in it (issue 22).
+    for list in ["identity, gzip", "gzip, identity", "identity, identity"] {
+        check(
+            list,
+            gz(CALL.as_bytes(), list),
+            &Expect::Err("unsupported_content_encoding"),
+        );
+    }
     check("gzip text", gz(b"just text", "gzip"), &Expect::None);
     check(
         "gzip malformed json",
@@ -945,10 +948,28 @@ fn gzip_bombs_stop_at_the_decoded_limit() {
             limit: MAX_DECODED_BODY_BYTES,
         })
     );
+    // Whatever the decoded bytes start with: what lies past the limit was never seen (issue
+    // 22: 10 MiB + 1 byte of spaces, then a call).
     let text = vec![b'a'; MAX_DECODED_BODY_BYTES + 10];
+    let mut hidden = vec![b' '; MAX_DECODED_BODY_BYTES + 1];
+    hidden.extend_from_slice(CALL.as_bytes());
+    for body in [text, hidden] {
+        assert_eq!(
+            tool_calls(&Method::POST, &map, &gzip(&body)),
+            Err(McpCallError::DecodedBodyTooLarge {
+                limit: MAX_DECODED_BODY_BYTES,
+            })
+        );
+    }
+    // Exactly at the limit is examined whole.
+    let mut at_limit = vec![b' '; MAX_DECODED_BODY_BYTES - CALL.len()];
+    at_limit.extend_from_slice(CALL.as_bytes());
     assert_eq!(
-        tool_calls(&Method::POST, &map, &gzip(&text)),
-        Ok(ToolCalls::None)
+        tool_calls(&Method::POST, &map, &gzip(&at_limit)),
+        Err(McpCallError::BodyTooLarge {
+            len: MAX_DECODED_BODY_BYTES,
+            limit: MAX_MCP_MESSAGE_BYTES,
+        })
     );
 }
 
@@ -976,7 +997,27 @@ fn other_content_codings_are_refused() {
         tool_calls(&Method::POST, &map, b"x"),
         Err(McpCallError::UnsupportedContentEncoding)
     );
-    for coding in ["identity", "IDENTITY", "", " , identity"] {
+    for coding in [
+        "identity",
+        "IDENTITY",
+        "",
+        " , identity",
+        "gzip",
+        "identity, gzip",
+    ] {
+        if coding.contains("gzip") {
+            // Two codings in one header, and the same in two headers, are a list.
+            let map = headers(&[
+                ("content-encoding", "identity"),
+                ("content-encoding", coding),
+            ]);
+            assert_eq!(
+                tool_calls(&Method::POST, &map, b"x"),
+                Err(McpCallError::UnsupportedContentEncoding),
+                "{coding}"
+            );
+            continue;
+        }
         let map = headers(&[("content-encoding", coding)]);
         check(
             coding,
@@ -1091,7 +1132,10 @@ fn codes_are_stable() {
         ),
         (McpCallError::NotUtf8, "invalid_request"),
         (McpCallError::UnsupportedCharset, "invalid_request"),
-        (McpCallError::UnsupportedContentEncoding, "invalid_request"),
+        (
+            McpCallError::UnsupportedContentEncoding,
+            "unsupported_content_encoding",
+        ),
         (McpCallError::UndecodableBody, "invalid_request"),
         (
             McpCallError::BodyTooLarge { len: 2, limit: 1 },
@@ -1440,5 +1484,93 @@ proptest! {
         let map = if gzipped { headers(&[("content-encoding", "gzip")]) } else { HeaderMap::new() };
         let body = if gzipped { gzip(&body) } else { body };
         let _ = tool_calls(&Method::POST, &map, &body);
+    }
+}
+
+/// Issue 22: duplicate member names are found in objects of any size, with escapes compared
+/// unescaped, at the second occurrence that comes first, while the names are never copied: a
+/// large object's names are checked when it closes.
+#[test]
+fn duplicates_are_found_in_large_objects_without_copying_names() {
+    let members = |n: usize| -> Vec<String> { (0..n).map(|i| format!("\"k{i}\":0")).collect() };
+    for n in [2, 15, 16, 17, 40, 5000] {
+        let mut list = members(n);
+        let fine = format!("{{{}}}", list.join(","));
+        assert_eq!(post(&fine), Ok(ToolCalls::None), "{n} distinct");
+        // The last name repeats the first, spelled with an escape.
+        list.push("\"\\u006b0\":1".to_owned());
+        let body = format!("{{{}}}", list.join(","));
+        let offset = body.rfind("\"\\u006b0\"").unwrap();
+        assert_eq!(
+            post(&body),
+            Err(McpCallError::DuplicateKey { offset }),
+            "{n} members and a repeat"
+        );
+    }
+    // Two repeats: the one that comes first in the body is reported, as for a small object.
+    let mut list = members(30);
+    list.push("\"k20\":1".to_owned());
+    list.push("\"k3\":1".to_owned());
+    let body = format!("{{{}}}", list.join(","));
+    let first_repeat = body.rfind("\"k20\"").unwrap();
+    assert_eq!(
+        post(&body),
+        Err(McpCallError::DuplicateKey {
+            offset: first_repeat
+        })
+    );
+    // A message with many members still names its call, and one of its names repeated is
+    // refused whatever member it is.
+    let mut list = members(100);
+    list.push(r#""method":"tools/call","params":{"name":"query-docs"}"#.to_owned());
+    let body = format!("{{{}}}", list.join(","));
+    check(
+        "large message",
+        post(&body),
+        &Expect::Names(&["query-docs"]),
+    );
+    list.push("\"k99\":1".to_owned());
+    let body = format!("{{{}}}", list.join(","));
+    check(
+        "large message repeat",
+        post(&body),
+        &Expect::Err("duplicate_key"),
+    );
+    // Names that differ only after an escape, or by a surrogate pair, are different.
+    let mut list = members(20);
+    list.push(r#""\ud83d\ude00":1"#.to_owned());
+    list.push(r#""😀x":1"#.to_owned());
+    list.push(r#""\"":1"#.to_owned());
+    list.push(r#""\\":1"#.to_owned());
+    let body = format!("{{{}}}", list.join(","));
+    assert_eq!(post(&body), Ok(ToolCalls::None));
+    list.push(r#""\ud83d\ude00x":1"#.to_owned());
+    let body = format!("{{{}}}", list.join(","));
+    check(
+        "surrogate repeat",
+        post(&body),
+        &Expect::Err("duplicate_key"),
+    );
+}
+
+/// Issue 22: the lazy unescaping that compares names agrees with the decoding the parser uses.
+#[test]
+fn name_chars_unescape_as_decode_does() {
+    for raw in [
+        r#""plain""#,
+        r#""a\"b\\c\/d\b\f\n\r\t""#,
+        r#""\u0041\u00e9\u4e2d""#,
+        r#""\ud834\udd1e tail""#,
+        r#""mixed é 中 😀""#,
+        r#""""#,
+    ] {
+        let parser = Parser::new(raw.as_bytes()).unwrap();
+        let mut tokenizer = Parser::new(raw.as_bytes()).unwrap();
+        let token = tokenizer.string().unwrap();
+        let decoded = tokenizer.decode(token).unwrap();
+        let lazy: String = parser.name_chars(0).collect();
+        assert_eq!(lazy, decoded, "{raw}");
+        let expected: String = serde_json::from_str(raw).unwrap();
+        assert_eq!(lazy, expected, "{raw}");
     }
 }

@@ -97,6 +97,18 @@ pub enum ProxyError {
         /// The limit.
         limit: u64,
     },
+    /// A gzip request body that inflates past the limit: Mint cannot examine it whole.
+    #[error("the gzip request body inflates past {limit} bytes; Mint examines bodies whole")]
+    DecodedBodyTooLarge {
+        /// The limit.
+        limit: u64,
+    },
+    /// A request body in a content coding Mint does not decode (or a list of codings): Mint
+    /// cannot examine it.
+    #[error(
+        "unsupported `Content-Encoding` on the request body: send one `gzip` or none, so that Mint can examine the body"
+    )]
+    UnsupportedContentEncoding,
     /// The decision record could not be written: nothing is forwarded unrecorded.
     #[error("the audit log is unavailable; the request was not forwarded")]
     AuditUnavailable,
@@ -173,7 +185,10 @@ impl ProxyError {
             ProxyError::ConnectUnsupported | ProxyError::MethodNotAllowed => {
                 StatusCode::METHOD_NOT_ALLOWED
             }
-            ProxyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::BodyTooLarge { .. } | ProxyError::DecodedBodyTooLarge { .. } => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
+            ProxyError::UnsupportedContentEncoding => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ProxyError::Limited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ProxyError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ProxyError::UpstreamFailed(_) | ProxyError::UpstreamUnknown(_) => {
@@ -198,7 +213,10 @@ impl ProxyError {
             ProxyError::Limited { .. } => "limited",
             ProxyError::AddressRefused(_) => "address_refused",
             ProxyError::ConnectUnsupported => "connect_unsupported",
-            ProxyError::BodyTooLarge { .. } => "body_too_large",
+            ProxyError::BodyTooLarge { .. } | ProxyError::DecodedBodyTooLarge { .. } => {
+                "body_too_large"
+            }
+            ProxyError::UnsupportedContentEncoding => "unsupported_content_encoding",
             ProxyError::AuditUnavailable => "audit_unavailable",
             ProxyError::UpstreamFailed(_) => "upstream_failed",
             ProxyError::UpstreamUnknown(_) => "upstream_unknown",
@@ -217,6 +235,8 @@ impl ProxyError {
             | ProxyError::UnknownAlias { .. }
             | ProxyError::ConnectUnsupported
             | ProxyError::BodyTooLarge { .. }
+            | ProxyError::DecodedBodyTooLarge { .. }
+            | ProxyError::UnsupportedContentEncoding
             | ProxyError::NotFound
             | ProxyError::MethodNotAllowed => Outcome::Invalid,
             ProxyError::CapabilityInvalid { .. }
@@ -248,6 +268,8 @@ impl ProxyError {
             | ProxyError::AddressRefused(_)
             | ProxyError::ConnectUnsupported
             | ProxyError::BodyTooLarge { .. }
+            | ProxyError::DecodedBodyTooLarge { .. }
+            | ProxyError::UnsupportedContentEncoding
             | ProxyError::NotFound
             | ProxyError::MethodNotAllowed => Fault::Client,
             ProxyError::UpstreamFailed(_)
@@ -276,6 +298,7 @@ impl ProxyError {
                 DenyReason::DefaultAllowUsesAlias => "default_allow_uses_alias",
                 DenyReason::DefaultAllowLoopback => "default_allow_loopback",
             },
+            ProxyError::DecodedBodyTooLarge { .. } => "decoded_body_too_large",
             other => other.code(),
         }
     }
@@ -309,6 +332,13 @@ impl ProxyError {
             headers.insert(
                 http::header::RETRY_AFTER,
                 HeaderValue::from(retry_after_secs(*retry_after)),
+            );
+        }
+        if let ProxyError::UnsupportedContentEncoding = self {
+            // RFC 9110 section 15.5.16: name the codings that would be accepted.
+            headers.insert(
+                http::header::ACCEPT_ENCODING,
+                HeaderValue::from_static("gzip"),
             );
         }
         response

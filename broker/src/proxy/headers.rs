@@ -45,7 +45,8 @@ pub(crate) fn check_method(method: &Method) -> Result<(), Invalid> {
     Ok(())
 }
 
-/// Refuses ambiguous framing, upgrades and method overrides that differ from the method.
+/// Refuses ambiguous framing, transfer codings other than `chunked`, upgrades and method
+/// overrides that differ from the method.
 pub(crate) fn check_request(method: &Method, headers: &HeaderMap) -> Result<(), Invalid> {
     let lengths = headers.get_all(header::CONTENT_LENGTH).iter().count();
     if lengths > 1 {
@@ -63,6 +64,19 @@ pub(crate) fn check_request(method: &Method, headers: &HeaderMap) -> Result<(), 
             "Content-Length must be one decimal number",
         ));
     }
+    // A transfer coding besides `chunked` (`gzip, chunked`) is one Mint does not undo, so the
+    // body it examined would not be the one a receiver decodes.
+    let codings = headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|value| value.as_bytes().split(|&b| b == b','))
+        .map(<[u8]>::trim_ascii)
+        .filter(|coding| !coding.is_empty());
+    for coding in codings {
+        if !coding.eq_ignore_ascii_case(b"chunked") {
+            return Err(Invalid::Framing("a transfer coding other than `chunked`"));
+        }
+    }
     if headers.get_all(header::HOST).iter().count() > 1 {
         return Err(Invalid::Framing("several Host headers"));
     }
@@ -71,24 +85,46 @@ pub(crate) fn check_request(method: &Method, headers: &HeaderMap) -> Result<(), 
             "protocol upgrades (WebSocket, h2c) are not supported through Mint",
         ));
     }
-    for name in METHOD_OVERRIDES {
-        for value in headers.get_all(name) {
-            if value.as_bytes() != method.as_str().as_bytes() {
-                return Err(Invalid::Method(
-                    "a method-override header must repeat the request's own method",
-                ));
-            }
+    for (name, value) in headers {
+        if is_override_header(name.as_str()) && value.as_bytes() != method.as_str().as_bytes() {
+            return Err(Invalid::Method(
+                "a method-override header must repeat the request's own method",
+            ));
         }
     }
     Ok(())
 }
 
+/// Whether a header name is a method-override header as some receiver reads it: `-` and `_`
+/// are the same (CGI and PHP turn both into `_` of one server variable, and PHP's built-in
+/// server keeps underscore headers), in any case (`HeaderName` is lowercase already).
+fn is_override_header(name: &str) -> bool {
+    METHOD_OVERRIDES.iter().any(|known| {
+        name.len() == known.len()
+            && name
+                .bytes()
+                .zip(known.bytes())
+                .all(|(a, b)| a == b || (a == b'_' && b == b'-'))
+    })
+}
+
 /// Refuses a `_method` override parameter that names another method than the request's: Rails,
 /// Laravel and Symfony read it from the query, a form body, a multipart body or a JSON body, so a
 /// `POST` carrying `_method=DELETE` would otherwise slip past a rule on `DELETE`. Parameter names
-/// are percent-decoded (`+` as space) the way those frameworks decode them; a multipart part
-/// named `_method` or a JSON body with a top-level `_method` member is refused unless it repeats
-/// the method.
+/// are read the way such receivers register them ([`reads_as_method_param`]: percent-decoded,
+/// leading spaces dropped, ` ` and `.` as `_`, cut at `[` and NUL, any case), so `.method`,
+/// `+_method`, `%5Fmethod` and `_method[]` all count. Where it looks, in `body` (the body as a
+/// receiver decodes it, after its content coding):
+///
+/// - the query, always;
+/// - a form body: `application/x-www-form-urlencoded`, or no `Content-Type` at all (Rack reads a
+///   `POST` without one as a form);
+/// - a `multipart/*` body: any part named so, whatever its value (RFC 2231 `name*=` included);
+/// - a body whose first character is `{` (after whitespace and a byte order mark), whatever its
+///   `Content-Type`: a top-level member so named whose value is not a string that repeats the
+///   method. Nested members are not parameters to any of these frameworks.
+///
+/// The scan borrows from `body`: no document is built, memory stays a few bytes besides the body.
 pub(crate) fn check_override_params(
     method: &Method,
     query: Option<&str>,
@@ -104,25 +140,23 @@ pub(crate) fn check_override_params(
     if query.is_some_and(|q| form_overrides(q.as_bytes(), own)) {
         return refused();
     }
-    let media = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(|v| v.trim_start().to_ascii_lowercase())
-        .unwrap_or_default();
-    let overridden = if media.starts_with("application/x-www-form-urlencoded") {
-        form_overrides(body, own)
-    } else if media.starts_with("multipart/form-data") {
-        // Any part named `_method` (its value is not parsed out of the multipart body).
-        multipart_names_method(body)
-    } else if crate::placeholder::body_is_json(headers)
-        && (memchr::memmem::find(body, b"method").is_some()
-            || memchr::memmem::find(body, b"\\u").is_some())
-    {
-        // Only a body that can spell `_method` (plainly or with escapes) is parsed.
-        json_overrides(body, own)
-    } else {
-        false
+    if body.is_empty() {
+        return Ok(());
+    }
+    let types = headers.get_all(header::CONTENT_TYPE);
+    let media = |prefix: &str| {
+        types.iter().any(|value| {
+            value
+                .as_bytes()
+                .trim_ascii_start()
+                .get(..prefix.len())
+                .is_some_and(|start| start.eq_ignore_ascii_case(prefix.as_bytes()))
+        })
     };
+    let form = types.iter().next().is_none() || media("application/x-www-form-urlencoded");
+    let overridden = (form && form_overrides(body, own))
+        || (media("multipart/") && multipart_names_method(body))
+        || json_overrides(body, own);
     if overridden { refused() } else { Ok(()) }
 }
 
@@ -136,9 +170,29 @@ fn form_overrides(pairs: &[u8], own: &[u8]) -> bool {
             ),
             None => (pair, &b""[..]),
         };
-        form_decode(key).eq_ignore_ascii_case(b"_method")
-            && !form_decode(value).eq_ignore_ascii_case(own)
+        reads_as_method_param(&form_decode(key)) && !form_decode(value).eq_ignore_ascii_case(own)
     })
+}
+
+/// Whether a parameter name (already percent-decoded) is `_method` to a receiver that registers
+/// names as PHP does: cut at the first NUL (names are C strings), leading spaces dropped, cut at
+/// the first `[` (`_method[]` and `_method[x]` are arrays named `_method`; an unclosed `[`
+/// becomes `_`, which the cut reads more broadly), ` ` and `.` as `_`; and compared in any case
+/// (more than PHP, which compares exactly: refusing `_METHOD` too costs nothing).
+pub(crate) fn reads_as_method_param(name: &[u8]) -> bool {
+    let name = name.split(|&b| b == 0).next().unwrap_or_default();
+    let start = name.iter().position(|&b| b != b' ').unwrap_or(name.len());
+    let name = name.get(start..).unwrap_or_default();
+    let base = name.split(|&b| b == b'[').next().unwrap_or_default();
+    const TARGET: &[u8] = b"_method";
+    base.len() == TARGET.len()
+        && base.iter().zip(TARGET).all(|(&b, &t)| {
+            let b = match b {
+                b' ' | b'.' => b'_',
+                other => other.to_ascii_lowercase(),
+            };
+            b == t
+        })
 }
 
 /// Percent-decodes a form component, `+` as space; a malformed escape stays as written.
@@ -164,33 +218,240 @@ fn form_decode(text: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Whether a multipart body has a part named `_method` (quoted or not, any case), or a part
-/// name in the RFC 2231 extended form (`name*=`), which could spell it in another way.
+/// Whether a multipart body has a part whose name reads as `_method` ([`reads_as_method_param`],
+/// also percent-decoded), or a name in the RFC 2231 extended form (`name*=`), which could spell
+/// it in another way. Every `name` followed by `=` counts, wherever it sits (`filename=` too):
+/// a receiver's parser may read the part headers differently, so over-matching is the safe side.
 fn multipart_names_method(body: &[u8]) -> bool {
-    static NEEDLES: std::sync::LazyLock<Option<aho_corasick::AhoCorasick>> =
-        std::sync::LazyLock::new(|| {
-            aho_corasick::AhoCorasick::builder()
-                .ascii_case_insensitive(true)
-                .build(["name=\"_method\"", "name=_method", "name*="])
-                .ok()
-        });
-    // Without the automaton (it cannot fail to build for three short needles), refuse.
-    NEEDLES
-        .as_ref()
-        .is_none_or(|needles| needles.is_match(body))
+    let mut from = 0;
+    while let Some(found) = body.get(from..).and_then(|rest| {
+        rest.windows(4)
+            .position(|w| w.eq_ignore_ascii_case(b"name"))
+    }) {
+        let mut pos = from + found + 4;
+        from = pos;
+        let skip = |mut pos: usize| {
+            while matches!(body.get(pos), Some(b' ' | b'\t')) {
+                pos += 1;
+            }
+            pos
+        };
+        pos = skip(pos);
+        match body.get(pos) {
+            Some(b'*') => return true,
+            Some(b'=') => pos = skip(pos + 1),
+            _ => continue,
+        }
+        let value = if body.get(pos) == Some(&b'"') {
+            // A quoted string, `\` escaping the next byte, ending at the quote or the line.
+            let mut name = Vec::new();
+            let mut at = pos + 1;
+            while let Some(&b) = body.get(at) {
+                match b {
+                    b'"' | b'\r' | b'\n' => break,
+                    b'\\' => {
+                        if let Some(&next) = body.get(at + 1) {
+                            name.push(next);
+                        }
+                        at += 2;
+                        continue;
+                    }
+                    other => name.push(other),
+                }
+                at += 1;
+                if name.len() > MAX_PART_NAME {
+                    break;
+                }
+            }
+            name
+        } else {
+            body.get(pos..)
+                .unwrap_or_default()
+                .iter()
+                .take_while(|&&b| !matches!(b, b';' | b'\r' | b'\n' | b' ' | b'\t'))
+                .take(MAX_PART_NAME)
+                .copied()
+                .collect()
+        };
+        if reads_as_method_param(&value) || reads_as_method_param(&form_decode(&value)) {
+            return true;
+        }
+    }
+    false
 }
 
-/// Whether a JSON body is an object with a top-level `_method` member that is not `own`.
+/// How much of a multipart part name is read: enough for `_method` after any run of leading
+/// spaces a real client would send, and never a copy proportional to the body.
+const MAX_PART_NAME: usize = 4096;
+
+/// Whether a body holds a JSON object, at the top level, with a member whose name reads as
+/// `_method` ([`reads_as_method_param`]) and whose value is not a string equal to `own` (any
+/// case). Every JSON text of the body is read (JSON Lines, or a stream a decoder reads the first
+/// value of), after one byte order mark. Borrowed and streaming: serde_json's deserializer with
+/// every other value ignored ([`serde::de::IgnoredAny`]), so nothing proportional to the body is
+/// built (member names with escapes are unescaped one at a time). A body that is not JSON from
+/// its first character holds no such member.
 fn json_overrides(body: &[u8], own: &[u8]) -> bool {
-    let Ok(serde_json::Value::Object(members)) = serde_json::from_slice(body) else {
+    use serde::de::DeserializeSeed as _;
+    let body = body.strip_prefix("\u{feff}".as_bytes()).unwrap_or(body);
+    if body.trim_ascii_start().first() != Some(&b'{') {
         return false;
-    };
-    members.iter().any(|(key, value)| {
-        key == "_method"
-            && value
-                .as_str()
-                .is_none_or(|text| !text.as_bytes().eq_ignore_ascii_case(own))
-    })
+    }
+    let mut texts = serde_json::Deserializer::from_slice(body);
+    loop {
+        match (TopLevelOverride { own }).deserialize(&mut texts) {
+            Ok(true) => return true,
+            Ok(false) => {}
+            // Not JSON (any more): no receiver reads a member from it.
+            Err(_) => return false,
+        }
+        if texts.end().is_ok() {
+            return false;
+        }
+    }
+}
+
+/// Reads one JSON text: `true` when it is an object with an overriding `_method` member.
+struct TopLevelOverride<'o> {
+    own: &'o [u8],
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for TopLevelOverride<'_> {
+    type Value = bool;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for TopLevelOverride<'_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+        let mut overridden = false;
+        while let Some(is_method) = map.next_key_seed(MethodKey)? {
+            if is_method {
+                overridden |= map.next_value_seed(OverrideValue { own: self.own })?;
+            } else {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok(overridden)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(false)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_unit<E>(self) -> Result<bool, E> {
+        Ok(false)
+    }
+}
+
+/// A member name: `true` when it reads as `_method`. Borrowed unless it holds escapes.
+struct MethodKey;
+
+impl<'de> serde::de::DeserializeSeed<'de> for MethodKey {
+    type Value = bool;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl serde::de::Visitor<'_> for MethodKey {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a member name")
+    }
+
+    fn visit_str<E>(self, name: &str) -> Result<bool, E> {
+        Ok(reads_as_method_param(name.as_bytes()))
+    }
+}
+
+/// The value of a `_method` member: `true` unless it is a string equal to the method.
+struct OverrideValue<'o> {
+    own: &'o [u8],
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for OverrideValue<'_> {
+    type Value = bool;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for OverrideValue<'_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a method")
+    }
+
+    fn visit_str<E>(self, value: &str) -> Result<bool, E> {
+        Ok(!value.as_bytes().eq_ignore_ascii_case(self.own))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+        while map
+            .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+            .is_some()
+        {}
+        Ok(true)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(true)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<bool, E> {
+        Ok(true)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<bool, E> {
+        Ok(true)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<bool, E> {
+        Ok(true)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<bool, E> {
+        Ok(true)
+    }
+
+    fn visit_unit<E>(self) -> Result<bool, E> {
+        Ok(true)
+    }
 }
 
 /// What the connection saw in the raw bytes of a request head before hyper parsed it: hyper
@@ -363,7 +624,171 @@ mod tests {
         assert!(check_override_params(&post, Some("_method=post"), &none, b"").is_ok());
         assert!(check_override_params(&post, Some("my_method=DELETE"), &none, b"").is_ok());
         // A JSON body is not a form: its text is not read as parameters.
-        assert!(check_override_params(&post, None, &none, b"_method=DELETE").is_ok());
+        assert!(check_override_params(&post, None, &json, b"_method=DELETE").is_ok());
+        // No Content-Type: Rack reads a POST body as a form.
+        assert!(check_override_params(&post, None, &none, b"_method=DELETE").is_err());
+    }
+
+    /// Issue 22: names as PHP registers them (`.` and ` ` as `_`, leading spaces dropped, cut at
+    /// `[` and NUL), any case, after percent-decoding.
+    #[test]
+    fn method_parameter_names_read_as_php_registers_them() {
+        for (name, reads) in [
+            ("_method", true),
+            ("_METHOD", true),
+            ("_Method", true),
+            (".method", true),
+            (" _method", true),
+            ("   .method", true),
+            (" method", false),
+            ("_method[]", true),
+            ("_method[x]", true),
+            ("_method[", true),
+            (".method[0]", true),
+            ("_method\0junk", true),
+            ("_method_", false),
+            ("_method ", false),
+            ("__method", false),
+            ("method", false),
+            ("x_method", false),
+            ("_metho", false),
+            ("", false),
+            ("[_method]", false),
+        ] {
+            assert_eq!(reads_as_method_param(name.as_bytes()), reads, "{name:?}");
+        }
+        let post = Method::POST;
+        let none = HeaderMap::new();
+        let form = headers(&[(
+            "content-type",
+            "application/x-www-form-urlencoded; charset=utf-8",
+        )]);
+        for pairs in [
+            ".method=DELETE",
+            "+_method=DELETE",
+            "%20_method=DELETE",
+            "%2Emethod=DELETE",
+            "_method%5B%5D=DELETE",
+            "_method[]=DELETE",
+            "_method%00x=DELETE",
+            "a=1&+.method=PUT",
+        ] {
+            assert!(
+                check_override_params(&post, Some(pairs), &none, b"").is_err(),
+                "query {pairs}"
+            );
+            assert!(
+                check_override_params(&post, None, &form, pairs.as_bytes()).is_err(),
+                "form {pairs}"
+            );
+        }
+        assert!(
+            check_override_params(&post, Some(".method=POST&+_method=post"), &none, b"").is_ok()
+        );
+        assert!(check_override_params(&post, None, &form, b"a.method=DELETE").is_ok());
+    }
+
+    #[test]
+    fn multipart_part_names_are_read_like_parameter_names() {
+        let post = Method::POST;
+        for content_type in [
+            "multipart/form-data; boundary=x",
+            "Multipart/Mixed; boundary=x",
+        ] {
+            let multipart = headers(&[("content-type", content_type)]);
+            for disposition in [
+                "form-data; name=\"_method\"",
+                "form-data; name=\".method\"",
+                "form-data; name=\" _method\"",
+                "form-data; name=\"_method[]\"",
+                "form-data; name=\"_METHOD\"",
+                "form-data; name=_method",
+                "form-data; name = \"_method\"",
+                "form-data; NAME=.method",
+                "form-data; name=\"\\_method\"",
+                "form-data; name*=utf-8''%5Fmethod",
+            ] {
+                let body =
+                    format!("--x\r\nContent-Disposition: {disposition}\r\n\r\nDELETE\r\n--x--\r\n");
+                assert!(
+                    check_override_params(&post, None, &multipart, body.as_bytes()).is_err(),
+                    "{content_type}: {disposition}"
+                );
+            }
+            let body = b"--x\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.txt\"\r\n\r\n_method=DELETE\r\n--x--\r\n";
+            assert!(check_override_params(&post, None, &multipart, body).is_ok());
+        }
+    }
+
+    #[test]
+    fn json_bodies_are_scanned_at_the_top_level_only() {
+        let post = Method::POST;
+        for (content_type, body, refused) in [
+            ("application/json", r#"{"_method":"DELETE"}"#, true),
+            ("application/json", r#"{"a":1,"_method":"DELETE"}"#, true),
+            ("application/json", r#"{"\u005fmethod":"DELETE"}"#, true),
+            ("application/json", r#"{"_m\u0065thod":"DELETE"}"#, true),
+            ("application/json", r#"{".method":"DELETE"}"#, true),
+            ("application/json", r#"{"_METHOD":"DELETE"}"#, true),
+            ("application/json", r#"{"_method":["DELETE"]}"#, true),
+            ("application/json", r#"{"_method":null}"#, true),
+            (
+                "application/json",
+                r#"{"_method":"POST","_method":"DELETE"}"#,
+                true,
+            ),
+            (
+                "application/json",
+                "\u{feff} {\"_method\":\"DELETE\"}",
+                true,
+            ),
+            ("text/plain", r#"{"_method":"DELETE"}"#, true),
+            ("application/json", "{\"a\":1}\n{\"_method\":\"PUT\"}", true),
+            ("application/json", r#"{"_method":"post"}"#, false),
+            ("application/json", r#"{"a":{"_method":"DELETE"}}"#, false),
+            ("application/json", r#"[{"_method":"DELETE"}]"#, false),
+            ("application/json", r#"{"method":"tools/call"}"#, false),
+            ("application/json", r#"{"_method":"DELETE""#, false),
+        ] {
+            let map = headers(&[("content-type", content_type)]);
+            assert_eq!(
+                check_override_params(&post, None, &map, body.as_bytes()).is_err(),
+                refused,
+                "{content_type}: {body}"
+            );
+        }
+        // Deep nesting and a long escaped key cost no recursion and no document.
+        let deep = format!("{{\"a\":{}{}}}", "[".repeat(100_000), "]".repeat(100_000));
+        let json = headers(&[("content-type", "application/json")]);
+        assert!(check_override_params(&post, None, &json, deep.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn override_headers_are_matched_with_dashes_and_underscores_alike() {
+        let post = Method::POST;
+        for name in [
+            "x-http-method-override",
+            "x_http_method_override",
+            "X_HTTP_METHOD_OVERRIDE",
+            "x-http_method-override",
+            "x_http_method",
+            "x_method_override",
+        ] {
+            assert!(
+                check_request(&post, &headers(&[(name, "DELETE")])).is_err(),
+                "{name}"
+            );
+            assert!(
+                check_request(&post, &headers(&[(name, "POST")])).is_ok(),
+                "{name}"
+            );
+        }
+        assert!(check_request(&post, &headers(&[("x-http-method-overrides", "DELETE")])).is_ok());
+        for coding in ["gzip, chunked", "deflate,chunked", "identity"] {
+            let map = headers(&[("transfer-encoding", coding)]);
+            assert!(check_request(&post, &map).is_err(), "{coding}");
+        }
+        assert!(check_request(&post, &headers(&[("transfer-encoding", "Chunked")])).is_ok());
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //! errors. Pure: no I/O and no state. Never sees a secret value, and no error names a header
 //! value, a query value or a body.
 
+use std::borrow::Cow;
+
 use http::header::{self, HeaderMap};
 use http::{Method, Uri};
 use mint_policy::aliases::AliasFile;
@@ -14,12 +16,38 @@ use mint_policy::evaluate::{self, AliasUse, CompiledPolicy, Evaluation};
 use mint_policy::limits::Charge;
 use mint_policy::normalize::{Target, normalize_target};
 use mint_policy::site::{Site, SiteSet};
+use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
 
 use super::error::{Invalid, ProxyError, describe_part};
 use super::single_header;
 use crate::audit::facts::TargetFacts;
 use crate::mcp_call;
 use crate::placeholder::{self, Place, Placeholders, RequestParts};
+
+/// Scalars (strings, numbers, literals) are no JSON-RPC message: skipped.
+macro_rules! scalars_are_no_message {
+    () => {
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+    };
+}
 
 /// The target as the agent wrote it, before canonicalization. Its `Debug` leaves the query out:
 /// a value there may be a token.
@@ -164,7 +192,8 @@ impl RawTarget {
 #[derive(Debug)]
 pub(crate) struct JsonRpcIds {
     batch: bool,
-    ids: Vec<serde_json::Value>,
+    /// Each id as the body wrote it (copied out: the body is forwarded on its own).
+    ids: Vec<Box<RawValue>>,
     /// How many messages the body holds; `None` when it could not be counted.
     messages: Option<usize>,
 }
@@ -172,37 +201,34 @@ pub(crate) struct JsonRpcIds {
 // === impl JsonRpcIds ===
 
 impl JsonRpcIds {
-    /// The ids of the messages of `body` (already checked strictly by `mcp_call`): every
-    /// top-level JSON text, arrays expanded (JSON Lines included). A body that does not parse
-    /// here (gzip, a byte order mark) gives no ids and counts as holding other messages.
+    /// The ids of the messages of `body` (the decoded body, already checked strictly by
+    /// `mcp_call`): every top-level JSON text, arrays expanded (JSON Lines included). A body that
+    /// does not parse here gives no ids and counts as holding other messages. Streaming and
+    /// borrowed: every value but an `id` is skipped unread ([`IgnoredAny`]), so memory is the
+    /// ids' own text, never a document proportional to the body.
     pub(crate) fn of(body: &[u8]) -> JsonRpcIds {
-        let mut ids = Vec::new();
-        let mut messages = 0;
+        let body = body.strip_prefix("\u{feff}".as_bytes()).unwrap_or(body);
+        let mut found = TextIds::default();
         let mut texts = 0;
         let mut parsed = true;
-        for value in serde_json::Deserializer::from_slice(body).into_iter::<serde_json::Value>() {
-            let Ok(value) = value else {
+        let mut stream = serde_json::Deserializer::from_slice(body);
+        loop {
+            if stream.end().is_ok() {
+                break;
+            }
+            if (TextSeed { found: &mut found })
+                .deserialize(&mut stream)
+                .is_err()
+            {
                 parsed = false;
                 break;
-            };
-            texts += 1;
-            let elements = match value {
-                serde_json::Value::Array(elements) => elements,
-                other => vec![other],
-            };
-            for element in elements {
-                if element.is_object() {
-                    messages += 1;
-                }
-                if let Some(id) = element.get("id") {
-                    ids.push(id.clone());
-                }
             }
+            texts += 1;
         }
         JsonRpcIds {
-            batch: texts != 1 || messages != 1,
-            ids,
-            messages: parsed.then_some(messages),
+            batch: texts != 1 || found.messages != 1,
+            ids: found.ids,
+            messages: parsed.then_some(found.messages),
         }
     }
 
@@ -212,30 +238,156 @@ impl JsonRpcIds {
         self.messages.is_none_or(|count| count > calls)
     }
 
-    /// A JSON-RPC error answer per request id (`-32001`, Mint's error object in `data`).
+    /// A JSON-RPC error answer per request id (`-32001`, Mint's error object in `data`); each id
+    /// is written back as the request wrote it.
     pub(crate) fn error_body(&self, error: &ProxyError, request_id: &str) -> String {
-        let one = |id: serde_json::Value| {
-            serde_json::json!({
-                "jsonrpc": "2.0",
-                "id": id,
-                "error": {
-                    "code": JSONRPC_REFUSED,
-                    "message": format!("refused by Mint: {error}"),
-                    "data": {
-                        "code": error.code(),
-                        "rules": error.rules(),
-                        "request_id": request_id,
-                    },
-                },
-            })
-        };
-        let body = if self.batch && !self.ids.is_empty() {
-            serde_json::Value::Array(self.ids.iter().cloned().map(one).collect())
+        #[derive(serde::Serialize)]
+        struct Answer<'a> {
+            jsonrpc: &'static str,
+            id: &'a RawValue,
+            error: &'a serde_json::Value,
+        }
+        let object = serde_json::json!({
+            "code": JSONRPC_REFUSED,
+            "message": format!("refused by Mint: {error}"),
+            "data": {
+                "code": error.code(),
+                "rules": error.rules(),
+                "request_id": request_id,
+            },
+        });
+        fn one<'a>(id: &'a RawValue, error: &'a serde_json::Value) -> Answer<'a> {
+            Answer {
+                jsonrpc: "2.0",
+                id,
+                error,
+            }
+        }
+        let written = if self.batch && !self.ids.is_empty() {
+            let answers: Vec<Answer<'_>> = self.ids.iter().map(|id| one(id, &object)).collect();
+            serde_json::to_string(&answers)
         } else {
-            one(self.ids.first().cloned().unwrap_or(serde_json::Value::Null))
+            let id = self.ids.first().map_or(RawValue::NULL, |id| id);
+            serde_json::to_string(&one(id, &object))
         };
-        body.to_string()
+        // Serializing strings, numbers and verbatim ids into a `String` cannot fail.
+        written.unwrap_or_default()
     }
+}
+
+/// What the texts read so far hold.
+#[derive(Default)]
+struct TextIds {
+    messages: usize,
+    ids: Vec<Box<RawValue>>,
+}
+
+/// One top-level JSON text: an object is a message, an array a batch of elements.
+struct TextSeed<'f> {
+    found: &'f mut TextIds,
+}
+
+/// One element of a batch: an object is a message.
+struct ElementSeed<'f> {
+    found: &'f mut TextIds,
+}
+
+impl<'de> DeserializeSeed<'de> for TextSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for TextSeed<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON-RPC message or batch")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq
+            .next_element_seed(ElementSeed {
+                found: &mut *self.found,
+            })?
+            .is_some()
+        {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<(), A::Error> {
+        message_ids(self.found, map)
+    }
+
+    scalars_are_no_message!();
+}
+
+impl<'de> DeserializeSeed<'de> for ElementSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ElementSeed<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON-RPC message")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<(), A::Error> {
+        message_ids(self.found, map)
+    }
+
+    scalars_are_no_message!();
+}
+
+/// A member name: whether it is `id`. Borrowed: never copied, even when escaped.
+struct IsId;
+
+impl<'de> DeserializeSeed<'de> for IsId {
+    type Value = bool;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for IsId {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a member name")
+    }
+
+    fn visit_str<E>(self, name: &str) -> Result<bool, E> {
+        Ok(name == "id")
+    }
+}
+
+/// A message: counted, and its `id` (the first, as a map lookup finds it) kept verbatim.
+fn message_ids<'de, A: MapAccess<'de>>(found: &mut TextIds, mut map: A) -> Result<(), A::Error> {
+    found.messages += 1;
+    let mut id = None;
+    while let Some(is_id) = map.next_key_seed(IsId)? {
+        if is_id && id.is_none() {
+            let raw: &'de RawValue = map.next_value()?;
+            id = Some(raw.to_owned());
+        } else {
+            map.next_value::<IgnoredAny>()?;
+        }
+    }
+    found.ids.extend(id);
+    Ok(())
 }
 
 /// Every policy evaluation of one request, in call order: one per MCP tool it calls, then one
@@ -314,29 +466,71 @@ pub(crate) struct Allowed {
     pub(crate) allow_private: bool,
 }
 
-/// The tool names of an MCP `tools/call` body (empty when the request is not one), read strictly
-/// from the body as received; a body whose calls cannot be named is refused, and so is an
-/// `Mcp-Name` header that names another tool ([`check_mcp_name`]).
-pub(crate) fn mcp_tools(
-    method: &Method,
+/// The body as a receiver reads it ([`mcp_call::decoded_body`]): decoded from its content
+/// coding, or refused when Mint cannot examine it whole (an unknown coding or a list of them:
+/// 415; gzip that inflates past the limit: 413), never passed on as "not a call".
+pub(crate) fn decoded_body<'a>(
     headers: &HeaderMap,
-    body: &[u8],
-) -> Result<Vec<String>, ProxyError> {
-    let tools: Vec<String> = match mcp_call::tool_calls(method, headers, body) {
-        Ok(calls) => calls
-            .names()
-            .iter()
-            .map(|name| name.as_str().to_owned())
-            .collect(),
-        Err(error) if error.code() == "body_too_large" => {
-            return Err(ProxyError::BodyTooLarge {
-                limit: mcp_call::MAX_MCP_MESSAGE_BYTES as u64,
-            });
-        }
-        Err(error) => return Err(Invalid::Mcp(error.to_string()).into()),
-    };
+    body: &'a [u8],
+) -> Result<Cow<'a, [u8]>, ProxyError> {
+    mcp_call::decoded_body(headers, body).map_err(mcp_error)
+}
+
+/// The tool names of an MCP `tools/call` body (empty when the request is not one), read strictly
+/// from the decoded body ([`decoded_body`]); a body whose calls cannot be named is refused, and
+/// so is an `Mcp-Name` header that names another tool ([`check_mcp_name`]).
+pub(crate) fn mcp_tools(headers: &HeaderMap, decoded: &[u8]) -> Result<Vec<String>, ProxyError> {
+    let tools: Vec<String> = mcp_call::examine(decoded)
+        .map_err(mcp_error)?
+        .names()
+        .iter()
+        .map(|name| name.as_str().to_owned())
+        .collect();
     check_mcp_name(headers, &tools)?;
     Ok(tools)
+}
+
+fn mcp_error(error: mcp_call::McpCallError) -> ProxyError {
+    use mcp_call::McpCallError;
+    match error {
+        McpCallError::BodyTooLarge { limit, .. } => ProxyError::BodyTooLarge {
+            limit: limit as u64,
+        },
+        McpCallError::DecodedBodyTooLarge { limit } => ProxyError::DecodedBodyTooLarge {
+            limit: limit as u64,
+        },
+        McpCallError::UnsupportedContentEncoding => ProxyError::UnsupportedContentEncoding,
+        other => Invalid::Mcp(other.to_string()).into(),
+    }
+}
+
+/// Refuses, before its body is read, a request the policy denies whatever the body holds
+/// ([`CompiledPolicy::denial_for_any_call`]): `uses` are the aliases of the parts read so far
+/// (target and headers). A body can only add tool calls and alias uses, so no body could turn
+/// this denial into an allow; reading and scanning it would only cost memory. The denial names
+/// the deny rules that match without the body (a tool-specific deny rule is not named, and the
+/// record has no `mcp_tool`).
+pub(crate) fn refuse_whatever_the_body(
+    policy: &CompiledPolicy,
+    agent: &str,
+    method: &Method,
+    target: &Target,
+    uses: &[AliasUse],
+) -> Result<(), ProxyError> {
+    let request = evaluate::Request {
+        agent,
+        method: method.as_str(),
+        target,
+        aliases: uses,
+        tool: None,
+    };
+    match policy.denial_for_any_call(&request) {
+        Some(denial) => Err(ProxyError::PolicyDenied {
+            rules: denial.rules,
+            reason: denial.reason,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// A server may route by the `Mcp-Name` header instead of the body: it must name the tool the
