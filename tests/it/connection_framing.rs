@@ -11,6 +11,8 @@
 //!   request is forwarded.
 //! - A malformed later request of a connection gets Mint's JSON error with `Mint-Request-Id`
 //!   and an audit record, like the first.
+//! - A compressed answer that does not decode: what the agent gets and what the outcome record
+//!   says agree.
 //!
 //! Every test plants a canary secret and checks it is absent from everything the client
 //! received, from the audit log and from Mint's stderr.
@@ -22,7 +24,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use mint_tests::EchoPeer;
-use mint_tests::broker::{Broker, MintHome};
+use mint_tests::broker::{Broker, MintHome, ScriptedUpstream};
 use mint_tests::echo_peer;
 use mint_tests::echo_upstream::EchoConfig;
 use serde_json::Value;
@@ -671,4 +673,143 @@ fn issue_22_a_malformed_later_request_gets_a_json_error_and_an_audit_record() {
             }
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finding 9: an undecodable compressed answer
+// ---------------------------------------------------------------------------------------------
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use flate2::Compression;
+    use flate2::write::GzEncoder;
+
+    let mut encoder = GzEncoder::new(Vec::new(), Compression::fast());
+    encoder.write_all(bytes).unwrap();
+    encoder.finish().unwrap()
+}
+
+/// Text that does not compress much (so that its gzip form spans several of Mint's 4 KiB decode
+/// steps), with `secret` in its first line.
+fn noisy_text(secret: &str, lines: usize) -> Vec<u8> {
+    let mut text = format!("authorization={secret}\n").into_bytes();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for _ in 0..lines {
+        for _ in 0..48 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            text.push(b"abcdefghijklmnopqrstuvwxyz0123456789"[(x % 36) as usize]);
+        }
+        text.push(b'\n');
+    }
+    text
+}
+
+/// A gzip answer with trailing garbage after the gzip stream, one that is garbage from its first
+/// byte, and two that turn to garbage after 5 KiB and 20 KiB of valid compressed data. The first
+/// two fail before any decoded byte exists: the agent gets Mint's JSON `502 upstream_unknown`
+/// and the outcome record says `unknown` with status 502. The last two fail after decoded bytes
+/// were handed on: the agent gets the `200` head and a truncated body (no last chunk), and the
+/// record says `unknown`, status 200, reason `undecodable_answer`, with the bytes sent. (Before
+/// the fix the first two sent the agent nothing at all while the record said status 200; and an
+/// answer failing right after its first decoded piece lost its head too, unless hyper was given
+/// a turn to write it out before the error.)
+#[test]
+fn issue_22_an_undecodable_compressed_answer_is_recorded_as_the_agent_got_it() {
+    let upstream = ScriptedUpstream::start(Box::new(|request, _| {
+        let text = String::from_utf8_lossy(request).into_owned();
+        let secret = text
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("Authorization: Bearer ")
+                    .or_else(|| l.strip_prefix("authorization: Bearer "))
+            })
+            .unwrap_or_default()
+            .trim()
+            .to_owned();
+        let body = if text.starts_with("GET /trailing") {
+            let mut body = gzip(format!("{{\"authorization\":\"{secret}\"}}").as_bytes());
+            body.extend_from_slice(b"TRAILING GARBAGE");
+            body
+        } else if text.starts_with("GET /garbage") {
+            format!("this is not gzip at all {secret}").into_bytes()
+        } else {
+            // `/soon`: the second 4 KiB decode step fails; `/later`: the sixth.
+            let keep = if text.starts_with("GET /soon") { 5 } else { 20 };
+            let mut body = gzip(&noisy_text(&secret, 4000));
+            body.truncate(keep * 1024);
+            body.extend_from_slice(&[0xff; 64]);
+            body
+        };
+        let mut answer = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Encoding: gzip\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        answer.extend_from_slice(&body);
+        answer
+    }));
+    let port = upstream.port();
+    let dir = tempfile::tempdir().unwrap();
+    let peer = echo_peer(dir.path(), EchoConfig::default());
+    let policy = format!(
+        "version: 1\ndefault: deny\nrules:\n  - id: gz\n    effect: allow\n    match:\n      alias: [echo]\n      scheme: [http]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [GET]\n"
+    );
+    let home = MintHome::new(&policy, ALIASES, &[("echo", CANARY)]);
+    let cap = home.issue_capability("mino", &[]);
+    let broker = home.serve(&peer.ca_file, &[]);
+    let ask = |path: &str| {
+        let mut agent = Agent::connect(&broker);
+        agent.send(
+            format!(
+                "GET /v1/proxy/http/127.0.0.1:{port}{path} HTTP/1.1\r\nHost: mint\r\nMint-Capability: {cap}\r\nAuthorization: Bearer {{{{mint:echo}}}}\r\nConnection: close\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        agent.read_to_close()
+    };
+
+    for path in ["/trailing", "/garbage"] {
+        let raw = ask(path);
+        assert_clean(&broker, &raw, &[CANARY, cap.as_str()]);
+        let found = answers(&raw);
+        assert_eq!(found.len(), 1, "{path}: {}", String::from_utf8_lossy(&raw));
+        let id = assert_mint_error(&found[0], 502, "upstream_unknown", "unknown");
+        let outcome = broker.outcome_of(&id);
+        assert_eq!(outcome["outcome"], "unknown", "{outcome}");
+        assert_eq!(outcome["status"], 502, "{outcome}");
+        assert_eq!(broker.decision_of(&id)["decision"], "allow");
+    }
+
+    for path in ["/soon", "/later"] {
+        let raw = ask(path);
+        assert_clean(&broker, &raw, &[CANARY, cap.as_str()]);
+        let found = answers(&raw);
+        assert_eq!(found.len(), 1, "{path}: nothing came");
+        let answer = &found[0];
+        assert_eq!(answer.status, 200, "{path}");
+        assert!(answer.header("content-encoding").is_none(), "{answer:?}");
+        assert!(
+            !answer.complete,
+            "{path}: a cut answer must not look complete"
+        );
+        assert!(
+            answer.text().starts_with("authorization=[mint:redacted]\n"),
+            "{}",
+            &answer.text()[..answer.text().len().min(200)]
+        );
+        let id = answer.header("mint-request-id").unwrap();
+        let outcome = broker.outcome_of(id);
+        assert_eq!(outcome["outcome"], "unknown", "{outcome}");
+        assert_eq!(outcome["status"], 200, "{outcome}");
+        assert_eq!(outcome["reason"], "undecodable_answer", "{outcome}");
+        let sent = outcome["bytes_down"].as_u64().unwrap();
+        assert!(sent > 0, "{outcome}");
+        assert!(
+            answer.body.len() as u64 <= sent,
+            "{outcome}: got {}",
+            answer.body.len()
+        );
+    }
+    assert_eq!(upstream.requests().len(), 4);
 }
