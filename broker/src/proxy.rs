@@ -870,7 +870,9 @@ async fn send(
         limits.max_response_body,
         limits.idle_timeout,
         outcome,
-    ) {
+    )
+    .await
+    {
         Ok(response) => Ok(response.map(Body::new)),
         Err(error) => Err(error),
     }

@@ -36,8 +36,10 @@ use crate::tls::{TlsConfigError, upstream_client_config};
 use crate::upstream::UpstreamClient;
 
 mod connection;
+mod framing;
 
 use connection::ConnectionIo;
+use framing::AnswerBody;
 
 /// The most concurrent streams of one HTTP/2 connection.
 const H2_MAX_STREAMS: u32 = 64;
@@ -184,22 +186,41 @@ pub async fn run(
                     continue;
                 }
                 let io = ConnectionIo::new(stream, &state);
-                // Each request carries its connection's framing verdict to the proxy.
-                let framing = io.framing();
+                // Each HTTP/1 request takes the framing verdict on its own head.
+                let heads = io.heads();
                 let io = TokioIo::new(io);
                 let routes = routes.clone();
                 let state = state.clone();
                 let service = hyper::service::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
-                    request.extensions_mut().insert(framing.clone());
+                    let ticket = matches!(request.version(), http::Version::HTTP_10 | http::Version::HTTP_11).then(|| {
+                        let (framing, last) = heads.take_for(request.method(), request.headers().len());
+                        request.extensions_mut().insert(framing);
+                        (Arc::clone(&heads), last)
+                    });
                     // Proxy requests skip the router's matching and middleware (the same
                     // destination, by `proxy::proxy_mode`); everything else goes through it.
                     let mode = proxy::proxy_mode(&request);
                     let (state, mut routes) = (state.clone(), routes.clone());
                     async move {
-                        match mode {
-                            Some(mode) => Ok(proxy::proxy_shortcut(&state, mode, request.map(Body::new)).await),
-                            None => routes.call(request).await,
-                        }
+                        let mut response = match mode {
+                            Some(mode) => proxy::proxy_shortcut(&state, mode, request.map(Body::new)).await,
+                            None => match routes.call(request).await {
+                                Ok(response) => response,
+                                Err(never) => match never {},
+                            },
+                        };
+                        let heads = ticket.map(|(heads, last)| {
+                            if last {
+                                // No later request of this connection is followed for its
+                                // framing: hyper reads none after this answer.
+                                response.headers_mut().insert(
+                                    http::header::CONNECTION,
+                                    http::HeaderValue::from_static("close"),
+                                );
+                            }
+                            heads
+                        });
+                        Ok::<_, std::convert::Infallible>(response.map(|body| AnswerBody::new(body, heads)))
                     }
                 });
                 let connection = builder.serve_connection(io, service).into_owned();

@@ -2,6 +2,7 @@
 
 mod audit_crash;
 mod audit_disk_full;
+mod connection_framing;
 mod demo;
 mod examples;
 mod local_files;

@@ -8,10 +8,17 @@
 //! `Content-Length` is dropped and the answer goes out chunked: a stale length would hang the
 //! client.
 //!
+//! A compressed answer's head waits until its first decoded bytes are ready: an answer that does
+//! not decode from its first step (or breaks, or goes silent, before any decoded byte) is refused
+//! with Mint's `502 upstream_unknown` instead, so the agent never gets a `200` head with nothing
+//! after it.
+//!
 //! After the head is sent, a failure (the upstream resets, goes silent for longer than the idle
-//! timeout, or sends more than the limit) cannot change the status any more: the body ends with an
-//! error, which aborts the answer (the agent sees a truncated message, never a complete-looking
-//! one), and the outcome is `unknown`.
+//! timeout, sends more than the limit, or a compressed body stops decoding) cannot change the
+//! status any more: the body ends with an error, which aborts the answer (the agent sees the head
+//! and a truncated body, never a complete-looking one), and the outcome is `unknown` with the
+//! answer's status and the reason. Before the error, hyper is given one turn to write out what
+//! it holds (an error returned at once would make it drop the head it had not written yet).
 
 use std::collections::VecDeque;
 use std::io::{self, Write as _};
@@ -75,6 +82,9 @@ pub(crate) struct AnswerBody {
     upstream_done: bool,
     status: StatusCode,
     outcome: Option<OutcomeWriter>,
+    /// The answer failed for this reason (its outcome is written): the error is returned on the
+    /// next poll, once hyper has had a turn to write out what it holds.
+    failing: Option<&'static str>,
 }
 
 // === impl OutcomeWriter ===
@@ -106,9 +116,10 @@ impl OutcomeWriter {
 }
 
 /// Turns the upstream's head into the agent's, and wraps the body. Refuses (before any byte goes
-/// to the agent; the caller audits the refusal) an answer that switches protocols, one compressed in a way Mint cannot decode,
-/// and one whose declared length is over the limit.
-pub(crate) fn answer(
+/// to the agent; the caller audits the refusal) an answer that switches protocols, one compressed
+/// in a way Mint cannot decode, one whose declared length is over the limit, and a compressed one
+/// that fails before its first decoded bytes are ready (see [`AnswerBody::prime`]).
+pub(crate) async fn answer(
     response: http::Response<Incoming>,
     reloads: Reloads,
     request_id: &str,
@@ -168,7 +179,7 @@ pub(crate) fn answer(
         parts.headers.insert(REQUEST_ID_HEADER, value);
     }
     let status = parts.status;
-    let body = AnswerBody {
+    let mut body = AnswerBody {
         incoming,
         scrubber,
         reloads,
@@ -183,8 +194,14 @@ pub(crate) fn answer(
         sleep: Box::pin(tokio::time::sleep(idle)),
         upstream_done: false,
         status,
-        outcome: Some(outcome()),
+        outcome: None,
+        failing: None,
     };
+    if body.decoder.is_some() {
+        body.prime().await?;
+    }
+    // Only now does the body take over the outcome: a refusal above leaves it to the caller.
+    body.outcome = Some(outcome());
     Ok(http::Response::from_parts(parts, body))
 }
 
@@ -332,8 +349,56 @@ impl AnswerBody {
         Ok(())
     }
 
-    /// Ends the answer with an error: the agent sees it cut off; the outcome is `unknown`.
-    fn fail(&mut self, reason: &'static str) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+    /// Before the head goes out: decodes until the first decoded bytes are ready (or the body
+    /// ends). A compressed answer failing here has sent the agent nothing, so it is refused with
+    /// Mint's own error; one failing later is cut off after its head. Memory stays bounded as
+    /// in [`AnswerBody::decode_step`]: decoding stops at the first step with output.
+    async fn prime(&mut self) -> Result<(), ProxyError> {
+        let refused = |what: &str| {
+            ProxyError::UpstreamUnknown(format!(
+                "the compressed answer {what} before its first byte"
+            ))
+        };
+        let failed = |reason: &'static str| match reason {
+            "response_too_large" => refused("was larger than the limit"),
+            _ => refused("did not decode"),
+        };
+        while self.queue.is_empty() && !self.upstream_done {
+            if !self.compressed.is_empty() {
+                self.decode_step().map_err(failed)?;
+                continue;
+            }
+            let frame = tokio::time::timeout(
+                self.idle,
+                std::future::poll_fn(|cx| Pin::new(&mut self.incoming).poll_frame(cx)),
+            )
+            .await
+            .map_err(|_| refused("went silent"))?;
+            match frame {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.on_data(data).map_err(failed)?;
+                    }
+                }
+                Some(Err(_)) => return Err(refused("broke off")),
+                None => self.on_end().map_err(failed)?,
+            }
+        }
+        self.sleep
+            .as_mut()
+            .reset(tokio::time::Instant::now() + self.idle);
+        Ok(())
+    }
+
+    /// Ends the answer with an error: the agent sees the head and a truncated body; the outcome
+    /// is `unknown`, with the answer's status. The error itself comes on the next poll: returned
+    /// now, it would make hyper drop what it has not written yet (the head, the last pieces), so
+    /// hyper first gets a turn to write it out.
+    fn fail(
+        &mut self,
+        cx: &mut Context<'_>,
+        reason: &'static str,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
         self.queue.clear();
         if let Some(outcome) = self.outcome.take() {
             tracing::info!(request.id = %outcome.facts.id, reason, "Answer cut off");
@@ -344,7 +409,9 @@ impl AnswerBody {
                 Some(reason),
             );
         }
-        Poll::Ready(Some(Err(io::Error::other(reason))))
+        self.failing = Some(reason);
+        cx.waker().wake_by_ref();
+        Poll::Pending
     }
 }
 
@@ -357,6 +424,9 @@ impl Body for AnswerBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
         let this = self.get_mut();
+        if let Some(reason) = this.failing.take() {
+            return Poll::Ready(Some(Err(io::Error::other(reason))));
+        }
         loop {
             if let Some(piece) = this.queue.pop_front() {
                 this.sent += piece.len() as u64;
@@ -374,14 +444,14 @@ impl Body for AnswerBody {
             }
             if !this.compressed.is_empty() {
                 if let Err(reason) = this.decode_step() {
-                    return this.fail(reason);
+                    return this.fail(cx, reason);
                 }
                 continue;
             }
             match Pin::new(&mut this.incoming).poll_frame(cx) {
                 Poll::Pending => {
                     if this.sleep.as_mut().poll(cx).is_ready() {
-                        return this.fail("upstream_idle_timeout");
+                        return this.fail(cx, "upstream_idle_timeout");
                     }
                     return Poll::Pending;
                 }
@@ -392,13 +462,13 @@ impl Body for AnswerBody {
                     if let Ok(data) = frame.into_data()
                         && let Err(reason) = this.on_data(data)
                     {
-                        return this.fail(reason);
+                        return this.fail(cx, reason);
                     }
                 }
-                Poll::Ready(Some(Err(_))) => return this.fail("upstream_reset"),
+                Poll::Ready(Some(Err(_))) => return this.fail(cx, "upstream_reset"),
                 Poll::Ready(None) => {
                     if let Err(reason) = this.on_end() {
-                        return this.fail(reason);
+                        return this.fail(cx, reason);
                     }
                 }
             }

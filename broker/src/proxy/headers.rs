@@ -11,9 +11,6 @@
 //! Response: hop-by-hop, `Proxy-*` and `Mint-*` headers from the upstream are removed (an upstream
 //! cannot forge Mint's own headers).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
-
 use http::Method;
 use http::header::{self, HeaderMap, HeaderName};
 
@@ -454,53 +451,62 @@ impl<'de> serde::de::Visitor<'de> for OverrideValue<'_> {
     }
 }
 
-/// What the connection saw in the raw bytes of a request head before hyper parsed it: hyper
+/// What the connection saw in the raw bytes of one request head before hyper parsed it: hyper
 /// settles Content-Length with Transfer-Encoding (chunked wins) and merges repeated equal
-/// Content-Length headers itself, so neither reaches `check_request`. Set by the connection
-/// (`serve.rs`), taken by the request's handler.
-#[derive(Clone, Debug, Default)]
-pub struct FramingWatch(Arc<AtomicU8>);
+/// Content-Length headers itself, so neither reaches `check_request`. The connection
+/// (`serve/framing.rs`) finds every head of its byte stream, whatever its line endings and however
+/// its bytes were split between reads, and hands each request the verdict on its own head.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FramingWatch(u8);
 
 const FRAMING_OK: u8 = 0;
 const FRAMING_CL_TE: u8 = 1;
 const FRAMING_SEVERAL_CL: u8 = 2;
+const FRAMING_UNSEEN: u8 = 3;
 
 // === impl FramingWatch ===
 
 impl FramingWatch {
-    /// Records what `head` (a request head up to its blank line) says about its framing.
-    pub fn observe(&self, head: &[u8]) {
-        let (mut lengths, mut encodings) = (0, 0);
-        for line in head.split(|&b| b == b'\n').skip(1) {
-            let name = line
-                .iter()
-                .position(|&b| b == b':')
-                .and_then(|at| line.get(..at))
-                .unwrap_or_default();
-            if name.eq_ignore_ascii_case(b"content-length") {
+    /// The verdict on a head whose header names are `names`, in order.
+    pub fn of_head<'a>(names: impl IntoIterator<Item = &'a str>) -> FramingWatch {
+        let (mut lengths, mut encodings) = (0_usize, 0_usize);
+        for name in names {
+            if name.eq_ignore_ascii_case("content-length") {
                 lengths += 1;
-            } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            } else if name.eq_ignore_ascii_case("transfer-encoding") {
                 encodings += 1;
             }
         }
-        let verdict = if lengths > 0 && encodings > 0 {
+        FramingWatch(if lengths > 0 && encodings > 0 {
             FRAMING_CL_TE
         } else if lengths > 1 {
             FRAMING_SEVERAL_CL
         } else {
             FRAMING_OK
-        };
-        self.0.store(verdict, Ordering::Relaxed);
+        })
     }
 
-    /// Takes the verdict on the head just parsed.
+    /// The verdict on a request whose head the connection did not see as hyper did: refused.
+    pub fn unseen() -> FramingWatch {
+        FramingWatch(FRAMING_UNSEEN)
+    }
+
+    /// Whether the head passes.
+    pub fn is_ok(self) -> bool {
+        self.0 == FRAMING_OK
+    }
+
+    /// The verdict on the request's head.
     pub(crate) fn take(&self) -> Result<(), Invalid> {
-        match self.0.swap(FRAMING_OK, Ordering::Relaxed) {
+        match self.0 {
+            FRAMING_OK => Ok(()),
             FRAMING_CL_TE => Err(Invalid::Framing(
                 "Content-Length together with Transfer-Encoding",
             )),
             FRAMING_SEVERAL_CL => Err(Invalid::Framing("several Content-Length headers")),
-            _ => Ok(()),
+            _ => Err(Invalid::Framing(
+                "the request head could not be checked for ambiguous framing",
+            )),
         }
     }
 }
@@ -589,6 +595,28 @@ mod tests {
         }
         assert!(check_request(&get, &headers(&[("x-http-method", "GET")])).is_ok());
         assert!(check_request(&get, &headers(&[("content-length", "12")])).is_ok());
+    }
+
+    #[test]
+    fn framing_verdicts_on_raw_heads() {
+        assert!(
+            FramingWatch::of_head(["Host", "content-length"])
+                .take()
+                .is_ok()
+        );
+        assert!(
+            FramingWatch::of_head(["Transfer-Encoding", "Host"])
+                .take()
+                .is_ok()
+        );
+        for names in [
+            &["Content-Length", "transfer-encoding"][..],
+            &["TRANSFER-ENCODING", "content-length"][..],
+            &["content-length", "Content-Length"][..],
+        ] {
+            assert!(FramingWatch::of_head(names.iter().copied()).take().is_err());
+        }
+        assert!(FramingWatch::unseen().take().is_err());
     }
 
     #[test]

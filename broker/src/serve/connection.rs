@@ -3,22 +3,24 @@
 //! [`ConnectionIo`] sits between the socket and hyper's HTTP/1.1 parser and does three things
 //! hyper does not:
 //!
-//! - **Framing.** It keeps the raw bytes of each request head (from the start of the connection,
-//!   and after each answer's head goes out) and records in a [`FramingWatch`] whether the head
-//!   had Content-Length with Transfer-Encoding or several Content-Length headers; hyper settles
-//!   both silently, and the proxy refuses such a request.
+//! - **Framing.** It follows every request head of the connection in the raw bytes
+//!   ([`RequestStream`]: whatever the line endings, however the bytes were split between reads,
+//!   pipelined or after keep-alive) and queues each head's framing verdict in
+//!   [`ConnectionHeads`], for the request hyper parses from it; hyper settles Content-Length with
+//!   Transfer-Encoding and repeated Content-Length headers silently, and the proxy refuses them.
 //! - **Head deadline.** The first request head must be complete within the header read timeout
-//!   of the connection's start, and every later head within it of its first byte. A client that
-//!   started a head and did not finish it (slowloris) gets a JSON 408 and an audit record; a
-//!   connection that never sent a byte is closed silently. Either way hyper reads end-of-file. A
-//!   connection idle between keep-alive requests is closed by hyper's own header read timeout
-//!   (set to twice this one), which starts only once the previous answer is complete, so a long
-//!   answer (an SSE stream) is never cut by a head deadline.
-//! - **hyper's own answers.** When hyper cannot parse a head it writes a bare `400`, `414` or
-//!   `431`; that answer is replaced by Mint's JSON error with `Mint-Request-Id`, and audited. Only
-//!   an answer written while a request head is pending (none of Mint's answers has started for
-//!   it) is replaced, so an answer body that happens to look like a status line is never touched.
-//!
+//!   of the connection's start, and every later head within it of its first byte, or of the end
+//!   of the answer before it if that came later: the deadline never runs while a request is
+//!   being handled or its answer is being written, so a long answer (an SSE stream) is never cut
+//!   by it, whatever bytes the agent sends meanwhile. A client that started a head and did not
+//!   finish it (slowloris) gets a JSON 408 and an audit record; a connection that never sent a
+//!   byte is closed silently. Either way hyper reads end-of-file. A connection idle between
+//!   keep-alive requests is closed by hyper's own header read timeout (set to twice this one).
+//! - **hyper's own answers.** When hyper cannot parse a head (the first or any later one) it
+//!   writes a bare `400`, `414` or `431`; that answer is replaced by Mint's JSON error with
+//!   `Mint-Request-Id`, and audited. Only an answer written while none of Mint's answers is in
+//!   progress (every answer the service started has ended and been flushed) is replaced, so an
+//!   answer body that happens to look like a status line is never touched.
 //!
 //! Before any of that, [`peer_has_closed`] lets the accept loop drop a connection whose agent has
 //! already closed its end (one that waited in the listen backlog while its client gave up).
@@ -37,10 +39,10 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
-use crate::proxy::{AppState, FramingWatch, audit_unread_refusal, error_body};
+use std::sync::Arc;
 
-/// The most bytes of a request head kept for the framing check (hyper refuses larger heads).
-const MAX_SNIFFED_HEAD: usize = 1 << 20;
+use super::framing::{ConnectionHeads, RequestStream};
+use crate::proxy::{AppState, audit_unread_refusal, error_body};
 
 /// Whether the agent has already closed its end of `stream` (its FIN has arrived, or the
 /// connection was reset), whether or not data it sent is still unread: `poll(2)` for
@@ -70,15 +72,16 @@ pub(super) fn peer_has_closed(stream: &TcpStream) -> bool {
 pub(crate) struct ConnectionIo {
     inner: TcpStream,
     state: AppState,
-    framing: FramingWatch,
+    stream: RequestStream,
+    heads: Arc<ConnectionHeads>,
     header_timeout: Duration,
-    /// The head being read, from its first byte; `None` while a body is read or an answer is
-    /// being written.
-    head: Option<Vec<u8>>,
     /// When the pending head must be complete.
     deadline: Option<Pin<Box<Sleep>>>,
-    /// A head was read and no answer has started for it yet.
-    awaiting_answer: bool,
+    /// How many heads were read.
+    heads_read: u64,
+    /// How many answers had ended when hyper last flushed everything it had written: an answer
+    /// is over once its body is dropped and its last bytes are out.
+    answers_out: u64,
     /// Mint's answer replacing hyper's, while it is written.
     replacement: Option<Replacement>,
     /// The connection was ended here (deadline): reads give end-of-file, writes are dropped.
@@ -88,8 +91,9 @@ pub(crate) struct ConnectionIo {
 impl std::fmt::Debug for ConnectionIo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConnectionIo")
-            .field("head_bytes", &self.head.as_ref().map(Vec::len))
-            .field("awaiting_answer", &self.awaiting_answer)
+            .field("stream", &self.stream)
+            .field("heads_read", &self.heads_read)
+            .field("answers_out", &self.answers_out)
             .field("ended", &self.ended)
             .finish_non_exhaustive()
     }
@@ -115,49 +119,58 @@ impl ConnectionIo {
         ConnectionIo {
             inner: stream,
             state: state.clone(),
-            framing: FramingWatch::default(),
+            stream: RequestStream::new(),
+            heads: Arc::default(),
             header_timeout,
-            head: Some(Vec::new()),
             deadline: Some(Box::pin(tokio::time::sleep(header_timeout))),
-            awaiting_answer: false,
+            heads_read: 0,
+            answers_out: 0,
             replacement: None,
             ended: false,
         }
     }
 
     /// The framing verdicts of this connection's heads, for its requests.
-    pub(crate) fn framing(&self) -> FramingWatch {
-        self.framing.clone()
+    pub(crate) fn heads(&self) -> Arc<ConnectionHeads> {
+        Arc::clone(&self.heads)
     }
 
-    /// Takes freshly read bytes into the pending head, if one is pending.
+    /// Follows freshly read bytes: queues the verdict on each head they complete.
     fn sniff(&mut self, bytes: &[u8]) {
-        let Some(head) = &mut self.head else {
-            return;
-        };
-        if head.is_empty() && !bytes.is_empty() && self.deadline.is_none() {
-            // The first byte of a head after an answer: the head must now complete in time.
-            self.deadline = Some(Box::pin(tokio::time::sleep(self.header_timeout)));
+        let (heads, mut read, mut overflow) = (&self.heads, 0, false);
+        self.stream.feed(bytes, &mut |verdict| {
+            read += 1;
+            overflow |= !heads.push(verdict);
+        });
+        self.heads_read += read;
+        if overflow {
+            // The requests past the queue's bound find no verdict and are refused.
+            self.stream.stop();
         }
-        head.extend_from_slice(bytes);
-        if let Some(end) = memchr::memmem::find(head, b"\r\n\r\n") {
-            self.framing.observe(head.get(..end).unwrap_or_default());
-            self.head = None;
+        if read > 0 || self.stream.is_h2() || self.stream.is_untracked() {
+            // The head is complete (or the preface is; or hyper refuses the head): its deadline
+            // is over. A head started after it gets its own once no request is in progress.
             self.deadline = None;
-            self.awaiting_answer = true;
-        } else if head.len() > MAX_SNIFFED_HEAD {
-            // hyper refuses heads this large itself (431).
-            self.head = None;
-            self.deadline = None;
-            self.awaiting_answer = true;
+        }
+    }
+
+    /// Whether a request head has been read whose answer is not over yet.
+    fn in_request(&self) -> bool {
+        self.heads_read > self.answers_out || self.heads.answering(self.answers_out)
+    }
+
+    /// Starts the deadline of a head that has started while no request is in progress.
+    fn arm_deadline(&mut self) {
+        if self.deadline.is_none() && self.stream.head_started() && !self.in_request() {
+            self.deadline = Some(Box::pin(tokio::time::sleep(self.header_timeout)));
         }
     }
 
     /// The head deadline passed: answer a started head with a JSON 408, then end the connection.
     fn expire(&mut self) {
-        let started = self.head.as_ref().is_some_and(|head| !head.is_empty());
+        let started = self.stream.head_started();
         self.ended = true;
-        self.head = None;
+        self.stream.stop();
         self.deadline = None;
         if !started {
             tracing::debug!("Idle connection closed");
@@ -178,26 +191,14 @@ impl ConnectionIo {
         let _ = self.inner.try_write(&answer);
     }
 
-    /// Notes an answer head going out: the next bytes read start the next request head (a
-    /// `100 Continue` is followed by the body, not by a head).
-    fn on_write(&mut self, first: &[u8]) {
-        if !first.starts_with(b"HTTP/1.") || first.get(9) == Some(&b'1') {
-            return;
-        }
-        self.awaiting_answer = false;
-        if self.head.is_none() {
-            // No deadline yet: the answer's body may stream for a long time, and hyper reads the
-            // socket meanwhile. The deadline starts with the next head's first byte; a connection
-            // left idle after its answer is closed by hyper's own keep-alive timeout.
-            self.head = Some(Vec::new());
-        }
-    }
-
-    /// Starts replacing hyper's answer when `first` is one: a 4xx head written while a request
-    /// head is pending or unanswered, without `mint-request-id`.
+    /// Starts replacing hyper's answer when `first` is one: a 4xx head without
+    /// `mint-request-id`, written while none of Mint's answers is in progress (hyper writes its
+    /// own only for a head that never reached the service).
     fn intercept(&mut self, first: &[u8], total: usize) {
-        let pending = self.awaiting_answer || self.head.as_ref().is_some_and(|h| !h.is_empty());
-        if self.replacement.is_some() || !pending {
+        if self.replacement.is_some()
+            || self.stream.is_h2()
+            || self.heads.answering(self.answers_out)
+        {
             return;
         }
         let Some(status) = hyper_error_status(first) else {
@@ -256,7 +257,6 @@ impl ConnectionIo {
             return Some(Poll::Ready(Ok(total)));
         }
         self.intercept(first, total);
-        self.on_write(first);
         self.poll_replacement(cx)
     }
 }
@@ -310,10 +310,12 @@ impl AsyncRead for ConnectionIo {
             }
             Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
             Poll::Pending => {
-                let expired = this
-                    .deadline
-                    .as_mut()
-                    .is_some_and(|deadline| deadline.as_mut().poll(cx).is_ready());
+                this.arm_deadline();
+                let expired = !this.in_request()
+                    && this
+                        .deadline
+                        .as_mut()
+                        .is_some_and(|deadline| deadline.as_mut().poll(cx).is_ready());
                 if expired {
                     this.expire();
                     // End of file: hyper stops reading and closes the connection.
@@ -339,7 +341,15 @@ impl AsyncWrite for ConnectionIo {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+        let this = self.get_mut();
+        // hyper flushes its socket once everything it buffered is written: every answer whose
+        // body it dropped before is out.
+        let ended = this.heads.ended();
+        let flushed = Pin::new(&mut this.inner).poll_flush(cx);
+        if flushed.is_ready() {
+            this.answers_out = ended;
+        }
+        flushed
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
