@@ -110,8 +110,13 @@ impl Reloader {
         let paths = [self.policy.clone(), self.aliases.clone()];
         let mut writers = Writers::new();
         writers.follow(&paths);
-        // What is in force, what the previous poll saw, and whether a reload is owed.
-        let mut loaded = stamps(&paths);
+        // What is in force (the versions the declarations were read from, so a change made
+        // between the start-up load and now is not missed), what the previous poll saw, and
+        // whether a reload is owed.
+        let mut loaded = state
+            .declarations()
+            .stamps()
+            .map_or_else(|| stamps(&paths), |(p, a)| (Some(p), Some(a)));
         let mut polled = loaded;
         let mut owed = false;
         let mut ticks = tokio::time::interval(POLL_INTERVAL);
@@ -246,6 +251,14 @@ impl Writers {
                     // Events of a watch on an inode the path no longer names are stale; an inode
                     // that is both files counts for both.
                     let events = event.events();
+                    if events.contains(inotify::ReadFlags::QUEUE_OVERFLOW) {
+                        // Events were lost, a close among them perhaps: forget what is known,
+                        // and let the two-poll rule alone decide until the next write is seen.
+                        for file in &mut self.files {
+                            file.open = false;
+                        }
+                        continue;
+                    }
                     for file in self.files.iter_mut().filter(|f| f.wd == Some(event.wd())) {
                         if events.contains(inotify::ReadFlags::CLOSE_WRITE) {
                             file.open = false;
