@@ -73,7 +73,7 @@ mod engine;
 mod patterns;
 
 use engine::Engine;
-use patterns::{Pattern, is_base64_byte};
+use patterns::{EXTENSION_MAX, LINE_BREAKS, Pattern, is_base64_byte};
 
 /// What every form of a secret is replaced with.
 pub const REDACTED: &str = "[mint:redacted]";
@@ -88,6 +88,8 @@ pub struct Scrubber {
     carry: Zeroizing<Vec<u8>>,
     /// Scratch space: the carry followed by the start of the next chunk.
     seam: Zeroizing<Vec<u8>>,
+    /// The byte of the answer just before the carry, as the newline rule sees it.
+    before: u8,
 }
 
 /// What one [`Scrubber::push`] or [`Scrubber::finish`] emits: pieces to send in order, most of them
@@ -119,6 +121,7 @@ impl Scrubber {
             names: None,
             carry: Zeroizing::new(Vec::new()),
             seam: Zeroizing::new(Vec::new()),
+            before: NOTHING_BEFORE,
         }
     }
 
@@ -127,14 +130,22 @@ impl Scrubber {
     pub(crate) fn from_secrets<'a>(
         secrets: impl IntoIterator<Item = &'a [u8]>,
     ) -> Result<Scrubber, ScrubError> {
-        let (patterns, count) = all_patterns(secrets);
-        let engine = Engine::new(&patterns, count).map_err(|_| ScrubError)?;
-        let names = if patterns.is_empty() {
+        let (patterns, count, flushes) = all_patterns(secrets);
+        let engine = Engine::new(&patterns, count, flushes).map_err(|_| ScrubError)?;
+        // A header name holds only token characters (RFC 9110): a pattern with any other byte
+        // (a line break, a backslash, `;`, `=`, `/`...) cannot occur in one, and leaving those out
+        // keeps this second automaton small.
+        let in_names: Vec<&[u8]> = patterns
+            .iter()
+            .map(|p| &p.bytes[..])
+            .filter(|bytes| bytes.iter().all(|&b| is_token_byte(b)))
+            .collect();
+        let names = if in_names.is_empty() {
             None
         } else {
             let automaton = aho_corasick::AhoCorasick::builder()
                 .ascii_case_insensitive(true)
-                .build(patterns.iter().map(|p| &p.bytes[..]))
+                .build(in_names)
                 .map_err(|_| ScrubError)?;
             Some(Arc::new(automaton))
         };
@@ -173,7 +184,9 @@ impl Scrubber {
         self.carry.len()
     }
 
-    /// Takes the next chunk of the answer's body and returns what can be sent now.
+    /// Takes the next chunk of the answer's body and returns what can be sent now: at most two
+    /// pieces between markers, split where the carry ends and the chunk begins (see the module
+    /// docs for why no boundary depends on a secret).
     pub fn push(&mut self, chunk: Bytes) -> Scrubbed {
         let Some(engine) = self.engine.clone() else {
             return Scrubbed::one(chunk);
@@ -181,14 +194,14 @@ impl Scrubber {
         let carry = std::mem::take(&mut self.carry);
         let c = carry.len();
         let mut out = Scrubbed::default();
-        // INVARIANT: `run` emits ranges within the carry followed by the chunk, in order, and
+        // INVARIANT: `step` emits ranges within the carry followed by the chunk, in order, and
         // returns a cut no larger than their length; so every slice below is in bounds.
-        let cut = run(
+        let done = step(
             &engine,
             &carry,
             &mut self.seam,
             &chunk,
-            false,
+            self.before,
             |piece| match piece {
                 Piece::Raw(start, end) => {
                     if start < c {
@@ -203,7 +216,7 @@ impl Scrubber {
             },
         );
         self.carry = carry;
-        keep_tail(&mut self.carry, &chunk, cut);
+        self.keep(&chunk, done);
         out
     }
 
@@ -213,14 +226,28 @@ impl Scrubber {
             return chunk.to_vec();
         };
         let carry = std::mem::take(&mut self.carry);
-        let c = carry.len();
-        let mut out = Vec::with_capacity(c + chunk.len());
-        let cut = run(&engine, &carry, &mut self.seam, chunk, false, |piece| {
-            emit_into(&mut out, &carry, chunk, piece);
-        });
+        let mut out = Vec::with_capacity(carry.len() + chunk.len());
+        let done = step(
+            &engine,
+            &carry,
+            &mut self.seam,
+            chunk,
+            self.before,
+            |piece| {
+                emit_into(&mut out, &carry, chunk, piece);
+            },
+        );
         self.carry = carry;
-        keep_tail(&mut self.carry, chunk, cut);
+        self.keep(chunk, done);
         out
+    }
+
+    /// Keeps what `done` left of the carry followed by `chunk` for the next push.
+    fn keep(&mut self, chunk: &[u8], done: Done) {
+        keep_tail(&mut self.carry, chunk, done.cut);
+        if let Some(before) = done.before {
+            self.before = before;
+        }
     }
 
     /// Ends the answer: returns everything still held back, redacted. The scrubber can then
@@ -232,6 +259,7 @@ impl Scrubber {
     /// [`Self::finish`] into one buffer.
     pub fn finish_vec(&mut self) -> Vec<u8> {
         let carry = std::mem::take(&mut self.carry);
+        self.before = NOTHING_BEFORE;
         let Some(engine) = self.engine.clone() else {
             return carry.to_vec();
         };
@@ -373,7 +401,7 @@ impl Baseline {
     pub(crate) fn from_secrets<'a>(
         secrets: impl IntoIterator<Item = &'a [u8]>,
     ) -> Result<Baseline, ScrubError> {
-        let (patterns, _) = all_patterns(secrets);
+        let (patterns, _, _) = all_patterns(secrets);
         let automaton = aho_corasick::AhoCorasick::builder()
             .match_kind(aho_corasick::MatchKind::LeftmostLongest)
             .kind(Some(aho_corasick::AhoCorasickKind::DFA))
@@ -413,6 +441,7 @@ struct View<'a> {
 }
 
 impl View<'_> {
+    /// The byte at `at`; 0 (a byte no extension takes) past the end.
     fn byte(&self, at: usize) -> u8 {
         let c = self.carry.len();
         if at < c {
@@ -422,22 +451,34 @@ impl View<'_> {
         }
     }
 
-    /// The leftmost-longest match starting at or after `pos`.
-    fn find(&self, pos: usize) -> Option<engine::Found> {
-        let c = self.carry.len();
-        if pos < c {
-            if let Some(found) = self.engine.find(self.seam, pos, c) {
-                return Some(found);
-            }
-            return self.shifted(0);
-        }
-        self.shifted(pos - c)
+    /// Whether the bytes from `at` are `expected` (all of them in sight).
+    fn has(&self, at: usize, expected: &[u8]) -> bool {
+        at + expected.len() <= self.n
+            && expected
+                .iter()
+                .enumerate()
+                .all(|(i, &byte)| self.byte(at + i) == byte)
     }
 
-    fn shifted(&self, from: usize) -> Option<engine::Found> {
+    /// The leftmost-longest match starting in `pos..max_start`.
+    fn find(&self, pos: usize, max_start: usize) -> Option<engine::Found> {
         let c = self.carry.len();
+        if pos < c {
+            if let Some(found) = self.engine.find(self.seam, pos, c.min(max_start)) {
+                return Some(found);
+            }
+            return self.shifted(0, max_start);
+        }
+        self.shifted(pos - c, max_start)
+    }
+
+    fn shifted(&self, from: usize, max_start: usize) -> Option<engine::Found> {
+        let c = self.carry.len();
+        if max_start <= c {
+            return None;
+        }
         self.engine
-            .find(self.chunk, from, self.chunk.len())
+            .find(self.chunk, from, max_start - c)
             .map(|found| engine::Found {
                 start: found.start + c,
                 end: found.end + c,
@@ -445,52 +486,187 @@ impl View<'_> {
             })
     }
 
-    /// The first position whose match (if any) still depends on bytes not received: the bytes
-    /// from there to the end are a prefix of some pattern. `n` when there is none.
-    fn first_alive(&self) -> usize {
-        let from = self
-            .n
-            .saturating_sub(self.engine.max_len().saturating_sub(1));
-        let c = self.carry.len();
-        let tail: Cow<'_, [u8]> = if from >= c {
-            Cow::Borrowed(self.chunk.get(from - c..).unwrap_or_default())
-        } else {
-            // A chunk shorter than the longest pattern: the tail starts in the carry.
-            Cow::Owned((from..self.n).map(|at| self.byte(at)).collect())
-        };
-        from + self.engine.first_alive(&tail)
+    /// The length of the base64 character ending at `at` and not starting before `floor`: a
+    /// base64 byte, `/` written `\/`, or, unless `plain`, `+` or `/` written as an HTML numeric
+    /// character reference. 0 when there is none.
+    fn unit_before(&self, at: usize, floor: usize, plain: bool) -> usize {
+        if at <= floor {
+            return 0;
+        }
+        let last = self.byte(at - 1);
+        if is_base64_byte(last) {
+            return if last == b'/' && at - 1 > floor && self.byte(at - 2) == b'\\' {
+                2
+            } else {
+                1
+            };
+        }
+        if plain || last != b';' {
+            return 0;
+        }
+        (5..=6)
+            .find(|&len| at >= floor + len && is_reference_unit(|i| self.byte(at - len + i), len))
+            .unwrap_or(0)
+    }
+
+    /// The length of the base64 character starting at `at` (as in [`Self::unit_before`]).
+    fn unit_at(&self, at: usize, plain: bool) -> usize {
+        let first = self.byte(at);
+        if at < self.n && is_base64_byte(first) {
+            return 1;
+        }
+        if self.has(at, b"\\/") {
+            return 2;
+        }
+        if plain || first != b'&' {
+            return 0;
+        }
+        (5..=6)
+            .find(|&len| at + len <= self.n && is_reference_unit(|i| self.byte(at + i), len))
+            .unwrap_or(0)
     }
 
     /// How many bytes before `at` (and not before `floor`) a base64 match starting at `at` takes
-    /// with it: the neighbouring character, which may be written `\/`.
+    /// with it: the neighbouring character, also across one line break (then written plainly
+    /// or as `\/`).
     fn back_extension(&self, at: usize, floor: usize) -> usize {
-        if at <= floor || !is_base64_byte(self.byte(at - 1)) {
-            return 0;
+        for spelling in LINE_BREAKS {
+            let len = spelling.len();
+            if at >= floor + len && self.has(at - len, spelling) {
+                let unit = self.unit_before(at - len, floor, true);
+                if unit > 0 {
+                    return len + unit;
+                }
+            }
         }
-        if self.byte(at - 1) == b'/' && at - 1 > floor && self.byte(at - 2) == b'\\' {
-            2
-        } else {
-            1
-        }
+        self.unit_before(at, floor, false)
     }
 
-    /// How many bytes from `at` a base64 match ending at `at` takes with it, if the next bytes
-    /// are in; `None` when they are not yet.
-    fn forward_extension(&self, at: usize, is_end: bool) -> Option<usize> {
-        if at >= self.n {
-            return is_end.then_some(0);
+    /// How many bytes from `at` a base64 match ending at `at` takes with it: the neighbouring
+    /// character, also across one line break. Only what is in sight counts: `run` makes sure
+    /// that, before the end, all [`EXTENSION_MAX`] bytes are.
+    fn forward_extension(&self, at: usize) -> usize {
+        for spelling in LINE_BREAKS {
+            if self.has(at, spelling) {
+                let unit = self.unit_at(at + spelling.len(), true);
+                if unit > 0 {
+                    return spelling.len() + unit;
+                }
+            }
         }
-        match self.byte(at) {
-            byte if is_base64_byte(byte) => Some(1),
-            b'\\' if at + 1 >= self.n => is_end.then_some(0),
-            b'\\' if self.byte(at + 1) == b'/' => Some(2),
-            _ => Some(0),
-        }
+        self.unit_at(at, false)
     }
 }
 
-/// Scrubs `carry` followed by `chunk`, calling `emit` with the output in order, and returns how
-/// many bytes of that buffer are done: the rest becomes the next carry. With `is_end`, all are.
+/// Whether the `len` bytes given by `byte` are `+` or `/` as an HTML numeric character
+/// reference: `&#43;`, `&#47;`, `&#x2b;`, `&#x2f;` in any letter case.
+fn is_reference_unit(byte: impl Fn(usize) -> u8, len: usize) -> bool {
+    let lower = |i: usize| byte(i).to_ascii_lowercase();
+    match len {
+        5 => {
+            byte(0) == b'&'
+                && byte(1) == b'#'
+                && byte(2) == b'4'
+                && matches!(byte(3), b'3' | b'7')
+                && byte(4) == b';'
+        }
+        6 => {
+            byte(0) == b'&'
+                && byte(1) == b'#'
+                && lower(2) == b'x'
+                && byte(3) == b'2'
+                && matches!(lower(4), b'b' | b'f')
+                && byte(5) == b';'
+        }
+        _ => false,
+    }
+}
+
+/// What a [`run`] did: how many bytes of the carry followed by the chunk are done (the rest is
+/// the next carry), and the byte just before that cut as the next run must see it.
+struct Done {
+    cut: usize,
+    /// `None` when nothing is done (the byte before the carry stays what it was).
+    before: Option<u8>,
+}
+
+/// The byte before a stream's first byte, or before a cut right after a match, as far as the
+/// newline rule and the base64 extensions are concerned: one that no extension takes.
+const NOTHING_BEFORE: u8 = b'\n';
+
+/// Where the newline rule lets a stream cut: one past the last LF in the held bytes (the last
+/// `hold` of the carry followed by the chunk) whose line ends, before its terminator (`\n` or
+/// `\r\n`), with a byte that is neither a base64 character nor `=`. `before` is the byte before
+/// the carry. `None` when there is no such LF or the rule is off.
+///
+/// A match that contains that LF would need a pattern with a raw LF: only a secret that holds a
+/// line break has one (the rule is then off), or wrapped base64 and quoted-printable soft
+/// breaks, whose LF always follows a base64 character or `=`; and a base64 neighbour taken
+/// across a line break is a base64 character. So cutting there decides exactly what one pass
+/// over the whole answer decides.
+fn flush_point(engine: &Engine, carry: &[u8], chunk: &[u8], before: u8) -> Option<usize> {
+    if !engine.flushes() {
+        return None;
+    }
+    let c = carry.len();
+    let n = c + chunk.len();
+    let byte = |at: usize| {
+        if at < c {
+            carry.get(at).copied()
+        } else {
+            chunk.get(at - c).copied()
+        }
+    };
+    let low = n.saturating_sub(engine.hold());
+    (low..n).rev().find_map(|at| {
+        if byte(at) != Some(b'\n') {
+            return None;
+        }
+        let line_end = match at.checked_sub(1) {
+            Some(cr) if byte(cr) == Some(b'\r') => cr,
+            // A CR before the carry: the byte before it is gone; do not cut.
+            None if before == b'\r' => return None,
+            _ => at,
+        };
+        let last = line_end.checked_sub(1).map_or(Some(before), byte)?;
+        (!is_base64_byte(last) && last != b'=').then_some(at + 1)
+    })
+}
+
+/// Scrubs one more part of a stream: `carry` followed by `chunk`, with `before` the byte before
+/// `carry`. Cuts where the newline rule allows, deciding everything before as at the end;
+/// otherwise holds back the engine's fixed hold.
+fn step(
+    engine: &Engine,
+    carry: &[u8],
+    seam: &mut Vec<u8>,
+    chunk: &[u8],
+    before: u8,
+    emit: impl FnMut(Piece),
+) -> Done {
+    match flush_point(engine, carry, chunk, before) {
+        Some(at) => {
+            let c = carry.len();
+            // INVARIANT: `at` is at most the length of the carry followed by the chunk.
+            let (carry, chunk) = if at <= c {
+                (&carry[..at], &[][..])
+            } else {
+                (carry, &chunk[..at - c])
+            };
+            run(engine, carry, seam, chunk, true, emit)
+        }
+        None => run(engine, carry, seam, chunk, false, emit),
+    }
+}
+
+/// Scrubs `carry` followed by `chunk`, calling `emit` with the output in order. With `is_end`,
+/// decides everything; otherwise every match starting before `alive`, where what follows is at
+/// least the engine's hold minus [`EXTENSION_MAX`] bytes: such a match, its extensions and any
+/// match starting in its forward extension are then wholly in sight, so the decision is the one
+/// a single pass over the whole answer makes. The cut is `alive` minus [`EXTENSION_MAX`] (a
+/// match starting at or after `alive` takes at most that many bytes before it), or the end of a
+/// match that ends later. So after a stretch without a match exactly the hold is kept, whatever
+/// the bytes.
 fn run(
     engine: &Engine,
     carry: &[u8],
@@ -498,12 +674,12 @@ fn run(
     chunk: &[u8],
     is_end: bool,
     mut emit: impl FnMut(Piece),
-) -> usize {
+) -> Done {
     seam.clear();
     // INVARIANT: the slice end is clamped to the chunk's length.
     if !carry.is_empty() {
         seam.extend_from_slice(carry);
-        seam.extend_from_slice(&chunk[..chunk.len().min(engine.max_len() + 2)]);
+        seam.extend_from_slice(&chunk[..chunk.len().min(engine.max_len())]);
     }
     let view = View {
         engine,
@@ -513,15 +689,19 @@ fn run(
         n: carry.len() + chunk.len(),
     };
     let n = view.n;
-    // Starts before `alive` are decided: every pattern that could match there is in sight.
-    let alive = if is_end { n } else { view.first_alive() };
+    let (alive, floor_cut) = if is_end {
+        (n, n)
+    } else if n >= engine.hold() {
+        let cut = n - engine.hold();
+        (cut + EXTENSION_MAX, cut)
+    } else {
+        (0, 0)
+    };
     let mut raw_start = 0;
-    let mut limit = alive;
-    let mut next = view.find(0);
+    let mut marker_end = None;
+    let mut next = view.find(0, alive);
     while let Some(found) = next {
-        if found.start >= alive {
-            break;
-        }
+        debug_assert!(found.start < alive);
         let start = if found.kind.back {
             found.start - view.back_extension(found.start, raw_start)
         } else {
@@ -530,23 +710,15 @@ fn run(
         let mut end = found.end;
         let mut following = None;
         if found.kind.fwd {
-            match view.forward_extension(end, is_end) {
-                None => {
-                    limit = found.start;
-                    break;
-                }
-                Some(0) => {}
-                // Whether another match starts in the extension is not decided yet.
-                Some(extension) if !is_end && end + extension > alive => {
-                    limit = found.start;
-                    break;
-                }
-                Some(extension) => {
-                    // A match starting in the extension takes those bytes itself.
-                    following = view.find(end);
-                    if following.is_none_or(|f| f.start >= end + extension) {
-                        end += extension;
-                    }
+            // By the hold, everything the extension and a match starting in it could need is in
+            // sight before the end; at the end only what is there counts.
+            debug_assert!(is_end || end + EXTENSION_MAX + engine.max_len() <= n);
+            let extension = view.forward_extension(end);
+            if extension > 0 {
+                // A match starting in the extension takes those bytes itself.
+                following = view.find(end, end + extension);
+                if following.is_none() {
+                    end += extension;
                 }
             }
         }
@@ -555,24 +727,30 @@ fn run(
         }
         emit(Piece::Marker);
         raw_start = end;
+        marker_end = Some(end);
         next = match following {
-            Some(f) if f.start >= end => Some(f),
-            _ => view.find(end),
+            Some(f) if f.start < alive => Some(f),
+            Some(_) => None,
+            None => view.find(end, alive),
         };
     }
-    if is_end {
-        if raw_start < n {
-            emit(Piece::Raw(raw_start, n));
-        }
-        return n;
-    }
-    let stop = limit.max(raw_start);
-    // A match starting at `stop` may take up to two base64 bytes before it: keep them.
-    let cut = stop - view.back_extension(stop, raw_start);
+    let cut = if is_end { n } else { floor_cut.max(raw_start) };
     if cut > raw_start {
         emit(Piece::Raw(raw_start, cut));
     }
-    cut
+    let before = if cut == 0 {
+        None
+    } else if marker_end == Some(cut) {
+        Some(NOTHING_BEFORE)
+    } else {
+        Some(view.byte(cut - 1))
+    };
+    Done { cut, before }
+}
+
+/// Whether `byte` may appear in a header name: a `tchar` of RFC 9110.
+fn is_token_byte(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&byte)
 }
 
 /// Appends `piece` (in carry-then-chunk coordinates) to `out`.
@@ -607,18 +785,21 @@ fn keep_tail(carry: &mut Vec<u8>, chunk: &[u8], cut: usize) {
     }
 }
 
-/// Every pattern of every secret, deduplicated, and the number of non-empty secrets.
-fn all_patterns<'a>(secrets: impl IntoIterator<Item = &'a [u8]>) -> (Vec<Pattern>, usize) {
+/// Every pattern of every secret, deduplicated, the number of non-empty secrets, and whether
+/// none of them holds a CR or LF byte (the newline rule's condition).
+fn all_patterns<'a>(secrets: impl IntoIterator<Item = &'a [u8]>) -> (Vec<Pattern>, usize, bool) {
     let mut patterns = Vec::new();
     let mut count = 0;
+    let mut flushes = true;
     for secret in secrets {
         if !secret.is_empty() {
             count += 1;
+            flushes &= !secret.iter().any(|&b| b == b'\r' || b == b'\n');
             patterns::push_patterns(secret, &mut patterns);
         }
     }
     patterns::dedup(&mut patterns);
-    (patterns, count)
+    (patterns, count, flushes)
 }
 
 #[cfg(test)]
