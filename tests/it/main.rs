@@ -10,3 +10,4 @@ mod proxy_connections;
 mod proxy_mcp;
 mod proxy_outcomes;
 mod proxy_reload;
+mod scrub_oracle;

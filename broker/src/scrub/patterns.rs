@@ -167,33 +167,60 @@ fn push_reference(out: &mut Vec<u8>, code: u32, style: Reference) {
     zeroize::Zeroize::zeroize(&mut text);
 }
 
-/// The secret as HTML escapers write it: Go's `html/template` (`&#34;`, `&#39;`, `&#43;`,
-/// `&amp;`, `&lt;`, `&gt;`), Python's `html.escape` (`&quot;`, `&#x27;` and the same named
-/// ones), every character outside ASCII letters and digits as a numeric reference, and every
+/// How an HTML escaper writes the characters it escapes besides `&`, `<` and `>` (always
+/// `&amp;`, `&lt;`, `&gt;`); `None` leaves the character as it is.
+struct NamedStyle {
+    quote: Option<&'static [u8]>,
+    apostrophe: Option<&'static [u8]>,
+    plus: Option<&'static [u8]>,
+}
+
+/// Go's `html/template`; Python's `html.escape`; the same with `quote=False` (and most text
+/// escapers); npm's `escape-html`.
+const NAMED_STYLES: [NamedStyle; 4] = [
+    NamedStyle {
+        quote: Some(b"&#34;"),
+        apostrophe: Some(b"&#39;"),
+        plus: Some(b"&#43;"),
+    },
+    NamedStyle {
+        quote: Some(b"&quot;"),
+        apostrophe: Some(b"&#x27;"),
+        plus: None,
+    },
+    NamedStyle {
+        quote: None,
+        apostrophe: None,
+        plus: None,
+    },
+    NamedStyle {
+        quote: Some(b"&quot;"),
+        apostrophe: Some(b"&#39;"),
+        plus: None,
+    },
+];
+
+/// The secret as HTML escapers write it (see [`NAMED_STYLES`]), every character outside ASCII letters and digits as a numeric reference, and every
 /// character as one (decimal, lower- and uppercase hex). `None` of them for a secret that is not
 /// UTF-8.
 fn push_html(secret: &[u8], out: &mut Vec<Pattern>) {
     let Ok(text) = std::str::from_utf8(secret) else {
         return;
     };
-    let named = |ch: char, python: bool| -> Option<&'static [u8]> {
-        Some(match ch {
-            '&' => b"&amp;",
-            '<' => b"&lt;",
-            '>' => b"&gt;",
-            '"' if python => b"&quot;",
-            '"' => b"&#34;",
-            '\'' if python => b"&#x27;",
-            '\'' => b"&#39;",
-            '+' if !python => b"&#43;",
-            _ => return None,
-        })
-    };
-    for python in [false, true] {
+    for style in NAMED_STYLES {
         let mut bytes = Zeroizing::new(Vec::with_capacity(secret.len() + 16));
         let mut buf = [0u8; 4];
         for ch in text.chars() {
-            match named(ch, python) {
+            let escaped: Option<&[u8]> = match ch {
+                '&' => Some(b"&amp;"),
+                '<' => Some(b"&lt;"),
+                '>' => Some(b"&gt;"),
+                '"' => style.quote,
+                '\'' => style.apostrophe,
+                '+' => style.plus,
+                _ => None,
+            };
+            match escaped {
                 Some(escaped) => bytes.extend_from_slice(escaped),
                 None => bytes.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes()),
             }
