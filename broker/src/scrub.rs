@@ -16,11 +16,19 @@
 //! write it, with `\/` (PHP), with `\u003c`-style HTML escapes (Go), with `\uXXXX` for
 //! everything outside ASCII (Python) and with every character as `\uXXXX` (lower- or uppercase
 //! hex); base64, standard and URL-safe alphabets, padded or not, at all three alignments, and
-//! standard base64 with `/` written `\/`. Not covered: other
-//! combinations of encodings (hex of base64, percent-encoded base64, JSON-escaped percent forms
-//! with lowercase hex, .NET's escaping of `+`), compressed answers (the proxy asks for
-//! `identity` and must decode or refuse anything else), and a secret split by the upstream
-//! itself or transformed otherwise.
+//! standard base64 with `/` written `\/`; standard base64 line-wrapped at 76 (MIME) or 64 (PEM)
+//! characters with CRLF, LF, or either JSON-escaped, a break anywhere inside the stable string and
+//! every line length after it; HTML as Go's `html/template`, Python's `html.escape` (with and
+//! without `quote`) and `escape-html` write it, with every non-alphanumeric character or every
+//! character as a numeric reference (decimal, hex either case, `&#X`), and standard base64 with
+//! `+` (and `/`) as references; quoted-printable (RFC 2045, and every non-alphanumeric byte as
+//! `=XX`) with no soft line break or one (`=\r\n`, `=\n`) between any two units, for forms
+//! that fit two lines. Not covered: other combinations of encodings (hex of base64,
+//! percent-encoded base64, wrapped URL-safe or `\/`-escaped base64, HTML references inside
+//! wrapped base64, JSON-escaped percent forms with lowercase hex, .NET's escaping of `+`),
+//! quoted-printable that needs two soft breaks, compressed answers (the proxy asks for
+//! `identity` and must decode or refuse anything else), and a secret split by the upstream itself
+//! or transformed otherwise.
 //!
 //! # Guarantees
 //!
@@ -35,31 +43,54 @@
 //! - Base64: a pattern is the stable inner string of the encoding (see `scrub/patterns.rs`). At
 //!   each end of an encoded secret, unless the secret starts or ends on a quantum boundary, one
 //!   character mixes secret bits with the neighbours' bits; when that character is there (a
-//!   base64 character, or `/` written `\/`), it is redacted with the match, unless another match
-//!   starts at that very character (which then redacts it). So no base64 character carrying a
-//!   secret bit survives (the property tests check exactly this edge at every offset); at worst
-//!   one character of innocent data beside a match goes with it, and the `=` padding stays.
-//! - Chunks: [`Scrubber::push`] holds back only what it cannot decide yet: the shortest tail that
-//!   is still a prefix of some pattern (at most the longest pattern minus one byte), the start of
-//!   a base64 match whose last neighbour has not arrived, and up to two base64 characters that a
-//!   match starting in the held tail could take with it. Everything else is emitted at once, so a
-//!   server-sent event that ends in a newline is never delayed (no pattern starts with a newline
-//!   unless a secret does). [`Scrubber::finish`] flushes the rest.
+//!   base64 character, `/` written `\/`, `+` or `/` as an HTML reference, or a base64 character
+//!   or `\/` on the other side of one line break), it is redacted with the match (and the break
+//!   between), unless another match starts at that very character (which then redacts it). So
+//!   no base64 character carrying a secret bit survives (the property tests check exactly this
+//!   edge at every offset); at worst one character of innocent data beside a match goes with it,
+//!   and the `=` padding stays.
+//! - Chunks: what the agent gets never depends on whether held bytes match (part of) a pattern.
+//!   [`Scrubber::push`] decides every match that starts before the last `hold` bytes plus
+//!   [`patterns::EXTENSION_MAX`]; with `hold` = 2 × the longest pattern + 2 ×
+//!   [`patterns::EXTENSION_MAX`], rounded up to a multiple of 64, such a match, its neighbours
+//!   and any match starting among them are wholly in sight, so the decision is final. It emits up
+//!   to `hold` bytes before the end (or up to the end of a match that ends later), whatever the
+//!   bytes: after a stretch without a match exactly `hold` bytes are kept. The output of a push
+//!   is at most two slices between markers, split where the carry ends and the chunk begins; the
+//!   carry's length depends only on `hold`, on where the newline rule last cut and on where the
+//!   last match ended (which the marker shows). The hold tells an observer the longest pattern's
+//!   length to within 32 bytes (the longest is usually every character as `\uXXXX` or `&#NNN;`:
+//!   6 bytes a character), nothing more.
+//! - Promptness, the newline rule: when the held bytes contain an LF whose line ends (before its
+//!   `\n` or `\r\n`) with a byte that is neither a base64 character nor `=`, everything up to
+//!   that LF is decided as at the end of the answer and emitted. No match can span that LF: no
+//!   pattern holds a raw LF except those of a secret that holds one, wrapped base64 (whose breaks
+//!   follow a base64 character) and quoted-printable soft breaks (which follow `=`), and the
+//!   base64 neighbours taken across a break are base64 characters. So a server-sent event
+//!   (`data: {...}\n\n`, `data: [DONE]\n\n`) and an NDJSON line (`{...}\n`) go out when
+//!   they end. The rule depends on the bytes only; it is off when some loaded secret holds a CR
+//!   or LF, which is all it reveals (such answers then wait for `hold` more bytes or the end).
+//!   [`Scrubber::finish`] flushes the rest.
 //!
 //! Limits: base64 patterns need 4 stable characters, so a secret shorter than 4 bytes is not
 //! matched as base64 at every alignment; a secret that is a substring of the marker keeps
-//! appearing in it; an upstream that knows the secret can always leak it in some
-//! form not covered here (scrubbing catches reflection, it does not contain a hostile upstream:
-//! binding aliases to hosts does). Buffers that held secret-derived bytes are wiped when dropped;
-//! the automaton's internal tables are not.
+//! appearing in it; a complete guess is still redacted, so an agent that can have a guess
+//! reflected learns whether it was the whole secret (harmless for secrets of real length); an
+//! upstream that knows the secret can always leak it in some form not covered here (scrubbing
+//! catches reflection, it does not contain a hostile upstream: binding aliases to hosts does).
+//! Buffers that held secret-derived bytes are wiped when dropped; the automaton's internal
+//! tables are not.
 //!
 //! # Speed
 //!
 //! A sampling prefilter (see `scrub/engine.rs`) reads one 8-byte window every 4–16 bytes and runs
-//! the automaton only near candidate windows. To decide what to hold back, each chunk's last
-//! positions (fewer than the longest pattern) are checked against the patterns' first two bytes,
-//! and only those that pass walk the automaton. Output that needs no redaction is handed on as
-//! slices of the input [`Bytes`], without copying.
+//! the automaton only near candidate windows. Its CPU time differs by a few automaton steps when
+//! a window looks like a pattern: nanoseconds, which do not change when a chunk is released (a
+//! push runs to its end before anything is handed on). Output that needs no redaction is handed
+//! on as slices of the input [`Bytes`], without copying, apart from the carry. Building is the
+//! cost of the wrapped forms: a secret of `n` bytes has up to 1,680 of them (140 break positions,
+//! 4 spellings, 3 alignments; fewer under 57 bytes) of about `4n/3` bytes each, so the automaton
+//! grows with `n` times that (about 800 patterns for a 40-byte secret, 1,700 for 200 bytes).
 
 use std::borrow::Cow;
 use std::fmt;

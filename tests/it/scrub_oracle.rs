@@ -627,3 +627,105 @@ fn issue_22_wrapped_base64_html_and_quoted_printable_come_back_redacted() {
     );
     assert_clean(&broker, answer.everything().as_bytes());
 }
+
+/// [`probe`] over HTTP/2 (cleartext, prior knowledge): `chunks` are the DATA frames' sizes, as
+/// hyper's client hands them over one by one.
+fn probe_h2(
+    broker: &Broker,
+    cap: &str,
+    upstream: &Reflector,
+    guess: &[u8],
+    expected: usize,
+) -> Observed {
+    use http_body_util::{BodyExt as _, Empty};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let addr = broker.base.trim_start_matches("http://").to_owned();
+    let uri = format!(
+        "http://{addr}/v1/proxy/http/127.0.0.1:{}/reflect?g={}",
+        upstream.port,
+        percent_encode(guess)
+    );
+    runtime.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let (mut sender, connection) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+                .await
+                .unwrap();
+        tokio::spawn(connection);
+        let request = hyper::Request::get(uri)
+            .header("mint-capability", cap)
+            .body(Empty::<bytes::Bytes>::new())
+            .unwrap();
+        let response = sender.send_request(request).await.unwrap();
+        let status = response.status().as_u16();
+        let mut body = response.into_body();
+        let (mut chunks, mut bytes) = (Vec::new(), Vec::new());
+        let mut released = false;
+        let mut before_release = 0;
+        loop {
+            let wait = if released {
+                Duration::from_secs(20)
+            } else if bytes.len() < expected {
+                Duration::from_millis(1500)
+            } else {
+                Duration::from_millis(60)
+            };
+            match tokio::time::timeout(wait, body.frame()).await {
+                Ok(Some(Ok(frame))) => {
+                    if let Ok(data) = frame.into_data() {
+                        chunks.push(data.len());
+                        bytes.extend_from_slice(&data);
+                    }
+                }
+                Ok(_) => break,
+                Err(_) if !released => {
+                    before_release = bytes.len();
+                    released = true;
+                    upstream.release.send(()).unwrap();
+                }
+                Err(_) => break,
+            }
+        }
+        Observed {
+            status,
+            before_release,
+            chunks,
+            body: bytes,
+        }
+    })
+}
+
+#[test]
+fn issue_22_http2_frames_tell_the_agent_nothing_about_its_guess() {
+    let (_home, broker, cap, upstream, _dir) = start();
+    let calibration = probe_h2(&broker, &cap, &upstream, b"calibrate", FILLER);
+    assert_eq!(calibration.status, 200);
+    let hold = FILLER + 9 - calibration.before_release;
+    assert!(hold > 0, "nothing held back");
+    let expected = |len: usize| FILLER + len - hold;
+    let mut seen = calibration.body.clone();
+    for (name, form) in forms(CANARY.as_bytes()) {
+        for (i, len) in [1, form.len() / 2, form.len() - 1].into_iter().enumerate() {
+            let guess = &form[..len];
+            let decoy = random_like(guess, 11 + i as u64);
+            let hit = probe_h2(&broker, &cap, &upstream, guess, expected(len));
+            let miss = probe_h2(&broker, &cap, &upstream, &decoy, expected(len));
+            assert_eq!(hit.status, 200, "{name}");
+            assert_eq!(
+                (hit.before_release, &hit.chunks),
+                (miss.before_release, &miss.chunks),
+                "{name}: a prefix of {len} bytes is observable over HTTP/2"
+            );
+            assert_eq!(hit.before_release, expected(len), "{name}: {len}");
+            assert!(hit.body.ends_with(SECOND), "{name}");
+            seen.extend_from_slice(&hit.body);
+            seen.extend_from_slice(&miss.body);
+        }
+    }
+    assert_clean(&broker, &seen);
+}
