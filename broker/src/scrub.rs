@@ -51,8 +51,8 @@
 //!   and the `=` padding stays.
 //! - Chunks: what the agent gets never depends on whether held bytes match (part of) a pattern.
 //!   [`Scrubber::push`] decides every match that starts before the last `hold` bytes plus
-//!   [`patterns::EXTENSION_MAX`]; with `hold` = 2 × the longest pattern + 2 ×
-//!   [`patterns::EXTENSION_MAX`], rounded up to a multiple of 64, such a match, its neighbours
+//!   `EXTENSION_MAX`; with `hold` = 2 × the longest pattern + 2 ×
+//!   `EXTENSION_MAX`, rounded up to a multiple of 64, such a match, its neighbours
 //!   and any match starting among them are wholly in sight, so the decision is final. It emits up
 //!   to `hold` bytes before the end (or up to the end of a match that ends later), whatever the
 //!   bytes: after a stretch without a match exactly `hold` bytes are kept. The output of a push

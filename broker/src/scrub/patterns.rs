@@ -695,7 +695,6 @@ mod tests {
 
     #[test]
     #[ignore = "prints build figures; run by hand"]
-    #[expect(clippy::print_stderr, reason = "a measurement printed by hand")]
     fn build_figures() {
         for len in [40usize, 200] {
             let secret: Vec<u8> = (0..len)
