@@ -16,11 +16,19 @@
 //! write it, with `\/` (PHP), with `\u003c`-style HTML escapes (Go), with `\uXXXX` for
 //! everything outside ASCII (Python) and with every character as `\uXXXX` (lower- or uppercase
 //! hex); base64, standard and URL-safe alphabets, padded or not, at all three alignments, and
-//! standard base64 with `/` written `\/`. Not covered: other
-//! combinations of encodings (hex of base64, percent-encoded base64, JSON-escaped percent forms
-//! with lowercase hex, .NET's escaping of `+`), compressed answers (the proxy asks for
-//! `identity` and must decode or refuse anything else), and a secret split by the upstream
-//! itself or transformed otherwise.
+//! standard base64 with `/` written `\/`; standard base64 line-wrapped at 76 (MIME) or 64 (PEM)
+//! characters with CRLF, LF, or either JSON-escaped, a break anywhere inside the stable string and
+//! every line length after it; HTML as Go's `html/template`, Python's `html.escape` (with and
+//! without `quote`) and `escape-html` write it, with every non-alphanumeric character or every
+//! character as a numeric reference (decimal, hex either case, `&#X`), and standard base64 with
+//! `+` (and `/`) as references; quoted-printable (RFC 2045, and every non-alphanumeric byte as
+//! `=XX`) with no soft line break or one (`=\r\n`, `=\n`) between any two units, for forms
+//! that fit two lines. Not covered: other combinations of encodings (hex of base64,
+//! percent-encoded base64, wrapped URL-safe or `\/`-escaped base64, HTML references inside
+//! wrapped base64, JSON-escaped percent forms with lowercase hex, .NET's escaping of `+`),
+//! quoted-printable that needs two soft breaks, compressed answers (the proxy asks for
+//! `identity` and must decode or refuse anything else), and a secret split by the upstream itself
+//! or transformed otherwise.
 //!
 //! # Guarantees
 //!
@@ -35,31 +43,54 @@
 //! - Base64: a pattern is the stable inner string of the encoding (see `scrub/patterns.rs`). At
 //!   each end of an encoded secret, unless the secret starts or ends on a quantum boundary, one
 //!   character mixes secret bits with the neighbours' bits; when that character is there (a
-//!   base64 character, or `/` written `\/`), it is redacted with the match, unless another match
-//!   starts at that very character (which then redacts it). So no base64 character carrying a
-//!   secret bit survives (the property tests check exactly this edge at every offset); at worst
-//!   one character of innocent data beside a match goes with it, and the `=` padding stays.
-//! - Chunks: [`Scrubber::push`] holds back only what it cannot decide yet: the shortest tail that
-//!   is still a prefix of some pattern (at most the longest pattern minus one byte), the start of
-//!   a base64 match whose last neighbour has not arrived, and up to two base64 characters that a
-//!   match starting in the held tail could take with it. Everything else is emitted at once, so a
-//!   server-sent event that ends in a newline is never delayed (no pattern starts with a newline
-//!   unless a secret does). [`Scrubber::finish`] flushes the rest.
+//!   base64 character, `/` written `\/`, `+` or `/` as an HTML reference, or a base64 character
+//!   or `\/` on the other side of one line break), it is redacted with the match (and the break
+//!   between), unless another match starts at that very character (which then redacts it). So
+//!   no base64 character carrying a secret bit survives (the property tests check exactly this
+//!   edge at every offset); at worst one character of innocent data beside a match goes with it,
+//!   and the `=` padding stays.
+//! - Chunks: what the agent gets never depends on whether held bytes match (part of) a pattern.
+//!   [`Scrubber::push`] decides every match that starts before the last `hold` bytes plus
+//!   `EXTENSION_MAX`; with `hold` = 2 × the longest pattern + 2 ×
+//!   `EXTENSION_MAX`, rounded up to a multiple of 64, such a match, its neighbours
+//!   and any match starting among them are wholly in sight, so the decision is final. It emits up
+//!   to `hold` bytes before the end (or up to the end of a match that ends later), whatever the
+//!   bytes: after a stretch without a match exactly `hold` bytes are kept. The output of a push
+//!   is at most two slices between markers, split where the carry ends and the chunk begins; the
+//!   carry's length depends only on `hold`, on where the newline rule last cut and on where the
+//!   last match ended (which the marker shows). The hold tells an observer the longest pattern's
+//!   length to within 32 bytes (the longest is usually every character as `\uXXXX` or `&#NNN;`:
+//!   6 bytes a character), nothing more.
+//! - Promptness, the newline rule: when the held bytes contain an LF whose line ends (before its
+//!   `\n` or `\r\n`) with a byte that is neither a base64 character nor `=`, everything up to
+//!   that LF is decided as at the end of the answer and emitted. No match can span that LF: no
+//!   pattern holds a raw LF except those of a secret that holds one, wrapped base64 (whose breaks
+//!   follow a base64 character) and quoted-printable soft breaks (which follow `=`), and the
+//!   base64 neighbours taken across a break are base64 characters. So a server-sent event
+//!   (`data: {...}\n\n`, `data: [DONE]\n\n`) and an NDJSON line (`{...}\n`) go out when
+//!   they end. The rule depends on the bytes only; it is off when some loaded secret holds a CR
+//!   or LF, which is all it reveals (such answers then wait for `hold` more bytes or the end).
+//!   [`Scrubber::finish`] flushes the rest.
 //!
 //! Limits: base64 patterns need 4 stable characters, so a secret shorter than 4 bytes is not
 //! matched as base64 at every alignment; a secret that is a substring of the marker keeps
-//! appearing in it; an upstream that knows the secret can always leak it in some
-//! form not covered here (scrubbing catches reflection, it does not contain a hostile upstream:
-//! binding aliases to hosts does). Buffers that held secret-derived bytes are wiped when dropped;
-//! the automaton's internal tables are not.
+//! appearing in it; a complete guess is still redacted, so an agent that can have a guess
+//! reflected learns whether it was the whole secret (harmless for secrets of real length); an
+//! upstream that knows the secret can always leak it in some form not covered here (scrubbing
+//! catches reflection, it does not contain a hostile upstream: binding aliases to hosts does).
+//! Buffers that held secret-derived bytes are wiped when dropped; the automaton's internal
+//! tables are not.
 //!
 //! # Speed
 //!
 //! A sampling prefilter (see `scrub/engine.rs`) reads one 8-byte window every 4–16 bytes and runs
-//! the automaton only near candidate windows. To decide what to hold back, each chunk's last
-//! positions (fewer than the longest pattern) are checked against the patterns' first two bytes,
-//! and only those that pass walk the automaton. Output that needs no redaction is handed on as
-//! slices of the input [`Bytes`], without copying.
+//! the automaton only near candidate windows. Its CPU time differs by a few automaton steps when
+//! a window looks like a pattern: nanoseconds, which do not change when a chunk is released (a
+//! push runs to its end before anything is handed on). Output that needs no redaction is handed
+//! on as slices of the input [`Bytes`], without copying, apart from the carry. Building is the
+//! cost of the wrapped forms: a secret of `n` bytes has up to 1,680 of them (140 break positions,
+//! 4 spellings, 3 alignments; fewer under 57 bytes) of about `4n/3` bytes each, so the automaton
+//! grows with `n` times that (about 800 patterns for a 40-byte secret, 1,700 for 200 bytes).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -73,7 +104,7 @@ mod engine;
 mod patterns;
 
 use engine::Engine;
-use patterns::{Pattern, is_base64_byte};
+use patterns::{EXTENSION_MAX, LINE_BREAKS, Pattern, is_base64_byte};
 
 /// What every form of a secret is replaced with.
 pub const REDACTED: &str = "[mint:redacted]";
@@ -88,6 +119,8 @@ pub struct Scrubber {
     carry: Zeroizing<Vec<u8>>,
     /// Scratch space: the carry followed by the start of the next chunk.
     seam: Zeroizing<Vec<u8>>,
+    /// The byte of the answer just before the carry, as the newline rule sees it.
+    before: u8,
 }
 
 /// What one [`Scrubber::push`] or [`Scrubber::finish`] emits: pieces to send in order, most of them
@@ -119,6 +152,7 @@ impl Scrubber {
             names: None,
             carry: Zeroizing::new(Vec::new()),
             seam: Zeroizing::new(Vec::new()),
+            before: NOTHING_BEFORE,
         }
     }
 
@@ -127,14 +161,22 @@ impl Scrubber {
     pub(crate) fn from_secrets<'a>(
         secrets: impl IntoIterator<Item = &'a [u8]>,
     ) -> Result<Scrubber, ScrubError> {
-        let (patterns, count) = all_patterns(secrets);
-        let engine = Engine::new(&patterns, count).map_err(|_| ScrubError)?;
-        let names = if patterns.is_empty() {
+        let (patterns, count, flushes) = all_patterns(secrets);
+        let engine = Engine::new(&patterns, count, flushes).map_err(|_| ScrubError)?;
+        // A header name holds only token characters (RFC 9110): a pattern with any other byte
+        // (a line break, a backslash, `;`, `=`, `/`...) cannot occur in one, and leaving those out
+        // keeps this second automaton small.
+        let in_names: Vec<&[u8]> = patterns
+            .iter()
+            .map(|p| &p.bytes[..])
+            .filter(|bytes| bytes.iter().all(|&b| is_token_byte(b)))
+            .collect();
+        let names = if in_names.is_empty() {
             None
         } else {
             let automaton = aho_corasick::AhoCorasick::builder()
                 .ascii_case_insensitive(true)
-                .build(patterns.iter().map(|p| &p.bytes[..]))
+                .build(in_names)
                 .map_err(|_| ScrubError)?;
             Some(Arc::new(automaton))
         };
@@ -173,7 +215,9 @@ impl Scrubber {
         self.carry.len()
     }
 
-    /// Takes the next chunk of the answer's body and returns what can be sent now.
+    /// Takes the next chunk of the answer's body and returns what can be sent now: at most two
+    /// pieces between markers, split where the carry ends and the chunk begins (see the module
+    /// docs for why no boundary depends on a secret).
     pub fn push(&mut self, chunk: Bytes) -> Scrubbed {
         let Some(engine) = self.engine.clone() else {
             return Scrubbed::one(chunk);
@@ -181,14 +225,14 @@ impl Scrubber {
         let carry = std::mem::take(&mut self.carry);
         let c = carry.len();
         let mut out = Scrubbed::default();
-        // INVARIANT: `run` emits ranges within the carry followed by the chunk, in order, and
+        // INVARIANT: `step` emits ranges within the carry followed by the chunk, in order, and
         // returns a cut no larger than their length; so every slice below is in bounds.
-        let cut = run(
+        let done = step(
             &engine,
             &carry,
             &mut self.seam,
             &chunk,
-            false,
+            self.before,
             |piece| match piece {
                 Piece::Raw(start, end) => {
                     if start < c {
@@ -203,7 +247,7 @@ impl Scrubber {
             },
         );
         self.carry = carry;
-        keep_tail(&mut self.carry, &chunk, cut);
+        self.keep(&chunk, done);
         out
     }
 
@@ -213,14 +257,28 @@ impl Scrubber {
             return chunk.to_vec();
         };
         let carry = std::mem::take(&mut self.carry);
-        let c = carry.len();
-        let mut out = Vec::with_capacity(c + chunk.len());
-        let cut = run(&engine, &carry, &mut self.seam, chunk, false, |piece| {
-            emit_into(&mut out, &carry, chunk, piece);
-        });
+        let mut out = Vec::with_capacity(carry.len() + chunk.len());
+        let done = step(
+            &engine,
+            &carry,
+            &mut self.seam,
+            chunk,
+            self.before,
+            |piece| {
+                emit_into(&mut out, &carry, chunk, piece);
+            },
+        );
         self.carry = carry;
-        keep_tail(&mut self.carry, chunk, cut);
+        self.keep(chunk, done);
         out
+    }
+
+    /// Keeps what `done` left of the carry followed by `chunk` for the next push.
+    fn keep(&mut self, chunk: &[u8], done: Done) {
+        keep_tail(&mut self.carry, chunk, done.cut);
+        if let Some(before) = done.before {
+            self.before = before;
+        }
     }
 
     /// Ends the answer: returns everything still held back, redacted. The scrubber can then
@@ -232,6 +290,7 @@ impl Scrubber {
     /// [`Self::finish`] into one buffer.
     pub fn finish_vec(&mut self) -> Vec<u8> {
         let carry = std::mem::take(&mut self.carry);
+        self.before = NOTHING_BEFORE;
         let Some(engine) = self.engine.clone() else {
             return carry.to_vec();
         };
@@ -373,7 +432,7 @@ impl Baseline {
     pub(crate) fn from_secrets<'a>(
         secrets: impl IntoIterator<Item = &'a [u8]>,
     ) -> Result<Baseline, ScrubError> {
-        let (patterns, _) = all_patterns(secrets);
+        let (patterns, _, _) = all_patterns(secrets);
         let automaton = aho_corasick::AhoCorasick::builder()
             .match_kind(aho_corasick::MatchKind::LeftmostLongest)
             .kind(Some(aho_corasick::AhoCorasickKind::DFA))
@@ -413,6 +472,7 @@ struct View<'a> {
 }
 
 impl View<'_> {
+    /// The byte at `at`; 0 (a byte no extension takes) past the end.
     fn byte(&self, at: usize) -> u8 {
         let c = self.carry.len();
         if at < c {
@@ -422,22 +482,34 @@ impl View<'_> {
         }
     }
 
-    /// The leftmost-longest match starting at or after `pos`.
-    fn find(&self, pos: usize) -> Option<engine::Found> {
-        let c = self.carry.len();
-        if pos < c {
-            if let Some(found) = self.engine.find(self.seam, pos, c) {
-                return Some(found);
-            }
-            return self.shifted(0);
-        }
-        self.shifted(pos - c)
+    /// Whether the bytes from `at` are `expected` (all of them in sight).
+    fn has(&self, at: usize, expected: &[u8]) -> bool {
+        at + expected.len() <= self.n
+            && expected
+                .iter()
+                .enumerate()
+                .all(|(i, &byte)| self.byte(at + i) == byte)
     }
 
-    fn shifted(&self, from: usize) -> Option<engine::Found> {
+    /// The leftmost-longest match starting in `pos..max_start`.
+    fn find(&self, pos: usize, max_start: usize) -> Option<engine::Found> {
         let c = self.carry.len();
+        if pos < c {
+            if let Some(found) = self.engine.find(self.seam, pos, c.min(max_start)) {
+                return Some(found);
+            }
+            return self.shifted(0, max_start);
+        }
+        self.shifted(pos - c, max_start)
+    }
+
+    fn shifted(&self, from: usize, max_start: usize) -> Option<engine::Found> {
+        let c = self.carry.len();
+        if max_start <= c {
+            return None;
+        }
         self.engine
-            .find(self.chunk, from, self.chunk.len())
+            .find(self.chunk, from, max_start - c)
             .map(|found| engine::Found {
                 start: found.start + c,
                 end: found.end + c,
@@ -445,52 +517,187 @@ impl View<'_> {
             })
     }
 
-    /// The first position whose match (if any) still depends on bytes not received: the bytes
-    /// from there to the end are a prefix of some pattern. `n` when there is none.
-    fn first_alive(&self) -> usize {
-        let from = self
-            .n
-            .saturating_sub(self.engine.max_len().saturating_sub(1));
-        let c = self.carry.len();
-        let tail: Cow<'_, [u8]> = if from >= c {
-            Cow::Borrowed(self.chunk.get(from - c..).unwrap_or_default())
-        } else {
-            // A chunk shorter than the longest pattern: the tail starts in the carry.
-            Cow::Owned((from..self.n).map(|at| self.byte(at)).collect())
-        };
-        from + self.engine.first_alive(&tail)
+    /// The length of the base64 character ending at `at` and not starting before `floor`: a
+    /// base64 byte, `/` written `\/`, or, unless `plain`, `+` or `/` written as an HTML numeric
+    /// character reference. 0 when there is none.
+    fn unit_before(&self, at: usize, floor: usize, plain: bool) -> usize {
+        if at <= floor {
+            return 0;
+        }
+        let last = self.byte(at - 1);
+        if is_base64_byte(last) {
+            return if last == b'/' && at - 1 > floor && self.byte(at - 2) == b'\\' {
+                2
+            } else {
+                1
+            };
+        }
+        if plain || last != b';' {
+            return 0;
+        }
+        (5..=6)
+            .find(|&len| at >= floor + len && is_reference_unit(|i| self.byte(at - len + i), len))
+            .unwrap_or(0)
+    }
+
+    /// The length of the base64 character starting at `at` (as in [`Self::unit_before`]).
+    fn unit_at(&self, at: usize, plain: bool) -> usize {
+        let first = self.byte(at);
+        if at < self.n && is_base64_byte(first) {
+            return 1;
+        }
+        if self.has(at, b"\\/") {
+            return 2;
+        }
+        if plain || first != b'&' {
+            return 0;
+        }
+        (5..=6)
+            .find(|&len| at + len <= self.n && is_reference_unit(|i| self.byte(at + i), len))
+            .unwrap_or(0)
     }
 
     /// How many bytes before `at` (and not before `floor`) a base64 match starting at `at` takes
-    /// with it: the neighbouring character, which may be written `\/`.
+    /// with it: the neighbouring character, also across one line break (then written plainly
+    /// or as `\/`).
     fn back_extension(&self, at: usize, floor: usize) -> usize {
-        if at <= floor || !is_base64_byte(self.byte(at - 1)) {
-            return 0;
+        for spelling in LINE_BREAKS {
+            let len = spelling.len();
+            if at >= floor + len && self.has(at - len, spelling) {
+                let unit = self.unit_before(at - len, floor, true);
+                if unit > 0 {
+                    return len + unit;
+                }
+            }
         }
-        if self.byte(at - 1) == b'/' && at - 1 > floor && self.byte(at - 2) == b'\\' {
-            2
-        } else {
-            1
-        }
+        self.unit_before(at, floor, false)
     }
 
-    /// How many bytes from `at` a base64 match ending at `at` takes with it, if the next bytes
-    /// are in; `None` when they are not yet.
-    fn forward_extension(&self, at: usize, is_end: bool) -> Option<usize> {
-        if at >= self.n {
-            return is_end.then_some(0);
+    /// How many bytes from `at` a base64 match ending at `at` takes with it: the neighbouring
+    /// character, also across one line break. Only what is in sight counts: `run` makes sure
+    /// that, before the end, all [`EXTENSION_MAX`] bytes are.
+    fn forward_extension(&self, at: usize) -> usize {
+        for spelling in LINE_BREAKS {
+            if self.has(at, spelling) {
+                let unit = self.unit_at(at + spelling.len(), true);
+                if unit > 0 {
+                    return spelling.len() + unit;
+                }
+            }
         }
-        match self.byte(at) {
-            byte if is_base64_byte(byte) => Some(1),
-            b'\\' if at + 1 >= self.n => is_end.then_some(0),
-            b'\\' if self.byte(at + 1) == b'/' => Some(2),
-            _ => Some(0),
-        }
+        self.unit_at(at, false)
     }
 }
 
-/// Scrubs `carry` followed by `chunk`, calling `emit` with the output in order, and returns how
-/// many bytes of that buffer are done: the rest becomes the next carry. With `is_end`, all are.
+/// Whether the `len` bytes given by `byte` are `+` or `/` as an HTML numeric character
+/// reference: `&#43;`, `&#47;`, `&#x2b;`, `&#x2f;` in any letter case.
+fn is_reference_unit(byte: impl Fn(usize) -> u8, len: usize) -> bool {
+    let lower = |i: usize| byte(i).to_ascii_lowercase();
+    match len {
+        5 => {
+            byte(0) == b'&'
+                && byte(1) == b'#'
+                && byte(2) == b'4'
+                && matches!(byte(3), b'3' | b'7')
+                && byte(4) == b';'
+        }
+        6 => {
+            byte(0) == b'&'
+                && byte(1) == b'#'
+                && lower(2) == b'x'
+                && byte(3) == b'2'
+                && matches!(lower(4), b'b' | b'f')
+                && byte(5) == b';'
+        }
+        _ => false,
+    }
+}
+
+/// What a [`run`] did: how many bytes of the carry followed by the chunk are done (the rest is
+/// the next carry), and the byte just before that cut as the next run must see it.
+struct Done {
+    cut: usize,
+    /// `None` when nothing is done (the byte before the carry stays what it was).
+    before: Option<u8>,
+}
+
+/// The byte before a stream's first byte, or before a cut right after a match, as far as the
+/// newline rule and the base64 extensions are concerned: one that no extension takes.
+const NOTHING_BEFORE: u8 = b'\n';
+
+/// Where the newline rule lets a stream cut: one past the last LF in the held bytes (the last
+/// `hold` of the carry followed by the chunk) whose line ends, before its terminator (`\n` or
+/// `\r\n`), with a byte that is neither a base64 character nor `=`. `before` is the byte before
+/// the carry. `None` when there is no such LF or the rule is off.
+///
+/// A match that contains that LF would need a pattern with a raw LF: only a secret that holds a
+/// line break has one (the rule is then off), or wrapped base64 and quoted-printable soft
+/// breaks, whose LF always follows a base64 character or `=`; and a base64 neighbour taken
+/// across a line break is a base64 character. So cutting there decides exactly what one pass
+/// over the whole answer decides.
+fn flush_point(engine: &Engine, carry: &[u8], chunk: &[u8], before: u8) -> Option<usize> {
+    if !engine.flushes() {
+        return None;
+    }
+    let c = carry.len();
+    let n = c + chunk.len();
+    let byte = |at: usize| {
+        if at < c {
+            carry.get(at).copied()
+        } else {
+            chunk.get(at - c).copied()
+        }
+    };
+    let low = n.saturating_sub(engine.hold());
+    (low..n).rev().find_map(|at| {
+        if byte(at) != Some(b'\n') {
+            return None;
+        }
+        let line_end = match at.checked_sub(1) {
+            Some(cr) if byte(cr) == Some(b'\r') => cr,
+            // A CR before the carry: the byte before it is gone; do not cut.
+            None if before == b'\r' => return None,
+            _ => at,
+        };
+        let last = line_end.checked_sub(1).map_or(Some(before), byte)?;
+        (!is_base64_byte(last) && last != b'=').then_some(at + 1)
+    })
+}
+
+/// Scrubs one more part of a stream: `carry` followed by `chunk`, with `before` the byte before
+/// `carry`. Cuts where the newline rule allows, deciding everything before as at the end;
+/// otherwise holds back the engine's fixed hold.
+fn step(
+    engine: &Engine,
+    carry: &[u8],
+    seam: &mut Vec<u8>,
+    chunk: &[u8],
+    before: u8,
+    emit: impl FnMut(Piece),
+) -> Done {
+    match flush_point(engine, carry, chunk, before) {
+        Some(at) => {
+            let c = carry.len();
+            // INVARIANT: `at` is at most the length of the carry followed by the chunk.
+            let (carry, chunk) = if at <= c {
+                (&carry[..at], &[][..])
+            } else {
+                (carry, &chunk[..at - c])
+            };
+            run(engine, carry, seam, chunk, true, emit)
+        }
+        None => run(engine, carry, seam, chunk, false, emit),
+    }
+}
+
+/// Scrubs `carry` followed by `chunk`, calling `emit` with the output in order. With `is_end`,
+/// decides everything; otherwise every match starting before `alive`, where what follows is at
+/// least the engine's hold minus [`EXTENSION_MAX`] bytes: such a match, its extensions and any
+/// match starting in its forward extension are then wholly in sight, so the decision is the one
+/// a single pass over the whole answer makes. The cut is `alive` minus [`EXTENSION_MAX`] (a
+/// match starting at or after `alive` takes at most that many bytes before it), or the end of a
+/// match that ends later. So after a stretch without a match exactly the hold is kept, whatever
+/// the bytes.
 fn run(
     engine: &Engine,
     carry: &[u8],
@@ -498,12 +705,12 @@ fn run(
     chunk: &[u8],
     is_end: bool,
     mut emit: impl FnMut(Piece),
-) -> usize {
+) -> Done {
     seam.clear();
     // INVARIANT: the slice end is clamped to the chunk's length.
     if !carry.is_empty() {
         seam.extend_from_slice(carry);
-        seam.extend_from_slice(&chunk[..chunk.len().min(engine.max_len() + 2)]);
+        seam.extend_from_slice(&chunk[..chunk.len().min(engine.max_len())]);
     }
     let view = View {
         engine,
@@ -513,15 +720,19 @@ fn run(
         n: carry.len() + chunk.len(),
     };
     let n = view.n;
-    // Starts before `alive` are decided: every pattern that could match there is in sight.
-    let alive = if is_end { n } else { view.first_alive() };
+    let (alive, floor_cut) = if is_end {
+        (n, n)
+    } else if n >= engine.hold() {
+        let cut = n - engine.hold();
+        (cut + EXTENSION_MAX, cut)
+    } else {
+        (0, 0)
+    };
     let mut raw_start = 0;
-    let mut limit = alive;
-    let mut next = view.find(0);
+    let mut marker_end = None;
+    let mut next = view.find(0, alive);
     while let Some(found) = next {
-        if found.start >= alive {
-            break;
-        }
+        debug_assert!(found.start < alive);
         let start = if found.kind.back {
             found.start - view.back_extension(found.start, raw_start)
         } else {
@@ -530,23 +741,15 @@ fn run(
         let mut end = found.end;
         let mut following = None;
         if found.kind.fwd {
-            match view.forward_extension(end, is_end) {
-                None => {
-                    limit = found.start;
-                    break;
-                }
-                Some(0) => {}
-                // Whether another match starts in the extension is not decided yet.
-                Some(extension) if !is_end && end + extension > alive => {
-                    limit = found.start;
-                    break;
-                }
-                Some(extension) => {
-                    // A match starting in the extension takes those bytes itself.
-                    following = view.find(end);
-                    if following.is_none_or(|f| f.start >= end + extension) {
-                        end += extension;
-                    }
+            // By the hold, everything the extension and a match starting in it could need is in
+            // sight before the end; at the end only what is there counts.
+            debug_assert!(is_end || end + EXTENSION_MAX + engine.max_len() <= n);
+            let extension = view.forward_extension(end);
+            if extension > 0 {
+                // A match starting in the extension takes those bytes itself.
+                following = view.find(end, end + extension);
+                if following.is_none() {
+                    end += extension;
                 }
             }
         }
@@ -555,24 +758,30 @@ fn run(
         }
         emit(Piece::Marker);
         raw_start = end;
+        marker_end = Some(end);
         next = match following {
-            Some(f) if f.start >= end => Some(f),
-            _ => view.find(end),
+            Some(f) if f.start < alive => Some(f),
+            Some(_) => None,
+            None => view.find(end, alive),
         };
     }
-    if is_end {
-        if raw_start < n {
-            emit(Piece::Raw(raw_start, n));
-        }
-        return n;
-    }
-    let stop = limit.max(raw_start);
-    // A match starting at `stop` may take up to two base64 bytes before it: keep them.
-    let cut = stop - view.back_extension(stop, raw_start);
+    let cut = if is_end { n } else { floor_cut.max(raw_start) };
     if cut > raw_start {
         emit(Piece::Raw(raw_start, cut));
     }
-    cut
+    let before = if cut == 0 {
+        None
+    } else if marker_end == Some(cut) {
+        Some(NOTHING_BEFORE)
+    } else {
+        Some(view.byte(cut - 1))
+    };
+    Done { cut, before }
+}
+
+/// Whether `byte` may appear in a header name: a `tchar` of RFC 9110.
+fn is_token_byte(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&byte)
 }
 
 /// Appends `piece` (in carry-then-chunk coordinates) to `out`.
@@ -607,18 +816,21 @@ fn keep_tail(carry: &mut Vec<u8>, chunk: &[u8], cut: usize) {
     }
 }
 
-/// Every pattern of every secret, deduplicated, and the number of non-empty secrets.
-fn all_patterns<'a>(secrets: impl IntoIterator<Item = &'a [u8]>) -> (Vec<Pattern>, usize) {
+/// Every pattern of every secret, deduplicated, the number of non-empty secrets, and whether
+/// none of them holds a CR or LF byte (the newline rule's condition).
+fn all_patterns<'a>(secrets: impl IntoIterator<Item = &'a [u8]>) -> (Vec<Pattern>, usize, bool) {
     let mut patterns = Vec::new();
     let mut count = 0;
+    let mut flushes = true;
     for secret in secrets {
         if !secret.is_empty() {
             count += 1;
+            flushes &= !secret.iter().any(|&b| b == b'\r' || b == b'\n');
             patterns::push_patterns(secret, &mut patterns);
         }
     }
     patterns::dedup(&mut patterns);
-    (patterns, count)
+    (patterns, count, flushes)
 }
 
 #[cfg(test)]

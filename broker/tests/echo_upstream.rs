@@ -627,16 +627,16 @@ async fn stall_body_sends_the_head_and_a_part_then_stalls() {
         .unwrap();
     assert_eq!(head.status, 200);
     let length = head.content_length().unwrap();
-    let first = client.take(23).await.unwrap();
-    assert_eq!(first, b"first part of the body\n");
+    let first = client.take(24).await.unwrap();
+    assert_eq!(first, b"first part of the body.\n");
     assert!(
-        tokio::time::timeout(SHORT, client.take(length - 23))
+        tokio::time::timeout(SHORT, client.take(length - 24))
             .await
             .is_err()
     );
 
     let (_, body) = exchange(&upstream, "GET", "/stall-body?ms=10", &[], b"").await;
-    assert_eq!(body, b"first part of the body\nrest of the body\n");
+    assert_eq!(body, b"first part of the body.\nrest of the body.\n");
 }
 
 fn is_reset(error: &io::Error) -> bool {

@@ -13,3 +13,4 @@ mod proxy_mcp;
 mod proxy_outcomes;
 mod proxy_reload;
 mod request_body;
+mod scrub_oracle;

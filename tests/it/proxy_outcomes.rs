@@ -1633,7 +1633,10 @@ fn scrubbed_answers_carry_no_stale_content_length() {
                 assert!(body["headers"].is_array(), "{path}");
             }
             "/stall-body?ms=200" => {
-                assert_eq!(response.body, "first part of the body\nrest of the body\n");
+                assert_eq!(
+                    response.body,
+                    "first part of the body.\nrest of the body.\n"
+                );
             }
             _ => assert_eq!(response.body.len(), 200_000),
         }
@@ -2102,13 +2105,13 @@ fn sigterm_lets_the_request_in_flight_finish_then_exits_0_with_a_verified_log() 
     let id = header_of(&head, "mint-request-id").unwrap().to_owned();
     let mut first = String::new();
     client.out.read_line(&mut first).unwrap();
-    assert_eq!(first, "first part of the body\n");
+    assert_eq!(first, "first part of the body.\n");
     // In flight: the head and the first part are here, the rest is 3 s away.
     let status = env.broker.stop();
     assert!(status.success(), "mint serve exited with {status}");
     let mut rest = String::new();
     client.out.read_to_string(&mut rest).unwrap();
-    assert_eq!(rest, "rest of the body\n");
+    assert_eq!(rest, "rest of the body.\n");
     assert!(client.child.wait().unwrap().success());
     let records = env.broker.records_of(&id);
     assert_eq!(records.len(), 2, "{records:?}");

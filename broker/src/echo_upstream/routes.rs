@@ -254,8 +254,8 @@ fn redirect(query: &Query) -> Result<Answer, Refusal> {
 
 fn stall_body(query: &Query) -> Result<Answer, Refusal> {
     let ms = query.number("ms", MAX_WAIT_MS)?;
-    let first: &'static [u8] = b"first part of the body\n";
-    let rest: &'static [u8] = b"rest of the body\n";
+    let first: &'static [u8] = b"first part of the body.\n";
+    let rest: &'static [u8] = b"rest of the body.\n";
     let steps = vec![
         Step::Data(Bytes::from_static(first)),
         Step::Pause(Duration::from_millis(ms)),

@@ -2,8 +2,12 @@
 //! decoded when it came compressed, scrubbed chunk by chunk, bounded in size and in idle time, and
 //! the request's `outcome` record written when it ends, however it ends.
 //!
-//! Streaming: each upstream chunk is scrubbed and handed on at once (the scrubber holds back only
-//! what may be the start of a secret), so a server-sent event reaches the agent before the
+//! Streaming: each upstream chunk (each decoded step of a compressed one) is scrubbed and handed
+//! on at once, each piece the scrubber returns as its own frame (HTTP/1.1 chunk, HTTP/2 DATA
+//! frame). The scrubber holds back a fixed tail whatever its bytes, and its pieces are split only
+//! at its carry and at markers, so neither the bytes sent nor their framing nor when they go
+//! depends on whether held bytes start a secret; an event that ends with a newline goes out
+//! whole (the newline rule in `scrub.rs`), so a server-sent event reaches the agent before the
 //! upstream finishes. When the scrubber or the decoder can change the body's length,
 //! `Content-Length` is dropped and the answer goes out chunked: a stale length would hang the
 //! client.

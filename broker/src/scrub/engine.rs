@@ -15,9 +15,9 @@ use std::fmt;
 
 use aho_corasick::automaton::Automaton;
 use aho_corasick::nfa::contiguous::NFA;
-use aho_corasick::{Anchored, Input, MatchKind};
+use aho_corasick::{Input, MatchKind};
 
-use super::patterns::{Kind, Pattern};
+use super::patterns::{EXTENSION_MAX, Kind, Pattern};
 
 /// A match in a haystack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,11 +36,12 @@ pub(crate) struct Engine {
     nfa: NFA,
     kinds: Vec<Kind>,
     filter: Option<Filter>,
-    /// Whether some pattern starts with the byte.
-    first_bytes: [bool; 256],
-    /// The pairs of bytes some pattern starts with (any second byte for a one-byte pattern).
-    pairs: Vec<u64>,
     max_len: usize,
+    /// How many bytes a stream holds back: a function of the longest pattern only (see
+    /// `scrub.rs`), never of the bytes held.
+    hold: usize,
+    /// Whether the newline rule may release a stream early: no secret holds a CR or LF.
+    flushes: bool,
     secrets: usize,
 }
 
@@ -48,7 +49,14 @@ impl Engine {
     /// Compiles `patterns` (deduplicated, none empty) of `secrets` secrets: `Ok(None)` without
     /// any pattern, `Err` when the automaton would need more states than it can number (only
     /// with gigabytes of patterns).
-    pub(crate) fn new(patterns: &[Pattern], secrets: usize) -> Result<Option<Engine>, TooLarge> {
+    ///
+    /// `flushes` says that no secret contains a CR or LF byte, so that the newline rule may
+    /// release a stream early (see `scrub.rs`).
+    pub(crate) fn new(
+        patterns: &[Pattern],
+        secrets: usize,
+        flushes: bool,
+    ) -> Result<Option<Engine>, TooLarge> {
         let (Some(max_len), Some(min_len)) = (
             patterns.iter().map(|p| p.bytes.len()).max(),
             patterns.iter().map(|p| p.bytes.len()).min(),
@@ -62,30 +70,17 @@ impl Engine {
             .map_err(|_| TooLarge)?;
         let kinds = patterns.iter().map(|p| p.kind).collect();
         let filter = Filter::new(patterns, min_len);
-        let mut first_bytes = [false; 256];
-        let mut pairs = vec![0u64; 65536 / 64];
-        for pattern in patterns {
-            match pattern.bytes[..] {
-                [first] => {
-                    first_bytes[usize::from(first)] = true;
-                    for second in 0..=u8::MAX {
-                        set(&mut pairs, pair_slot(first, second));
-                    }
-                }
-                [first, second, ..] => {
-                    first_bytes[usize::from(first)] = true;
-                    set(&mut pairs, pair_slot(first, second));
-                }
-                [] => {}
-            }
-        }
+        // A match decided now must be wholly in sight with its extension, and so must a match
+        // starting in that extension (see `run` in `scrub.rs`); rounded up so that the hold
+        // tells an observer only a coarse bound on the longest pattern.
+        let hold = (2 * max_len + 2 * EXTENSION_MAX).next_multiple_of(HOLD_GRANULE);
         Ok(Some(Engine {
             nfa,
             kinds,
             filter,
-            first_bytes,
-            pairs,
             max_len,
+            hold,
+            flushes,
             secrets,
         }))
     }
@@ -93,6 +88,16 @@ impl Engine {
     /// The longest pattern.
     pub(crate) fn max_len(&self) -> usize {
         self.max_len
+    }
+
+    /// How many bytes a stream holds back after a stretch without a match.
+    pub(crate) fn hold(&self) -> usize {
+        self.hold
+    }
+
+    /// Whether the newline rule is on (no secret contains a CR or LF byte).
+    pub(crate) fn flushes(&self) -> bool {
+        self.flushes
     }
 
     /// The leftmost-longest match in `hay` starting in `pos..max_start`, where `hay` is all there
@@ -146,38 +151,6 @@ impl Engine {
                 kind: Kind::default(),
             }),
         }
-    }
-
-    /// The first offset in `tail` from which the rest of `tail` is a proper prefix of some
-    /// pattern, or a pattern that a longer one could still extend: the first start whose match
-    /// still depends on bytes not seen yet. `tail.len()` when there is none.
-    pub(crate) fn first_alive(&self, tail: &[u8]) -> usize {
-        // INVARIANT: `start < tail.len()`.
-        (0..tail.len())
-            .find(|&start| self.alive(&tail[start..]))
-            .unwrap_or(tail.len())
-    }
-
-    fn alive(&self, rest: &[u8]) -> bool {
-        // Most positions fail on their first two bytes; only the others walk the automaton.
-        match rest {
-            [] => return false,
-            [first] if !self.first_bytes[usize::from(*first)] => return false,
-            [first, second, ..] if !test(&self.pairs, pair_slot(*first, *second)) => {
-                return false;
-            }
-            _ => {}
-        }
-        let Ok(mut state) = self.nfa.start_state(Anchored::Yes) else {
-            return true;
-        };
-        for &byte in rest {
-            state = self.nfa.next_state(Anchored::Yes, state, byte);
-            if self.nfa.is_dead(state) {
-                return false;
-            }
-        }
-        true
     }
 }
 
@@ -245,10 +218,6 @@ impl Filter {
     }
 }
 
-fn pair_slot(first: u8, second: u8) -> usize {
-    usize::from(first) << 8 | usize::from(second)
-}
-
 #[inline]
 fn window(bytes: &[u8], at: usize) -> Option<u64> {
     let slice = bytes.get(at..at.checked_add(WINDOW)?)?;
@@ -276,3 +245,5 @@ const MAX_STRIDE: usize = 16;
 const MIN_STRIDE: usize = 4;
 const MIN_BITS_LOG2: u32 = 12;
 const MAX_BITS_LOG2: u32 = 21;
+/// The hold is a multiple of this many bytes.
+const HOLD_GRANULE: usize = 64;

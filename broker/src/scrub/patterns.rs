@@ -1,5 +1,5 @@
-//! The byte strings a secret can take in an answer: raw, hex, percent-encoded, JSON-escaped and
-//! base64. Every pattern is as secret as the secret itself: each is held in a `Zeroizing` buffer
+//! The byte strings a secret can take in an answer: raw, hex, percent-encoded, JSON-escaped,
+//! base64 (also line-wrapped), HTML character references and quoted-printable. Every pattern is as secret as the secret itself: each is held in a `Zeroizing` buffer
 //! and only lives until the automaton is built.
 //!
 //! Base64 at three alignments: inside a larger encoded blob the secret can start at byte 0, 1 or
@@ -8,7 +8,13 @@
 //! `floor(8 (k + n) / 6)` for an `n`-byte secret. The characters before and after that "stable
 //! inner" string mix secret bits with bits of unknown neighbours; they are not in the pattern.
 //! The pattern's [`Kind`] says which neighbour holds secret bits, and the scrubber redacts that
-//! neighbour character too (see `scrub.rs`).
+//! neighbour character too (see `scrub.rs`), also when a line break separates it from the match.
+//!
+//! Line-wrapped base64 (MIME: 76 characters a line, PEM: 64; CRLF or LF, raw or JSON-escaped as
+//! `\\n` and `\\r\\n`): the stable inner string with a break at every position strictly
+//! inside it, and, when it is longer than a line, further breaks every line length after that.
+//! Quoted-printable: the units of the encoded secret with at most one soft line break between
+//! two of them.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE};
@@ -61,7 +67,13 @@ pub(crate) fn push_patterns(secret: &[u8], out: &mut Vec<Pattern>) {
             out.push(Pattern { bytes, kind: plain });
         }
     }
+    push_html(secret, out);
+    push_quoted_printable(secret, out);
     for alignment in 0..3 {
+        if let Some(inner) = base64_inner(secret, alignment, false) {
+            push_wrapped(&inner, out);
+            push_html_base64(&inner, out);
+        }
         for url_safe in [false, true] {
             let Some(pattern) = base64_inner(secret, alignment, url_safe) else {
                 continue;
@@ -82,6 +94,238 @@ pub(crate) fn push_patterns(secret: &[u8], out: &mut Vec<Pattern>) {
             }
             out.push(pattern);
         }
+    }
+}
+
+/// The longest neighbour a base64 match takes with it on either side, in bytes: a line break
+/// (at most 4 bytes, `\r\n` JSON-escaped) followed by a base64 character (at most 2, `\/`), or a
+/// base64 character written as an HTML character reference (at most 6, `&#x2B;`).
+pub(crate) const EXTENSION_MAX: usize = 6;
+
+/// How a line break can be spelled between base64 lines: CRLF, LF, and both JSON-escaped (as a
+/// JSON encoder writes the output of Python's `base64.encodebytes`).
+pub(crate) const LINE_BREAKS: [&[u8]; 4] = [b"\r\n", b"\n", b"\\r\\n", b"\\n"];
+
+/// The line lengths of wrapped base64: MIME (`base64.encodebytes`, `chunk_split`, mail APIs)
+/// and PEM.
+const LINE_LENGTHS: [usize; 2] = [76, 64];
+
+/// `inner` (a stable inner base64 string) wrapped: a line break at each position `p` strictly
+/// inside it, then every line length after `p`, for every spelling of the break.
+fn push_wrapped(inner: &Pattern, out: &mut Vec<Pattern>) {
+    let len = inner.bytes.len();
+    for width in LINE_LENGTHS {
+        // The first break after `p` characters; `p = width` is a line that starts with the match.
+        for first in 1..len.min(width + 1) {
+            for spelling in LINE_BREAKS {
+                let mut bytes = Zeroizing::new(Vec::with_capacity(len + spelling.len() * 4));
+                for (i, &byte) in inner.bytes.iter().enumerate() {
+                    if i >= first && (i - first).is_multiple_of(width) {
+                        bytes.extend_from_slice(spelling);
+                    }
+                    bytes.push(byte);
+                }
+                out.push(Pattern {
+                    bytes,
+                    kind: inner.kind,
+                });
+            }
+        }
+    }
+}
+
+/// How an HTML numeric character reference is written.
+#[derive(Clone, Copy)]
+enum Reference {
+    /// `&#43;`
+    Decimal,
+    /// `&#x2b;`
+    LowerHex,
+    /// `&#x2B;`
+    UpperHex,
+    /// `&#X2B;`
+    UpperX,
+}
+
+const REFERENCES: [Reference; 4] = [
+    Reference::Decimal,
+    Reference::LowerHex,
+    Reference::UpperHex,
+    Reference::UpperX,
+];
+
+fn push_reference(out: &mut Vec<u8>, code: u32, style: Reference) {
+    let text = match style {
+        Reference::Decimal => format!("&#{code};"),
+        Reference::LowerHex => format!("&#x{code:x};"),
+        Reference::UpperHex => format!("&#x{code:X};"),
+        Reference::UpperX => format!("&#X{code:X};"),
+    };
+    out.extend_from_slice(text.as_bytes());
+    // The formatted text held a character of the secret.
+    let mut text = text.into_bytes();
+    zeroize::Zeroize::zeroize(&mut text);
+}
+
+/// How an HTML escaper writes the characters it escapes besides `&`, `<` and `>` (always
+/// `&amp;`, `&lt;`, `&gt;`); `None` leaves the character as it is.
+struct NamedStyle {
+    quote: Option<&'static [u8]>,
+    apostrophe: Option<&'static [u8]>,
+    plus: Option<&'static [u8]>,
+}
+
+/// Go's `html/template`; Python's `html.escape`; the same with `quote=False` (and most text
+/// escapers); npm's `escape-html`.
+const NAMED_STYLES: [NamedStyle; 4] = [
+    NamedStyle {
+        quote: Some(b"&#34;"),
+        apostrophe: Some(b"&#39;"),
+        plus: Some(b"&#43;"),
+    },
+    NamedStyle {
+        quote: Some(b"&quot;"),
+        apostrophe: Some(b"&#x27;"),
+        plus: None,
+    },
+    NamedStyle {
+        quote: None,
+        apostrophe: None,
+        plus: None,
+    },
+    NamedStyle {
+        quote: Some(b"&quot;"),
+        apostrophe: Some(b"&#39;"),
+        plus: None,
+    },
+];
+
+/// The secret as HTML escapers write it (see [`NAMED_STYLES`]), every character outside ASCII letters and digits as a numeric reference, and every
+/// character as one (decimal, lower- and uppercase hex). `None` of them for a secret that is not
+/// UTF-8.
+fn push_html(secret: &[u8], out: &mut Vec<Pattern>) {
+    let Ok(text) = std::str::from_utf8(secret) else {
+        return;
+    };
+    for style in NAMED_STYLES {
+        let mut bytes = Zeroizing::new(Vec::with_capacity(secret.len() + 16));
+        let mut buf = [0u8; 4];
+        for ch in text.chars() {
+            let escaped: Option<&[u8]> = match ch {
+                '&' => Some(b"&amp;"),
+                '<' => Some(b"&lt;"),
+                '>' => Some(b"&gt;"),
+                '"' => style.quote,
+                '\'' => style.apostrophe,
+                '+' => style.plus,
+                _ => None,
+            };
+            match escaped {
+                Some(escaped) => bytes.extend_from_slice(escaped),
+                None => bytes.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes()),
+            }
+        }
+        buf.fill(0);
+        out.push(Pattern {
+            bytes,
+            kind: Kind::default(),
+        });
+    }
+    for every in [false, true] {
+        for style in REFERENCES {
+            let mut bytes = Zeroizing::new(Vec::with_capacity(secret.len() * 6));
+            for ch in text.chars() {
+                match u8::try_from(ch) {
+                    Ok(byte) if !every && byte.is_ascii_alphanumeric() => bytes.push(byte),
+                    _ => push_reference(&mut bytes, u32::from(ch), style),
+                }
+            }
+            out.push(Pattern {
+                bytes,
+                kind: Kind::default(),
+            });
+        }
+    }
+}
+
+/// A stable inner base64 string with `+` (Go's `html/template`), or `+` and `/`, written as
+/// numeric character references.
+fn push_html_base64(inner: &Pattern, out: &mut Vec<Pattern>) {
+    if !inner.bytes.iter().any(|&b| b == b'+' || b == b'/') {
+        return;
+    }
+    for (style, slash) in [
+        (Reference::Decimal, false),
+        (Reference::Decimal, true),
+        (Reference::LowerHex, true),
+        (Reference::UpperHex, true),
+        (Reference::UpperX, true),
+    ] {
+        let mut bytes = Zeroizing::new(Vec::with_capacity(inner.bytes.len() + 32));
+        for &byte in inner.bytes.iter() {
+            if byte == b'+' || (slash && byte == b'/') {
+                push_reference(&mut bytes, u32::from(byte), style);
+            } else {
+                bytes.push(byte);
+            }
+        }
+        out.push(Pattern {
+            bytes,
+            kind: inner.kind,
+        });
+    }
+}
+
+/// The secret quoted-printable: as RFC 2045 encoders write it (`=`, controls and bytes outside
+/// ASCII as `=XX`, space and tab kept) and with every byte outside ASCII letters and digits as
+/// `=XX`; each without a soft line break and with one (`=\r\n` or `=\n`) between any two units.
+fn push_quoted_printable(secret: &[u8], out: &mut Vec<Pattern>) {
+    const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
+    for every in [false, true] {
+        let keep = |byte: u8| {
+            if every {
+                byte.is_ascii_alphanumeric()
+            } else {
+                byte == b' ' || byte == b'\t' || (byte.is_ascii_graphic() && byte != b'=')
+            }
+        };
+        // The offsets where each unit ends.
+        let mut encoded = Zeroizing::new(Vec::with_capacity(secret.len() * 3));
+        let mut ends = Vec::with_capacity(secret.len());
+        for &byte in secret {
+            if keep(byte) {
+                encoded.push(byte);
+            } else {
+                encoded.extend_from_slice(&[
+                    b'=',
+                    DIGITS[usize::from(byte >> 4)],
+                    DIGITS[usize::from(byte & 0xf)],
+                ]);
+            }
+            ends.push(encoded.len());
+        }
+        ends.pop();
+        // A line holds at most 76 characters, so an encoding longer than two lines has two soft
+        // breaks or more: one break is only worth a pattern where both sides fit a line.
+        let line = QP_LINE - 1;
+        ends.retain(|&at| at <= line && encoded.len() - at <= line);
+        for &at in &ends {
+            for soft in [&b"=\r\n"[..], b"=\n"] {
+                let mut bytes = Zeroizing::new(Vec::with_capacity(encoded.len() + 3));
+                // INVARIANT: every offset in `ends` is within `encoded`.
+                bytes.extend_from_slice(&encoded[..at]);
+                bytes.extend_from_slice(soft);
+                bytes.extend_from_slice(&encoded[at..]);
+                out.push(Pattern {
+                    bytes,
+                    kind: Kind::default(),
+                });
+            }
+        }
+        out.push(Pattern {
+            bytes: encoded,
+            kind: Kind::default(),
+        });
     }
 }
 
@@ -316,6 +560,9 @@ fn base64_inner(secret: &[u8], alignment: usize, url_safe: bool) -> Option<Patte
     })
 }
 
+/// The longest quoted-printable line, soft break `=` included (RFC 2045).
+const QP_LINE: usize = 76;
+
 /// The fewest stable base64 characters kept as a pattern: a shorter one would match text that
 /// merely happens to contain those characters.
 const MIN_BASE64_CHARS: usize = 4;
@@ -398,10 +645,79 @@ mod tests {
     }
 
     #[test]
-    fn a_token_of_unreserved_characters_has_few_patterns() {
-        // Raw, two hex cases, every character `\u`-escaped in two hex cases, and base64 in two
-        // alphabets at three alignments at most.
-        let patterns = all(b"ghp_0123456789abcdefghijABCDEFGHIJ0123");
-        assert!(patterns.len() <= 1 + 2 + 2 + 6 + 3, "{}", patterns.len());
+    fn a_token_of_unreserved_characters_has_a_bounded_number_of_patterns() {
+        // Per alignment (3): the stable inner string in two alphabets, and wrapped with a break
+        // at each of its inner positions in 4 spellings; quoted-printable with a soft break (2
+        // spellings) between any two of its characters, in 2 styles; and a few more.
+        let token = b"ghp_0123456789abcdefghijABCDEFGHIJ0123";
+        let patterns = all(token);
+        let inner = 8 * token.len() / 6;
+        let bound = 3 * (2 + 4 * inner) + 2 * 2 * (2 * token.len()) + 20;
+        assert!(patterns.len() <= bound, "{} > {bound}", patterns.len());
+    }
+
+    #[test]
+    fn new_forms_cover_wrapped_base64_html_and_quoted_printable() {
+        let secret = b"a+b/c=d\"e'f<g&";
+        let patterns = all(secret);
+        let has = |p: &[u8]| patterns.iter().any(|q| q == p);
+        assert!(has(b"a&#43;b/c=d&#34;e&#39;f&lt;g&amp;"));
+        assert!(has(b"a+b/c=d&quot;e&#x27;f&lt;g&amp;"));
+        assert!(has(b"a&#x2B;b&#x2F;c&#x3D;d&#x22;e&#x27;f&#x3C;g&#x26;"));
+        assert!(has(
+            b"&#97;&#43;&#98;&#47;&#99;&#61;&#100;&#34;&#101;&#39;&#102;&#60;&#103;&#38;"
+        ));
+        assert!(has(b"a+b/c=3Dd\"e'f<g&"));
+        assert!(has(b"a+b/c=3D=\r\nd\"e'f<g&"));
+        assert!(has(b"a=2Bb=2Fc=\n=3Dd=22e=27f=3Cg=26"));
+        let inner = base64_inner(secret, 0, false).unwrap();
+        let text = String::from_utf8(inner.bytes.to_vec()).unwrap();
+        for spelling in ["\n", "\r\n", "\\n", "\\r\\n"] {
+            for at in 1..text.len() {
+                let wrapped = format!("{}{spelling}{}", &text[..at], &text[at..]);
+                assert!(has(wrapped.as_bytes()), "{wrapped}");
+            }
+        }
+    }
+
+    #[test]
+    fn long_encodings_break_at_every_line() {
+        let secret = [b'k'; 120];
+        let patterns = all(&secret);
+        let inner = base64_inner(&secret, 0, false).unwrap();
+        let text = String::from_utf8(inner.bytes.to_vec()).unwrap();
+        assert!(text.len() > 152);
+        let wrapped = format!("{}\n{}\n{}", &text[..10], &text[10..86], &text[86..]);
+        assert!(patterns.iter().any(|p| p == wrapped.as_bytes()));
+        let pem = format!("{}\r\n{}\r\n{}", &text[..64], &text[64..128], &text[128..]);
+        assert!(patterns.iter().any(|p| p == pem.as_bytes()));
+    }
+
+    #[test]
+    #[ignore = "prints build figures; run by hand"]
+    fn build_figures() {
+        for len in [40usize, 200] {
+            let secret: Vec<u8> = (0..len)
+                .map(|i| b"abcdefghijklmnopqrstuvwxyz0123456789+/_-"[i % 40])
+                .collect();
+            let started = std::time::Instant::now();
+            let (patterns, _, _) = crate::scrub::all_patterns([&secret[..]]);
+            let generated = started.elapsed();
+            let started = std::time::Instant::now();
+            let _engine = crate::scrub::engine::Engine::new(&patterns, 1, true);
+            eprintln!(
+                "generated in {generated:?}, engine in {:?}",
+                started.elapsed()
+            );
+            let started = std::time::Instant::now();
+            let scrubber = crate::scrub::Scrubber::from_secrets([&secret[..]]).unwrap();
+            let elapsed = started.elapsed();
+            eprintln!(
+                "{len}-byte secret: {} patterns, longest {}, hold {}, built in {elapsed:?}",
+                all(&secret).len(),
+                all(&secret).iter().map(Vec::len).max().unwrap_or(0),
+                scrubber.engine.as_ref().map_or(0, |e| e.hold())
+            );
+        }
     }
 }
