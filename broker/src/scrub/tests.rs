@@ -445,6 +445,30 @@ fn a_secret_split_by_a_line_break_is_redacted_across_the_newline_rule() {
     }
 }
 
+#[test]
+fn a_line_ending_in_an_html_reference_is_not_a_cut() {
+    // Review finding: base64 of the secret whose last `+` is written `&#43;` and whose
+    // neighbour (carrying the secret's last two bits) follows a line break. The newline rule
+    // used to cut after `&#43;\n` and release the neighbour `f` on its own.
+    let secret = b"tok-abcdefghijk\xf9";
+    let input = b"dG9rLWFiY2RlZmdoaWpr&#43;\nf7&#43;/g==\n";
+    let template = scrubber(&[secret]);
+    let whole = template.scrub(input).into_owned();
+    assert!(
+        whole.starts_with(REDACTED.as_bytes()),
+        "{}",
+        String::from_utf8_lossy(&whole)
+    );
+    assert!(
+        !whole[REDACTED.len()..].starts_with(b"\nf"),
+        "the neighbour goes with the match"
+    );
+    for sizes in [&[usize::MAX][..], &[1], &[25, 1], &[26]] {
+        let (out, _) = stream_through(&template, input, sizes);
+        assert_eq!(out, whole, "chunked as {sizes:?}");
+    }
+}
+
 /// Like [`assert_secret_characters_gone`] for a wrapped encoding: with the line breaks taken
 /// out, what is left around the one marker is the encoding without exactly the characters
 /// that carry a bit of the secret.
