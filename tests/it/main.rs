@@ -4,6 +4,7 @@ mod audit_crash;
 mod audit_disk_full;
 mod demo;
 mod examples;
+mod policy_findings;
 mod proxy;
 mod proxy_attacks;
 mod proxy_connections;
