@@ -4,7 +4,7 @@
 //! a `tool:ghp_...` and an alias-shaped `call_limits` key, a hex key as a valid host under
 //! `http`, a token-shaped unknown key) never appear in `policy_check` or `alias_list` answers or
 //! in the trace log. And the worst 4 MiB files an agent can write for `policy_check` (one mapping
-//! of ~700k keys, rules that all compete in the shadowed-rule check, long host lists) are each
+//! of ~330k keys, rules that all compete in the shadowed-rule check, long host lists) are each
 //! answered and followed by a `ping` answer. No timing assertion: the deadline per answer (two
 //! minutes for the file, the harness's 20 s for the ping) is the bound.
 
