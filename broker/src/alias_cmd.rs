@@ -950,7 +950,8 @@ mod tests {
             declaration("gh".into(), &["API.github.com".into()], &[], None, None).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "invalid --host #1: host is not in canonical form; write `api.github.com`"
+            "invalid --host #1: host is not in canonical form; write it lowercase, in punycode, \
+             without a trailing dot, and an IP address in its plain form"
         );
     }
 

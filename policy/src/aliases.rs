@@ -10,7 +10,7 @@ use std::fmt;
 
 use serde::{Serialize, Serializer};
 
-use crate::diagnostic::{Code, Diagnostic, Pos, Severity, sort};
+use crate::diagnostic::{Code, Diagnostic, Findings, Pos, Severity};
 use crate::fields::{EntryKey, MapReader, Sink, entry_key, join, string};
 use crate::host::HostPattern;
 use crate::policy::{host_pattern_problem, is_alias_name};
@@ -166,23 +166,23 @@ pub fn load_aliases(bytes: &[u8], origin: &str) -> AliasesLoad {
     };
     let root = match yaml::load(bytes) {
         Ok(root) => root,
-        Err(diagnostics) => {
-            load.diagnostics = diagnostics;
-            sort(&mut load.diagnostics);
+        Err(findings) => {
+            load.diagnostics = findings.into_sorted();
             return load;
         }
     };
+    let mut findings = Findings::default();
     let file = {
         let mut sink = Sink {
-            diagnostics: &mut load.diagnostics,
+            diagnostics: &mut findings,
             subject: None,
         };
         read_file(&root, &mut sink)
     };
-    if load.errors().next().is_none() {
+    if !findings.has_errors() {
         load.aliases = file;
     }
-    sort(&mut load.diagnostics);
+    load.diagnostics = findings.into_sorted();
     load
 }
 

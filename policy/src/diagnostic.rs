@@ -142,6 +142,8 @@ codes! {
     AllowPrivate = "W006", "private addresses allowed";
     /// A method that is not a registered HTTP method.
     UnknownMethod = "W007", "unknown method";
+    /// The policy is too large for the shadowed-rule check to finish.
+    ShadowCheckIncomplete = "W008", "shadow check incomplete";
 }
 
 // === impl Code ===
@@ -294,15 +296,98 @@ pub fn sort(diagnostics: &mut Vec<Diagnostic>) {
         let dropped = diagnostics.len() - MAX_DIAGNOSTICS;
         diagnostics.truncate(MAX_DIAGNOSTICS);
         let last = diagnostics.last().map_or(Pos::START, Diagnostic::pos);
-        diagnostics.push(Diagnostic::new(
-            Code::TooManyFindings,
-            last,
-            "",
-            format!("{dropped} more findings not shown; fix the ones above and check again"),
-        ));
+        diagnostics.push(too_many(last, dropped));
         return;
     }
     sort_in_place(diagnostics);
+}
+
+/// Findings as a file is checked, holding at most a few times `MAX_DIAGNOSTICS` at once: a
+/// generated file with a finding per key (700,000 in 4 MiB) costs neither the memory of them
+/// all nor a sort of them all. Keeps exactly what `sort` over every finding would keep: whenever
+/// the list grows past `COMPACT_AT`, only the first `MAX_DIAGNOSTICS` in report order can still
+/// be reported, so the rest are counted and dropped.
+#[derive(Debug, Default)]
+pub(crate) struct Findings {
+    kept: Vec<Diagnostic>,
+    /// Findings dropped so far (none of them among the first `MAX_DIAGNOSTICS`).
+    dropped: usize,
+    /// Errors pushed, dropped ones included: validity never depends on what is shown.
+    errors: usize,
+    /// Once findings were dropped: the position of the last one kept. A later finding past it
+    /// can never be shown, so its message need not even be written (see `shows`).
+    cutoff: Option<Pos>,
+}
+
+/// When `Findings` sorts and drops: a multiple of `MAX_DIAGNOSTICS`, so the work per finding
+/// stays a constant.
+const COMPACT_AT: usize = 8 * MAX_DIAGNOSTICS;
+
+// === impl Findings ===
+
+impl Findings {
+    pub(crate) fn push(&mut self, diagnostic: Diagnostic) {
+        if !self.shows(diagnostic.pos()) {
+            self.skip(diagnostic.code);
+            return;
+        }
+        if diagnostic.severity() == Severity::Error {
+            self.errors += 1;
+        }
+        self.kept.push(diagnostic);
+        if self.kept.len() >= COMPACT_AT {
+            sort_in_place(&mut self.kept);
+            self.dropped += self.kept.len() - MAX_DIAGNOSTICS;
+            self.kept.truncate(MAX_DIAGNOSTICS);
+            self.cutoff = self.kept.last().map(Diagnostic::pos);
+        }
+    }
+
+    /// Whether a finding at `pos` could still be shown. When it could not, a caller in a loop
+    /// over a huge file calls `skip` instead of writing the finding's message.
+    pub(crate) fn shows(&self, pos: Pos) -> bool {
+        self.cutoff.is_none_or(|cutoff| pos <= cutoff)
+    }
+
+    /// Counts a finding that cannot be shown (`shows` said so) without keeping it.
+    pub(crate) fn skip(&mut self, code: Code) {
+        if code.severity() == Severity::Error {
+            self.errors += 1;
+        }
+        self.dropped += 1;
+    }
+
+    /// Whether any error was pushed.
+    pub(crate) fn has_errors(&self) -> bool {
+        self.errors > 0
+    }
+
+    /// Whether nothing was pushed.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.kept.is_empty() && self.dropped == 0
+    }
+
+    /// The findings in report order, at most `MAX_DIAGNOSTICS` and an E009 counting the rest.
+    pub(crate) fn into_sorted(self) -> Vec<Diagnostic> {
+        let mut kept = self.kept;
+        sort_in_place(&mut kept);
+        let dropped = self.dropped + kept.len().saturating_sub(MAX_DIAGNOSTICS);
+        kept.truncate(MAX_DIAGNOSTICS);
+        if dropped > 0 {
+            let last = kept.last().map_or(Pos::START, Diagnostic::pos);
+            kept.push(too_many(last, dropped));
+        }
+        kept
+    }
+}
+
+fn too_many(last: Pos, dropped: usize) -> Diagnostic {
+    Diagnostic::new(
+        Code::TooManyFindings,
+        last,
+        "",
+        format!("{dropped} more findings not shown; fix the ones above and check again"),
+    )
 }
 
 fn sort_in_place(diagnostics: &mut [Diagnostic]) {

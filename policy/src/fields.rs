@@ -7,13 +7,13 @@
 
 use std::collections::HashMap;
 
-use crate::diagnostic::{Code, Diagnostic, Pos};
-use crate::yaml::{Node, NodeKind, Value, is_field_name};
+use crate::diagnostic::{Code, Diagnostic, Findings, Pos};
+use crate::yaml::{Node, NodeKind, Value};
 
 /// Where findings go, and the rule (or alias) they are attributed to.
 #[derive(Debug)]
 pub(crate) struct Sink<'a> {
-    pub(crate) diagnostics: &'a mut Vec<Diagnostic>,
+    pub(crate) diagnostics: &'a mut Findings,
     pub(crate) subject: Option<String>,
 }
 
@@ -23,6 +23,16 @@ impl Sink<'_> {
     pub(crate) fn push(&mut self, diagnostic: Diagnostic) {
         self.diagnostics
             .push(diagnostic.in_rule(self.subject.as_deref()));
+    }
+
+    /// Whether a finding about `node` could still be shown (see `Findings::shows`).
+    pub(crate) fn shows(&self, node: &Node) -> bool {
+        self.diagnostics.shows(node.pos)
+    }
+
+    /// Counts a finding that `shows` said cannot be shown.
+    pub(crate) fn skip(&mut self, code: Code) {
+        self.diagnostics.skip(code);
     }
 
     pub(crate) fn error(
@@ -104,16 +114,23 @@ impl<'n> MapReader<'n> {
 
     /// Records every field not taken as unknown, suggesting the closest of `known`.
     pub(crate) fn finish(self, known: &[&str], sink: &mut Sink<'_>) {
+        let listed = known.join(", ");
         for ((key, _), taken) in self.entries.iter().zip(&self.taken) {
             if *taken {
                 continue;
             }
+            if !sink.shows(key) {
+                sink.skip(Code::UnknownField);
+                continue;
+            }
             let text = scalar_text(key).unwrap_or_default();
-            // Field names are short lowercase words; anything else could be a pasted secret.
-            let quoted = is_field_name(text);
-            let suggestion = closest(text, known)
+            let close = closest(text, known);
+            // A key is quoted only when it is a typo of a known field: a short lowercase word a
+            // few edits from a public name. Anything else could be a secret pasted as a key.
+            let quoted = close.is_some() && is_field_name(text);
+            let suggestion = close
                 .map(|s| format!("did you mean `{s}`?"))
-                .unwrap_or_else(|| format!("known fields: {}", known.join(", ")));
+                .unwrap_or_else(|| format!("known fields: {listed}"));
             let message = if quoted {
                 format!("unknown field `{text}`; {suggestion}")
             } else {
@@ -236,6 +253,13 @@ pub(crate) fn join(path: &str, key: &str) -> String {
     }
 }
 
+/// Whether a key has the shape of a field name: a short lowercase word.
+fn is_field_name(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 32
+        && text.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+}
+
 fn scalar_text(node: &Node) -> Option<&str> {
     match &node.kind {
         NodeKind::Scalar { text, .. } => Some(text),
@@ -250,10 +274,19 @@ pub(crate) fn closest<'k>(text: &str, known: &[&'k str]) -> Option<&'k str> {
         return None;
     }
     let lowered = text.to_ascii_lowercase();
+    let chars = lowered.chars().count();
     known
         .iter()
-        .map(|k| (edit_distance(&lowered, &k.to_ascii_lowercase()), *k))
-        .filter(|(d, k)| *d <= (k.len() / 3).max(1))
+        .filter_map(|k| {
+            let limit = (k.len() / 3).max(1);
+            // The distance is at least the difference in length: skip names that cannot be
+            // close enough, so a file of many unknown keys costs no matrix per key and name.
+            if chars.abs_diff(k.len()) > limit {
+                return None;
+            }
+            let d = edit_distance(&lowered, &k.to_ascii_lowercase());
+            (d <= limit).then_some((d, *k))
+        })
         .min_by_key(|(d, _)| *d)
         .map(|(_, k)| k)
 }

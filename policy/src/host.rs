@@ -335,10 +335,14 @@ pub enum HostPatternError {
     /// A wildcard followed by fewer than two labels (`*`, `*.`, `*.com`).
     #[error("a wildcard must be followed by at least two labels, e.g. `*.github.com`")]
     TooBroad,
-    /// A host spelled in a form other than its canonical one.
-    #[error("host is not in canonical form; write `{canonical}`")]
+    /// A host spelled in a form other than its canonical one. The message never shows the
+    /// canonical text: it is the input lowercased, and the input may be a pasted token.
+    #[error(
+        "host is not in canonical form; write it lowercase, in punycode, without a trailing dot, \
+         and an IP address in its plain form"
+    )]
     NotCanonical {
-        /// The canonical text to write instead (from the operator's own file, not secret).
+        /// The canonical text (the input, lowercased: may hold a pasted secret; never show it).
         canonical: String,
     },
     /// Not a host pattern at all.

@@ -6,10 +6,13 @@
 //! duplicate keys, nesting past the depth bound, and anything but exactly one document. Errors
 //! never quote the file's text: a scalar could be a secret pasted into the wrong file.
 
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+
 use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
 use yaml_rust2::scanner::{Marker, ScanError, TScalarStyle};
 
-use crate::diagnostic::{Code, Diagnostic, Pos};
+use crate::diagnostic::{Code, Diagnostic, Findings, Pos};
 
 /// Largest declaration file the loader reads: 4 MiB.
 pub const MAX_FILE_BYTES: usize = 4 * 1024 * 1024;
@@ -77,9 +80,14 @@ impl Node {
 }
 
 /// Loads one YAML document. On failure returns every load-level problem found.
-pub(crate) fn load(bytes: &[u8]) -> Result<Node, Vec<Diagnostic>> {
+pub(crate) fn load(bytes: &[u8]) -> Result<Node, Findings> {
+    let one = |d: Diagnostic| {
+        let mut findings = Findings::default();
+        findings.push(d);
+        findings
+    };
     if bytes.len() > MAX_FILE_BYTES {
-        return Err(vec![Diagnostic::new(
+        return Err(one(Diagnostic::new(
             Code::FileTooLarge,
             Pos::START,
             "",
@@ -89,24 +97,24 @@ pub(crate) fn load(bytes: &[u8]) -> Result<Node, Vec<Diagnostic>> {
                 bytes.len(),
                 MAX_FILE_BYTES
             ),
-        )]);
+        )));
     }
     let text = match std::str::from_utf8(bytes) {
         Ok(text) => text,
         Err(e) => {
-            return Err(vec![Diagnostic::new(
+            return Err(one(Diagnostic::new(
                 Code::NotUtf8,
                 pos_of_byte(bytes, e.valid_up_to()),
                 "",
                 "file is not valid UTF-8 here; save it as UTF-8",
-            )]);
+            )));
         }
     };
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
 
     let mut builder = Builder::default();
     let mut parser = Parser::new_from_str(text);
-    if let Err(e) = parser.load(&mut builder, true) {
+    if let Err(e) = feed(&mut parser, &mut builder) {
         // Past the depth bound the scanner's own recursion limit may fire: the depth problem
         // already explains it.
         if !builder.too_deep {
@@ -136,12 +144,26 @@ pub(crate) fn load(bytes: &[u8]) -> Result<Node, Vec<Diagnostic>> {
     }
     match builder.root {
         Some(root) => Ok(root),
-        None => Err(vec![Diagnostic::new(
+        None => Err(one(Diagnostic::new(
             Code::NotSingleDocument,
             Pos::START,
             "",
             "file holds no YAML document; write the declarations as a mapping",
-        )]),
+        ))),
+    }
+}
+
+/// Passes the parser's events to the builder one by one. Not `Parser::load`: that recurses once
+/// per level of nesting, and a block sequence (`- - - - x`) has no depth bound in yaml-rust2, so a
+/// deep file would overflow the stack. Stops at the depth bound: the rest cannot be read anyway.
+fn feed(parser: &mut Parser<std::str::Chars<'_>>, builder: &mut Builder) -> Result<(), ScanError> {
+    loop {
+        let (event, mark) = parser.next_token()?;
+        let end = event == Event::StreamEnd;
+        builder.on_event(event, mark);
+        if end || builder.too_deep {
+            return Ok(());
+        }
     }
 }
 
@@ -153,11 +175,13 @@ struct Builder {
     root: Option<Node>,
     documents: usize,
     second_document: Option<Pos>,
-    problems: Vec<Diagnostic>,
+    problems: Findings,
     /// Set once the depth bound is hit: later events are ignored.
     too_deep: bool,
     /// Depth of containers skipped after the depth bound was hit.
     skipped_depth: usize,
+    /// Hashes the keys of every mapping for the duplicate check.
+    hasher: RandomState,
 }
 
 enum Frame {
@@ -169,6 +193,10 @@ enum Frame {
         pos: Pos,
         entries: Vec<(Node, Node)>,
         pending_key: Option<Node>,
+        /// The keyed hash of every scalar key so far, with the index of its entry: one lookup
+        /// per key keeps the duplicate check linear. A randomly keyed SipHash (std's
+        /// `RandomState`), never an unkeyed hash: whoever wrote the file chose the keys.
+        seen: HashMap<u64, usize>,
     },
 }
 
@@ -228,6 +256,7 @@ impl MarkedEventReceiver for Builder {
                         pos,
                         entries: Vec::new(),
                         pending_key: None,
+                        seen: HashMap::new(),
                     });
                 }
             }
@@ -290,28 +319,52 @@ impl Builder {
             Some(Frame::Map {
                 entries,
                 pending_key,
+                seen,
                 ..
             }) => match pending_key.take() {
                 None => {
-                    if !matches!(node.kind, NodeKind::Scalar { .. }) {
-                        self.problems.push(Diagnostic::new(
-                            Code::WrongType,
-                            node.pos,
-                            "",
-                            "a mapping key must be a plain name, not a list or mapping",
-                        ));
-                    }
-                    let duplicate = entries.iter().any(|(k, _)| same_key(k, &node));
-                    if duplicate {
-                        self.problems.push(Diagnostic::new(
-                            Code::DuplicateKey,
-                            node.pos,
-                            "",
-                            format!(
-                                "{} appears twice in this mapping; keep one",
-                                key_label(&node)
-                            ),
-                        ));
+                    match &node.kind {
+                        NodeKind::Scalar { text, .. } => {
+                            let hash = self.hasher.hash_one(text);
+                            let first = match seen.get(&hash) {
+                                None => {
+                                    seen.insert(hash, entries.len());
+                                    None
+                                }
+                                Some(&i) => entries
+                                    .get(i)
+                                    .filter(|(k, _)| same_key(k, &node))
+                                    // Two keys with one 64-bit hash: look the slow way.
+                                    .or_else(|| entries.iter().find(|(k, _)| same_key(k, &node)))
+                                    .map(|(k, _)| k.pos),
+                            };
+                            if let Some(first) = first {
+                                if self.problems.shows(node.pos) {
+                                    // The key is not quoted: it could be a secret pasted in
+                                    // the wrong place. Both positions say which one it is.
+                                    self.problems.push(Diagnostic::new(
+                                        Code::DuplicateKey,
+                                        node.pos,
+                                        "",
+                                        format!(
+                                            "this key appears twice in this mapping (first at \
+                                             line {}, column {}); keep one",
+                                            first.line, first.column
+                                        ),
+                                    ));
+                                } else {
+                                    self.problems.skip(Code::DuplicateKey);
+                                }
+                            }
+                        }
+                        NodeKind::Seq(_) | NodeKind::Map(_) => {
+                            self.problems.push(Diagnostic::new(
+                                Code::WrongType,
+                                node.pos,
+                                "",
+                                "a mapping key must be a plain name, not a list or mapping",
+                            ));
+                        }
                     }
                     *pending_key = Some(node);
                 }
@@ -321,27 +374,12 @@ impl Builder {
     }
 }
 
+/// Whether two keys are the same: the same text, however each was quoted.
 fn same_key(a: &Node, b: &Node) -> bool {
     match (&a.kind, &b.kind) {
         (NodeKind::Scalar { text: x, .. }, NodeKind::Scalar { text: y, .. }) => x == y,
         _ => false,
     }
-}
-
-/// A key quoted in a message when it looks like a field name; any other key could be data.
-fn key_label(node: &Node) -> String {
-    match &node.kind {
-        NodeKind::Scalar { text, .. } if is_field_name(text) => format!("key `{text}`"),
-        _ => "this key".to_owned(),
-    }
-}
-
-/// Whether a key is safe to quote: a short lowercase word, as field names are. Anything else
-/// (digits, capitals, punctuation, length) could be a secret pasted in the wrong place.
-pub(crate) fn is_field_name(text: &str) -> bool {
-    !text.is_empty()
-        && text.len() <= 32
-        && text.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
 }
 
 fn too_deep(pos: Pos) -> Diagnostic {
@@ -476,6 +514,7 @@ mod tests {
         match load(bytes) {
             Ok(_) => Vec::new(),
             Err(ds) => ds
+                .into_sorted()
                 .iter()
                 .map(|d| (d.code.as_str(), d.line, d.column))
                 .collect(),
@@ -568,11 +607,15 @@ mod tests {
 
     #[test]
     fn syntax_errors_have_positions_and_do_not_quote_input() {
-        let ds = load(b"a: 1\nb: [1, 2\nc: \"secret-canary\n").unwrap_err();
+        let ds = load(b"a: 1\nb: [1, 2\nc: \"secret-canary\n")
+            .unwrap_err()
+            .into_sorted();
         assert_eq!(ds.len(), 1);
         assert_eq!(ds[0].code, Code::YamlSyntax);
         assert!(!ds[0].message.contains("secret-canary"));
-        let ds = load(b"a: 1\n\tb: secret-canary\n").unwrap_err();
+        let ds = load(b"a: 1\n\tb: secret-canary\n")
+            .unwrap_err()
+            .into_sorted();
         assert!(
             !ds[0].message.contains("secret-canary"),
             "{}",

@@ -387,7 +387,8 @@ fn pattern_error_messages_name_the_fix() {
     let error = HostPattern::parse("API.github.com").unwrap_err();
     assert_eq!(
         error.to_string(),
-        "host is not in canonical form; write `api.github.com`"
+        "host is not in canonical form; write it lowercase, in punycode, without a trailing dot, \
+         and an IP address in its plain form"
     );
     let error = HostPattern::parse("api*.github.com").unwrap_err();
     assert_eq!(

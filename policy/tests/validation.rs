@@ -264,15 +264,31 @@ rule_case!(
 
 #[test]
 fn non_canonical_host_names_the_canonical_form() {
-    let load = load_policy(
-        format!("{HEAD}  - id: a\n    effect: deny\n    match: {{ host: bücher.de }}\n").as_bytes(),
-        "t",
-    );
-    assert!(
-        load.diagnostics[0].message.contains("xn--bcher-kva.de"),
-        "{}",
-        load.diagnostics[0].message
-    );
+    // The message says what to change, never the canonical text: that is the operator's text
+    // lowercased, and a pasted token with dots reads as a host (issue 24).
+    for (host, fix) in [
+        ("bücher.de", "punycode"),
+        ("API.github.com", "lowercase"),
+        ("api.github.com.", "trailing dot"),
+        ("'[::1]'", "brackets"),
+        ("0x7f.1", "four decimal numbers"),
+        ("'::ffff:127.0.0.1'", "as IPv4"),
+    ] {
+        let load = load_policy(
+            format!("{HEAD}  - id: a\n    effect: deny\n    match: {{ host: {host} }}\n")
+                .as_bytes(),
+            "t",
+        );
+        let message = &load.diagnostics[0].message;
+        assert_eq!(load.diagnostics[0].code.as_str(), "E022");
+        assert!(message.contains(fix), "{host}: {message}");
+        for quoted in ["xn--", "github", "::1", "127.0.0.1"] {
+            assert!(
+                !message.contains(quoted) || quoted == "xn--" && message.contains("(`xn--`)"),
+                "{host}: {message}"
+            );
+        }
+    }
 }
 
 // --- Scheme, port, method, path ---
@@ -493,13 +509,18 @@ fn legacy_call_limits() {
         .collect();
     assert_eq!(w.len(), 2);
     assert_eq!(w[0].0, "W002");
+    // The replacement rule is a template: the key could be a pasted token (issue 24).
     assert!(
         w[0].1
-            .contains("match: { alias: [github] }, limits: [{ max: 5000, per: 1d }]"),
+            .contains("match: { alias: [ALIAS] }, limits: [{ max: COUNT, per: 1d }]"),
         "{}",
         w[0].1
     );
-    assert!(w[1].1.contains("tool: [\"query-docs\"]"));
+    assert!(w[1].1.contains("tool: [TOOL]"));
+    for d in &load.diagnostics {
+        assert_eq!(d.path, "call_limits");
+        assert!(!d.render("t").contains("github") && !d.render("t").contains("query-docs"));
+    }
     assert_eq!(load.legacy_call_limit_count, 2);
     assert!(load.policy.is_some());
 }

@@ -6,6 +6,7 @@ mod connection_framing;
 mod demo;
 mod examples;
 mod local_files;
+mod policy_findings;
 mod proxy;
 mod proxy_attacks;
 mod proxy_connections;

@@ -14,6 +14,7 @@
 mod canary;
 mod clients;
 mod dependencies;
+mod issue_24;
 mod robustness;
 mod support;
 mod transcripts;

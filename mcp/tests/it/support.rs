@@ -134,11 +134,18 @@ impl Mcp {
     /// The next stdout line, parsed; fails after `DEADLINE`.
     #[track_caller]
     pub(crate) fn recv(&mut self) -> Value {
-        let line = match self.stdout.recv_timeout(DEADLINE) {
+        self.recv_within(DEADLINE)
+    }
+
+    /// The next stdout line, parsed; fails after `deadline` (for a test whose one request is
+    /// expected to take long in a debug build).
+    #[track_caller]
+    pub(crate) fn recv_within(&mut self, deadline: Duration) -> Value {
+        let line = match self.stdout.recv_timeout(deadline) {
             Ok(line) => line,
             Err(RecvTimeoutError::Timeout) => {
                 let _ = self.child.kill();
-                panic!("no response within {DEADLINE:?}");
+                panic!("no response within {deadline:?}");
             }
             Err(RecvTimeoutError::Disconnected) => panic!("the server closed stdout"),
         };
