@@ -246,7 +246,8 @@ fn bad_input_exits_two_and_changes_nothing() {
         (&["gh", "--host", "api*.github.com"], "whole leading label"),
         (
             &["gh", "--host", "API.github.com"],
-            "write `api.github.com`",
+            // The canonical form is not quoted back: a host could be a pasted token (issue 24).
+            "host is not in canonical form; write it lowercase",
         ),
         (&["gh", "--host", "api.github.com:443"], "invalid --host #1"),
         (&["gh", "--host", "https://api.github.com"], "no scheme"),

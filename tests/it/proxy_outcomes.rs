@@ -2161,10 +2161,13 @@ fn serve_refuses_to_start_on_an_invalid_policy() {
         &[("echo", CANARY), ("other", CANARY_OTHER)],
     );
     let stderr = serve_refuses(&home, &peer.ca_file);
-    // Where and what: `path:line:col`, the error code, the unknown field's name.
+    // Where and what: `path:line:col`, the error code, the kind of problem; the unknown key is
+    // not quoted (it is no near miss of a field name, so it could be a pasted value: issue 24).
     assert!(stderr.contains("policy.yaml:6:"), "{stderr}");
-    assert!(stderr.contains("error[E"), "{stderr}");
-    assert!(stderr.contains("colour"), "{stderr}");
+    assert!(stderr.contains("error[E010]"), "{stderr}");
+    assert!(stderr.contains("unknown field"), "{stderr}");
+    assert!(!stderr.contains("colour"), "{stderr}");
+    assert!(!stderr.contains(CANARY), "{stderr}");
 }
 
 #[test]
