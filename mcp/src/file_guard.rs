@@ -184,14 +184,25 @@ impl Guard {
                 }
             }
         };
+        // A relative home or file (the default `.mint`, or a relative variable) is resolved in the
+        // working directory, which the agent may write: a `.mint` symbolic link it planted there
+        // must not make another directory a root, nor name a file outside. So a relative path
+        // counts only where it really resolves inside the working directory; only an absolute
+        // path, which the operator wrote, may lead elsewhere.
+        let cwd = fs::canonicalize(".").ok();
+        let resolved = |path: &Path| {
+            let real = fs::canonicalize(path).ok()?;
+            let inside = cwd.as_ref().is_some_and(|cwd| real.starts_with(cwd));
+            (path.is_absolute() || inside).then_some(real)
+        };
         let roots = [Path::new("."), config.home.as_path()]
             .into_iter()
-            .filter_map(|root| fs::canonicalize(root).ok())
+            .filter_map(resolved)
             .filter(|root| root.parent().is_some())
             .collect();
         let named = [&config.aliases, &config.audit_log, &config.policy]
             .into_iter()
-            .filter_map(|file| fs::canonicalize(file).ok())
+            .filter_map(|file| resolved(file))
             .collect();
         Guard {
             refused,

@@ -1462,6 +1462,57 @@ fn issue_24_whether_a_file_is_over_4_mib_is_not_told() {
     }
 }
 
+#[test]
+fn issue_24_a_planted_home_link_does_not_widen_what_is_read() {
+    // Review finding: with MINT_HOME unset (the default `.mint` in the working directory) or
+    // relative, an agent that can write its workspace planted `.mint` as a link to another
+    // directory, which then became a root: its policy, alias file and audit log were read.
+    let home = Home::new();
+    let outside = home.dir.path().join("elsewhere");
+    fs::create_dir(&outside).unwrap();
+    let records = example_records().join("\n") + "\n";
+    fs::write(outside.join("policy.yaml"), VALID_POLICY).unwrap();
+    fs::write(outside.join("aliases.yaml"), "aliases: []\n").unwrap();
+    fs::write(outside.join("audit.log"), &records).unwrap();
+    symlink(&outside, home.ws(".mint")).unwrap();
+    for env in [
+        Vec::new(),
+        vec![("MINT_HOME", OsString::from(".mint"))],
+        vec![("MINT_AUDIT_LOG_PATH", OsString::from(".mint/audit.log"))],
+    ] {
+        let mut mcp = Mcp::start(&home.ws(""), &env);
+        for (tool, key, name) in [
+            ("policy_check", "file", "policy.yaml"),
+            ("alias_list", "path", "aliases.yaml"),
+            ("audit_tail", "path", "audit.log"),
+        ] {
+            for path in [
+                outside.join(name).display().to_string(),
+                format!(".mint/{name}"),
+            ] {
+                let response = mcp.call(tool, json!({ key: path }));
+                assert_eq!(
+                    kind(&response),
+                    "unreadable",
+                    "{env:?} {tool} {path}: {response}"
+                );
+            }
+        }
+        let tail = mcp.call("audit_tail", json!({}));
+        assert_eq!(
+            kind(&tail),
+            "unreadable",
+            "{env:?} default audit log: {tail}"
+        );
+        let aliases = mcp.call("alias_list", json!({}));
+        assert_eq!(
+            kind(&aliases),
+            "unreadable",
+            "{env:?} default aliases: {aliases}"
+        );
+    }
+}
+
 /// Files outside the working directory and `MINT_HOME` are never read, however they are named
 /// (absolute, `..`, a symlink in the workspace, a symlinked directory), even when they are
 /// valid; the same file inside the workspace is. The files the environment names are read
