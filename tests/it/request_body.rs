@@ -370,6 +370,24 @@ fn issue_22_method_override_spellings_php_reads_are_refused() {
         "form without Content-Type",
         &lab.post("/echo", &["Content-Type:"], &file),
     );
+    // An empty Content-Type (curl's `Content-Type;`) is none to Rack, so a form as well.
+    refused(
+        "form with an empty Content-Type",
+        &lab.post("/echo", &["Content-Type;"], &file),
+    );
+    // Part names in single quotes, which PHP's multipart parser reads like double ones.
+    for name in ["'_method'", "'.method'", "' _method'"] {
+        let body = format!(
+            "--XX\r\nContent-Disposition: form-data; name={name}\r\n\r\nDELETE\r\n--XX--\r\n"
+        );
+        let file = lab.file("quoted", body.as_bytes());
+        let response = lab.post(
+            "/echo",
+            &["Content-Type: multipart/form-data; boundary=XX"],
+            &file,
+        );
+        refused(&format!("multipart name={name}"), &response);
+    }
     for query in [
         "?.method=DELETE",
         "?%20_method=DELETE",

@@ -150,7 +150,13 @@ pub(crate) fn check_override_params(
                 .is_some_and(|start| start.eq_ignore_ascii_case(prefix.as_bytes()))
         })
     };
-    let form = types.iter().next().is_none() || media("application/x-www-form-urlencoded");
+    // No `Content-Type`, or an empty one (Rack reads an empty value as none), is read as a form,
+    // as Rack reads such a `POST` body.
+    let untyped = types.iter().next().is_none()
+        || types
+            .iter()
+            .any(|value| value.as_bytes().trim_ascii().is_empty());
+    let form = untyped || media("application/x-www-form-urlencoded");
     let overridden = (form && form_overrides(body, own))
         || (media("multipart/") && multipart_names_method(body))
         || json_overrides(body, own);
@@ -239,13 +245,16 @@ fn multipart_names_method(body: &[u8]) -> bool {
             Some(b'=') => pos = skip(pos + 1),
             _ => continue,
         }
-        let value = if body.get(pos) == Some(&b'"') {
-            // A quoted string, `\` escaping the next byte, ending at the quote or the line.
+        let quote = body.get(pos).copied().filter(|&b| b == b'"' || b == b'\'');
+        let value = if let Some(quote) = quote {
+            // A quoted string, `\` escaping the next byte, ending at the quote or the line. PHP's
+            // multipart parser takes single quotes as well as double ones.
             let mut name = Vec::new();
             let mut at = pos + 1;
             while let Some(&b) = body.get(at) {
                 match b {
-                    b'"' | b'\r' | b'\n' => break,
+                    b'\r' | b'\n' => break,
+                    b if b == quote => break,
                     b'\\' => {
                         if let Some(&next) = body.get(at + 1) {
                             name.push(next);
@@ -714,6 +723,17 @@ mod tests {
             check_override_params(&post, Some(".method=POST&+_method=post"), &none, b"").is_ok()
         );
         assert!(check_override_params(&post, None, &form, b"a.method=DELETE").is_ok());
+        // An empty or blank `Content-Type` is none to Rack, which then reads the body as a form
+        // (outside review of issue 22).
+        for blank in ["", " ", "\t"] {
+            let untyped = headers(&[("content-type", blank)]);
+            assert!(
+                check_override_params(&post, None, &untyped, b"_method=DELETE").is_err(),
+                "content-type {blank:?}"
+            );
+        }
+        let json = headers(&[("content-type", "application/json")]);
+        assert!(check_override_params(&post, None, &json, b"_method=DELETE").is_ok());
     }
 
     #[test]
@@ -735,6 +755,10 @@ mod tests {
                 "form-data; NAME=.method",
                 "form-data; name=\"\\_method\"",
                 "form-data; name*=utf-8''%5Fmethod",
+                // PHP's parser takes single quotes too (outside review of issue 22).
+                "form-data; name='_method'",
+                "form-data; name='.method'",
+                "form-data; name=' _method'",
             ] {
                 let body =
                     format!("--x\r\nContent-Disposition: {disposition}\r\n\r\nDELETE\r\n--x--\r\n");
