@@ -57,12 +57,21 @@ impl From<io::Error> for ReadError {
 }
 
 /// A configuration file read by [`read_config_file`].
-#[derive(Debug)]
 pub struct ConfigFile {
     /// At most `max_bytes + 1` bytes of it.
     pub bytes: Vec<u8>,
     /// The version that was read, from its descriptor.
     pub stamp: FileStamp,
+}
+
+impl std::fmt::Debug for ConfigFile {
+    /// The length only: the bytes are the file's contents, which no log may hold.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConfigFile")
+            .field("len", &self.bytes.len())
+            .field("stamp", &self.stamp)
+            .finish()
+    }
 }
 
 /// Why [`read_config_file`] read nothing.
@@ -133,6 +142,17 @@ fn read_bounded(file: &File, len: u64, max_bytes: usize) -> io::Result<Vec<u8>> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_shows_the_length_not_the_contents() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("policy.yaml");
+        std::fs::write(&path, b"description: canary-Qx7Lm2Vt9\n").unwrap();
+        let file = read_config_file(&path, 100).unwrap();
+        let shown = format!("{file:?}");
+        assert!(!shown.contains("canary-Qx7Lm2Vt9"), "{shown}");
+        assert!(shown.contains("len: 30"), "{shown}");
+    }
 
     #[test]
     fn reads_a_small_file_whole() {
