@@ -268,6 +268,30 @@ impl Broker {
         self.child.as_ref().map(Child::id)
     }
 
+    /// Sends the broker SIGHUP (a reload), without waiting for what it does.
+    #[track_caller]
+    pub fn hangup(&self) {
+        let pid = self.pid().unwrap();
+        let sent = Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -HUP {pid}");
+    }
+
+    /// Asserts that `secret` is in neither the audit log nor Mint's stderr.
+    #[track_caller]
+    pub fn assert_secret_absent(&self, secret: &str) {
+        assert!(
+            !self.audit_text().contains(secret),
+            "the audit log holds the secret"
+        );
+        assert!(
+            !self.stderr().contains(secret),
+            "Mint's stderr holds the secret"
+        );
+    }
+
     /// The audit records of `request_id`, in the log's order.
     pub fn records_of(&self, request_id: &str) -> Vec<serde_json::Value> {
         self.audit_records()
@@ -409,8 +433,23 @@ pub fn curl_command() -> Command {
         .env_remove("HTTPS_PROXY")
         .env_remove("all_proxy")
         .env_remove("ALL_PROXY");
+    // The machine exports CA variables of its own: none of them may decide what curl trusts.
+    for variable in CA_VARIABLES {
+        command.env_remove(variable);
+    }
     command
 }
+
+/// The environment variables through which clients pick up a CA bundle; every client a test
+/// starts runs without them.
+pub const CA_VARIABLES: [&str; 6] = [
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "CURL_CA_BUNDLE",
+    "REQUESTS_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
+];
 
 /// Parses a whole HTTP/1.1 answer as read from a raw socket (head and body as received; a
 /// chunked body is left as it is).
@@ -791,7 +830,11 @@ fn serve_scripted(
 /// `--noproxy`, which would override `-x`. `--http1.1`, 30 s bound.
 #[track_caller]
 pub fn curl_via_proxy(proxy: &str, args: &[&str]) -> CurlResponse {
-    let output = Command::new("curl")
+    let mut command = Command::new("curl");
+    for variable in CA_VARIABLES {
+        command.env_remove(variable);
+    }
+    let output = command
         .args([
             "-sS",
             "--http1.1",
