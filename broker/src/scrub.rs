@@ -78,20 +78,22 @@
 //! reflected learns whether it was the whole secret (harmless for secrets of real length); an
 //! upstream that knows the secret can always leak it in some form not covered here (scrubbing
 //! catches reflection, it does not contain a hostile upstream: binding aliases to hosts does).
-//! Buffers that held secret-derived bytes are wiped when dropped; the automaton's internal
-//! tables are not.
+//! Buffers that held secret-derived bytes (patterns, the carry, the seam, the prefix hashes) are
+//! wiped when dropped; the matcher's tables of windows, hashes and fingerprints are not.
 //!
-//! # Speed
+//! # CPU time and speed
 //!
-//! A sampling prefilter (see `scrub/engine.rs`) reads one 8-byte window every 4–16 bytes and runs
-//! the automaton only near candidate windows. So its CPU time depends on whether the answer holds
-//! 8-byte pieces of a pattern: over a large reflected body that is measurable from outside and
-//! an open finding (docs/security.md, "CPU time"); the fix planned is a matcher whose work
-//! depends only on complete matches. Output that needs no redaction is handed
-//! on as slices of the input [`Bytes`], without copying, apart from the carry. Building is the
-//! cost of the wrapped forms: a secret of `n` bytes has up to 1,680 of them (140 break positions,
-//! 4 spellings, 3 alignments; fewer under 57 bytes) of about `4n/3` bytes each, so the automaton
-//! grows with `n` times that (about 800 patterns for a 40-byte secret, 1,700 for 200 bytes).
+//! The matcher (`scrub/engine.rs`) does the same work for every window of the answer whatever
+//! its bytes, until a complete match: it samples one window every 4–32 bytes and evaluates, for
+//! each, as many candidate starts as the fullest slot of its table lists, each by a hash over
+//! the whole candidate length. So how much of a secret's form the answer holds does not change
+//! the time a push takes (the tests count the work; the first design's prefilter did change it,
+//! and an outside review recovered secrets from that). The price is speed: roughly 100 to 200
+//! MiB/s instead of gigabytes (docs/performance.md). Output that needs no redaction is handed
+//! on as slices of the input [`Bytes`], without copying, apart from the carry. A secret of `n`
+//! bytes has up to 1,680 wrapped forms (140 break positions, 4 spellings, 3 alignments; fewer
+//! under 57 bytes), about 800 patterns in all for a 40-byte secret and 1,700 for 200 bytes;
+//! building their tables takes a few milliseconds.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -104,7 +106,7 @@ use zeroize::Zeroizing;
 mod engine;
 mod patterns;
 
-use engine::Engine;
+use engine::{Engine, Hay};
 use patterns::{EXTENSION_MAX, LINE_BREAKS, Pattern, is_base64_byte};
 
 /// What every form of a secret is replaced with.
@@ -113,13 +115,12 @@ pub const REDACTED: &str = "[mint:redacted]";
 /// Streaming redaction for one answer. Cheap to build for a few secrets; build one per request.
 pub struct Scrubber {
     engine: Option<Arc<Engine>>,
-    /// Every pattern, matched ignoring ASCII case: header names arrive lowercased, so a secret
-    /// reflected into a name must be found whatever its case.
-    names: Option<Arc<aho_corasick::AhoCorasick>>,
+    /// Every pattern that can occur in a header name, lowercased: names arrive lowercased, so a
+    /// secret reflected into a name must be found whatever its case.
+    names: Option<Arc<Engine>>,
     /// Answer bytes received but not yet emitted (they may hold the start of a secret).
     carry: Zeroizing<Vec<u8>>,
-    /// Scratch space: the carry followed by the start of the next chunk.
-    seam: Zeroizing<Vec<u8>>,
+    scratch: Scratch,
     /// The byte of the answer just before the carry, as the newline rule sees it.
     before: u8,
 }
@@ -152,7 +153,7 @@ impl Scrubber {
             engine: None,
             names: None,
             carry: Zeroizing::new(Vec::new()),
-            seam: Zeroizing::new(Vec::new()),
+            scratch: Scratch::default(),
             before: NOTHING_BEFORE,
         }
     }
@@ -163,27 +164,23 @@ impl Scrubber {
         secrets: impl IntoIterator<Item = &'a [u8]>,
     ) -> Result<Scrubber, ScrubError> {
         let (patterns, count, flushes) = all_patterns(secrets);
-        let engine = Engine::new(&patterns, count, flushes).map_err(|_| ScrubError)?;
         // A header name holds only token characters (RFC 9110): a pattern with any other byte
         // (a line break, a backslash, `;`, `=`, `/`...) cannot occur in one, and leaving those out
-        // keeps this second automaton small.
-        let in_names: Vec<&[u8]> = patterns
+        // keeps this second engine small.
+        let mut in_names: Vec<Pattern> = patterns
             .iter()
-            .map(|p| &p.bytes[..])
-            .filter(|bytes| bytes.iter().all(|&b| is_token_byte(b)))
+            .filter(|p| p.bytes.iter().all(|&b| is_token_byte(b)))
+            .map(|p| Pattern {
+                bytes: Zeroizing::new(p.bytes.to_ascii_lowercase()),
+                kind: p.kind,
+            })
             .collect();
-        let names = if in_names.is_empty() {
-            None
-        } else {
-            let automaton = aho_corasick::AhoCorasick::builder()
-                .ascii_case_insensitive(true)
-                .build(in_names)
-                .map_err(|_| ScrubError)?;
-            Some(Arc::new(automaton))
-        };
+        patterns::dedup(&mut in_names);
+        let engine = Engine::new(patterns, count, flushes).map_err(|_| ScrubError)?;
+        let names = Engine::new(in_names, count, flushes).map_err(|_| ScrubError)?;
         Ok(Scrubber {
             engine: engine.map(Arc::new),
-            names,
+            names: names.map(Arc::new),
             ..Scrubber::empty()
         })
     }
@@ -231,7 +228,7 @@ impl Scrubber {
         let done = step(
             &engine,
             &carry,
-            &mut self.seam,
+            &mut self.scratch,
             &chunk,
             self.before,
             |piece| match piece {
@@ -262,7 +259,7 @@ impl Scrubber {
         let done = step(
             &engine,
             &carry,
-            &mut self.seam,
+            &mut self.scratch,
             chunk,
             self.before,
             |piece| {
@@ -296,7 +293,7 @@ impl Scrubber {
             return carry.to_vec();
         };
         let mut out = Vec::with_capacity(carry.len());
-        run(&engine, &carry, &mut self.seam, &[], true, |piece| {
+        run(&engine, &carry, &mut self.scratch, &[], true, |piece| {
             emit_into(&mut out, &carry, &[], piece);
         });
         out
@@ -308,19 +305,22 @@ impl Scrubber {
         let Some(engine) = &self.engine else {
             return Cow::Borrowed(value);
         };
-        // A first pass only asks whether anything matches, allocating nothing: almost every
-        // value (headers above all) is clean. Only a value that holds a secret is run again to
-        // collect its pieces.
-        let mut seam = Vec::new();
+        // Shorter than every pattern (most header values): nothing to find.
+        if value.len() < engine.min_len() {
+            return Cow::Borrowed(value);
+        }
+        // A first pass only asks whether anything matches: almost every value (headers above
+        // all) is clean. Only a value that holds a secret is run again to collect its pieces.
+        let mut scratch = Scratch::default();
         let mut dirty = false;
-        run(engine, &[], &mut seam, value, true, |piece| {
+        run(engine, &[], &mut scratch, value, true, |piece| {
             dirty |= piece == Piece::Marker;
         });
         if !dirty {
             return Cow::Borrowed(value);
         }
         let mut pieces = Vec::new();
-        run(engine, &[], &mut seam, value, true, |piece| {
+        run(engine, &[], &mut scratch, value, true, |piece| {
             pieces.push(piece)
         });
         let mut out = Vec::with_capacity(value.len());
@@ -341,7 +341,7 @@ impl Scrubber {
             let name_holds_secret = self
                 .names
                 .as_ref()
-                .is_some_and(|names| names.is_match(name.as_str()));
+                .is_some_and(|names| names.is_match(name.as_str().to_ascii_lowercase().as_bytes()));
             if name_holds_secret || matches!(self.scrub(name.as_str().as_bytes()), Cow::Owned(_)) {
                 doomed.push(name.clone());
                 continue;
@@ -461,6 +461,15 @@ enum Piece {
     Marker,
 }
 
+/// Buffers a [`run`] reuses: the seam and the prefix hashes of the seam and of the chunk. All
+/// derived from answer bytes, so wiped when dropped.
+#[derive(Default)]
+struct Scratch {
+    seam: Zeroizing<Vec<u8>>,
+    seam_hashes: Zeroizing<Vec<u64>>,
+    chunk_hashes: Zeroizing<Vec<u64>>,
+}
+
 /// The carry followed by the chunk, read as one buffer `B` of `n` bytes.
 struct View<'a> {
     engine: &'a Engine,
@@ -468,7 +477,9 @@ struct View<'a> {
     chunk: &'a [u8],
     /// The carry followed by at least the first `max_len` bytes of the chunk (all of it if
     /// shorter), so every match that starts in the carry fits.
-    seam: &'a [u8],
+    seam: Hay<'a>,
+    /// The chunk, ready to be searched.
+    chunk_hay: Hay<'a>,
     n: usize,
 }
 
@@ -496,7 +507,7 @@ impl View<'_> {
     fn find(&self, pos: usize, max_start: usize) -> Option<engine::Found> {
         let c = self.carry.len();
         if pos < c {
-            if let Some(found) = self.engine.find(self.seam, pos, c.min(max_start)) {
+            if let Some(found) = self.engine.find(&self.seam, pos, c.min(max_start)) {
                 return Some(found);
             }
             return self.shifted(0, max_start);
@@ -510,7 +521,7 @@ impl View<'_> {
             return None;
         }
         self.engine
-            .find(self.chunk, from, max_start - c)
+            .find(&self.chunk_hay, from, max_start - c)
             .map(|found| engine::Found {
                 start: found.start + c,
                 end: found.end + c,
@@ -674,7 +685,7 @@ fn flush_point(engine: &Engine, carry: &[u8], chunk: &[u8], before: u8) -> Optio
 fn step(
     engine: &Engine,
     carry: &[u8],
-    seam: &mut Vec<u8>,
+    scratch: &mut Scratch,
     chunk: &[u8],
     before: u8,
     emit: impl FnMut(Piece),
@@ -688,9 +699,9 @@ fn step(
             } else {
                 (carry, &chunk[..at - c])
             };
-            run(engine, carry, seam, chunk, true, emit)
+            run(engine, carry, scratch, chunk, true, emit)
         }
-        None => run(engine, carry, seam, chunk, false, emit),
+        None => run(engine, carry, scratch, chunk, false, emit),
     }
 }
 
@@ -705,11 +716,16 @@ fn step(
 fn run(
     engine: &Engine,
     carry: &[u8],
-    seam: &mut Vec<u8>,
+    scratch: &mut Scratch,
     chunk: &[u8],
     is_end: bool,
     mut emit: impl FnMut(Piece),
 ) -> Done {
+    let Scratch {
+        seam,
+        seam_hashes,
+        chunk_hashes,
+    } = scratch;
     seam.clear();
     // INVARIANT: the slice end is clamped to the chunk's length.
     if !carry.is_empty() {
@@ -720,7 +736,8 @@ fn run(
         engine,
         carry,
         chunk,
-        seam,
+        seam: engine.hay(seam, seam_hashes),
+        chunk_hay: engine.hay(chunk, chunk_hashes),
         n: carry.len() + chunk.len(),
     };
     let n = view.n;

@@ -696,6 +696,24 @@ mod tests {
     #[test]
     #[ignore = "prints build figures; run by hand"]
     fn build_figures() {
+        let many: Vec<Vec<u8>> = (0..16u32)
+            .map(|i| {
+                let len = [40usize, 56, 40, 61][i as usize % 4];
+                (0..len)
+                    .map(|j| {
+                        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+                            [((j as u32 * 7919 + i * 104729) ^ (j as u32 * i)) as usize % 62]
+                    })
+                    .collect()
+            })
+            .collect();
+        let (patterns, _, _) = crate::scrub::all_patterns(many.iter().map(|s| &s[..]));
+        let count = patterns.len();
+        let engine = crate::scrub::engine::Engine::new(patterns, 16, true);
+        eprintln!(
+            "16 secrets: {count} patterns: {:?}",
+            engine.ok().flatten().map(|e| e.shape())
+        );
         for len in [40usize, 200] {
             let secret: Vec<u8> = (0..len)
                 .map(|i| b"abcdefghijklmnopqrstuvwxyz0123456789+/_-"[i % 40])
@@ -704,10 +722,12 @@ mod tests {
             let (patterns, _, _) = crate::scrub::all_patterns([&secret[..]]);
             let generated = started.elapsed();
             let started = std::time::Instant::now();
-            let _engine = crate::scrub::engine::Engine::new(&patterns, 1, true);
+            let count = patterns.len();
+            let engine = crate::scrub::engine::Engine::new(patterns, 1, true);
             eprintln!(
-                "generated in {generated:?}, engine in {:?}",
-                started.elapsed()
+                "{count} patterns generated in {generated:?}, engine in {:?}: {:?}",
+                started.elapsed(),
+                engine.ok().flatten().map(|e| e.shape())
             );
             let started = std::time::Instant::now();
             let scrubber = crate::scrub::Scrubber::from_secrets([&secret[..]]).unwrap();

@@ -852,3 +852,117 @@ fn adopting_newer_patterns_keeps_what_was_held_back_and_finds_the_new_secret() {
         "before [mint:redacted] and [mint:redacted] then [mint:redacted] end"
     );
 }
+
+/// What a fresh copy of `template` does on `body`, streamed in 16 KiB chunks: pairs evaluated,
+/// buckets read, byte comparisons (see `scrub/engine.rs`).
+fn work_on(template: &Scrubber, body: &[u8]) -> [u64; 3] {
+    let before = engine::work::done();
+    let mut scrubber = template.fresh();
+    for chunk in body.chunks(16 << 10) {
+        scrubber.push_slice(chunk);
+    }
+    scrubber.finish_vec();
+    let after = engine::work::done();
+    [0, 1, 2].map(|i| after[i] - before[i])
+}
+
+/// `guess` between quotes, over and over, to about 8 KiB: how an agent would have one guess
+/// reflected many times to make its cost measurable.
+fn reflected(guess: &[u8]) -> Vec<u8> {
+    let mut body = Vec::with_capacity(9 << 10);
+    while body.len() < 8 << 10 {
+        body.extend_from_slice(b"{\"q\":\"");
+        body.extend_from_slice(guess);
+        body.extend_from_slice(b"\"}\n");
+    }
+    body
+}
+
+#[test]
+fn issue_22_the_work_never_depends_on_how_close_a_guess_comes() {
+    use engine::work::{BUCKETS, COMPARES, PAIRS};
+    let secret = CANARY.as_bytes();
+    let s = scrubber(&[secret]);
+    // The outside review's attack: guess a form that spends several bytes on each secret byte
+    // (`\u006d\u0069...`, hex, percent) one secret byte at a time, have each guess reflected
+    // many times, and keep the guess that costs Mint more. Every form, every prefix length short
+    // of the whole, the right prefix against one wrong in its last byte.
+    let mut forms = forms(secret);
+    forms.push(
+        secret
+            .iter()
+            .flat_map(|b| format!("\\u{b:04x}").into_bytes())
+            .collect(),
+    );
+    forms.push(
+        secret
+            .iter()
+            .flat_map(|b| format!("&#{b};").into_bytes())
+            .collect(),
+    );
+    let (mut right_buckets, mut wrong_buckets, mut compared) = (0, 0, 0);
+    for form in &forms {
+        for k in 1..form.len() {
+            let right = &form[..k];
+            // A prefix of one form can be another whole (the stable base64 of the secret is a
+            // prefix of its padded base64): that is a match, and costs what a match costs.
+            if contains_any(&patterns_of(&[secret]), right) {
+                continue;
+            }
+            let mut wrong = right.to_vec();
+            let last = wrong.len() - 1;
+            wrong[last] = if wrong[last] == b'0' { b'1' } else { b'0' };
+            let (a, b) = (
+                work_on(&s, &reflected(right)),
+                work_on(&s, &reflected(&wrong)),
+            );
+            assert_eq!(a[PAIRS], b[PAIRS], "prefix of {k} bytes");
+            // No comparison without a complete match; any comparison would cost what only a
+            // right guess costs.
+            compared += a[COMPARES] + b[COMPARES];
+            right_buckets += a[BUCKETS];
+            wrong_buckets += b[BUCKETS];
+        }
+    }
+    assert_eq!(compared, 0);
+    // A bucket is read where a window's full hash finds its bit set: as often (about one pair
+    // in 64) for a right prefix as for a wrong one, and as for any bytes. A design that read
+    // buckets for partial matches would read many more for the right prefixes.
+    assert!(wrong_buckets > 0, "the count works");
+    assert!(
+        right_buckets < wrong_buckets * 2 && wrong_buckets < right_buckets * 2,
+        "{right_buckets} buckets for right prefixes, {wrong_buckets} for wrong ones"
+    );
+    // And the whole form does cost a comparison, and is redacted.
+    let whole = work_on(&s, &reflected(&forms[0]));
+    assert!(whole[COMPARES] > 0);
+}
+
+#[test]
+fn every_window_costs_the_same_pairs_whatever_its_bytes() {
+    use engine::work::{COMPARES, PAIRS};
+    // Secrets whose patterns share windows a lot (a periodic one, one with many characters
+    // that have HTML and percent forms) next to a plain one: the fullest slot sets the cost.
+    let secrets: [&[u8]; 3] = [
+        b"abababababababababababababab",
+        b"+/=&<>\"'%+/=&<>\"'%+/=&<>",
+        CANARY.as_bytes(),
+    ];
+    let s = scrubber(&secrets);
+    let random: Vec<u8> = (0..20_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let base = work_on(&s, &random)[PAIRS];
+    // Windows of the patterns over and over, never a whole one.
+    let mut pieces = b"abababababababababababababa-".repeat(715);
+    pieces.truncate(20_000);
+    let mut escaped =
+        b"%2B%2F%3D%26%3C%3E%22%27%25%2B%2F%3D%26%3C%3E%22%27%25%2B%2F%3D%26".repeat(400);
+    escaped.truncate(20_000);
+    for body in [vec![b'a'; 20_000], pieces, escaped, vec![0; 20_000]] {
+        assert!(!contains_any(&patterns_of(&secrets), &body));
+        assert_eq!(body.len(), random.len());
+        let work = work_on(&s, &body);
+        assert_eq!([work[PAIRS], work[COMPARES]], [base, 0]);
+    }
+}
