@@ -13,11 +13,16 @@
 //! times) every [`POLL_INTERVAL`]: editors that write in place and tools that rename a new file
 //! over the old one are both seen. A file is never loaded while it is still changing: a change
 //! is loaded only once the file's identity stayed the same across two polls, and (where the
-//! kernel's inotify is available) no writer has modified it since it last closed it, so an editor
-//! that writes in several pieces and pauses between them is waited for; the descriptor read from
-//! must show the version seen at the poll, before and after reading. SIGHUP reloads whatever the
-//! files hold, changed or not, under the same rule: while a file is being written, the reload
-//! waits for it.
+//! kernel's inotify is available) no writer is at work on it: inotify counts the descriptors
+//! opened on the file and closed again, and a file that was modified while some were open waits
+//! until all are closed, so an editor that writes in several pieces and pauses between them is
+//! waited for, even when another program opens and closes the file meanwhile (`touch`). A change
+//! made with no descriptor open that Mint saw opened (`truncate(2)` by path, a writer that opened
+//! the file before Mint watched it) is left to the two-poll rule. The descriptor read from must
+//! show the version seen at the poll, before and after reading. SIGHUP reloads whatever the files
+//! hold, changed or not, under the same rule: while a file is being written, the reload waits for
+//! it, and a wait longer than [`WAIT_WARNING`] is logged and audited once
+//! (`policy_reload_waiting`): the last good version stays in force until the writer closes.
 
 use std::mem::MaybeUninit;
 use std::os::fd::OwnedFd;
@@ -35,6 +40,9 @@ use crate::secure_file::FileStamp;
 
 /// How often the files are checked for changes.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
+
+/// How long a reload waits for a file being written before it says so.
+pub const WAIT_WARNING: Duration = Duration::from_secs(10);
 
 /// What a reload reads.
 #[derive(Clone, Debug)]
@@ -119,6 +127,8 @@ impl Reloader {
             .map_or_else(|| stamps(&paths), |(p, a)| (Some(p), Some(a)));
         let mut polled = loaded;
         let mut owed = false;
+        // Since when a reload owed has waited for a writer, and whether that was reported.
+        let mut waiting: Option<(tokio::time::Instant, bool)> = None;
         let mut ticks = tokio::time::interval(POLL_INTERVAL);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -139,9 +149,25 @@ impl Reloader {
             // Still changing: since the previous poll, or a writer has not closed it yet.
             let still = now == polled && !being_written;
             polled = now;
-            if !owed || !still {
+            if !owed {
+                waiting = None;
                 continue;
             }
+            if !still {
+                let (since, reported) = waiting.get_or_insert((tokio::time::Instant::now(), false));
+                if being_written && !*reported && since.elapsed() >= WAIT_WARNING {
+                    *reported = true;
+                    tracing::warn!(
+                        policy.file = %self.policy.display(),
+                        aliases.file = %self.aliases.display(),
+                        waited_s = since.elapsed().as_secs(),
+                        "Reload waits: a program still holds the policy or alias file open after changing it; the last good version stays in force until it closes the file"
+                    );
+                    audit_event(&state, "policy_reload_waiting");
+                }
+                continue;
+            }
+            waiting = None;
             let reloader = self.clone();
             let for_task = state.clone();
             let done = tokio::task::spawn_blocking(move || {
@@ -168,9 +194,12 @@ fn stamps([policy, aliases]: &[PathBuf; 2]) -> Stamps {
     (FileStamp::at(policy).ok(), FileStamp::at(aliases).ok())
 }
 
-/// Which watched files a writer modified and has not closed since, from the kernel's inotify
-/// events (`IN_MODIFY`, `IN_CLOSE_WRITE`). Without inotify (an old kernel, a file system that does
-/// not report, a limit reached) it knows nothing and the two-poll rule alone applies.
+/// Which watched files are being written, from the kernel's inotify events: the descriptors
+/// opened on each (`IN_OPEN`) and not closed since (`IN_CLOSE_WRITE`, `IN_CLOSE_NOWRITE`), and
+/// whether it was modified (`IN_MODIFY`) while one was open. Events do not say which descriptor
+/// wrote, so any open one counts as its writer's: a file modified while descriptors were open
+/// is being written until all of them are closed. Without inotify (an old kernel, a file system
+/// that does not report, a limit reached) it knows nothing and the two-poll rule alone applies.
 struct Writers {
     inotify: Option<OwnedFd>,
     files: [Watched; 2],
@@ -183,8 +212,23 @@ struct Watched {
     inode: Option<(u64, u64)>,
     /// The watch descriptor on that inode.
     wd: Option<i32>,
-    /// Whether a write to it was seen and its writer has not closed it since.
-    open: bool,
+    /// Descriptors seen opened and not closed since (a close of one opened before the watch
+    /// counts for nothing).
+    open: u32,
+    /// Whether it was modified while `open` was above 0, since `open` was last 0.
+    written: bool,
+}
+
+impl Watched {
+    fn being_written(&self) -> bool {
+        self.open > 0 && self.written
+    }
+
+    /// What was known is lost (events dropped): from here on, the two-poll rule.
+    fn forget(&mut self) {
+        self.open = 0;
+        self.written = false;
+    }
 }
 
 // === impl Writers ===
@@ -219,8 +263,7 @@ impl Writers {
             }
             *file = Watched {
                 inode,
-                wd: None,
-                open: false,
+                ..Watched::default()
             };
             if inode.is_none() {
                 continue;
@@ -228,7 +271,10 @@ impl Writers {
             match inotify::add_watch(
                 fd,
                 path.as_path(),
-                inotify::WatchFlags::MODIFY | inotify::WatchFlags::CLOSE_WRITE,
+                inotify::WatchFlags::MODIFY
+                    | inotify::WatchFlags::OPEN
+                    | inotify::WatchFlags::CLOSE_WRITE
+                    | inotify::WatchFlags::CLOSE_NOWRITE,
             ) {
                 Ok(wd) => file.wd = Some(wd),
                 Err(error) => {
@@ -255,15 +301,26 @@ impl Writers {
                         // Events were lost, a close among them perhaps: forget what is known,
                         // and let the two-poll rule alone decide until the next write is seen.
                         for file in &mut self.files {
-                            file.open = false;
+                            file.forget();
                         }
                         continue;
                     }
                     for file in self.files.iter_mut().filter(|f| f.wd == Some(event.wd())) {
-                        if events.contains(inotify::ReadFlags::CLOSE_WRITE) {
-                            file.open = false;
-                        } else if events.contains(inotify::ReadFlags::MODIFY) {
-                            file.open = true;
+                        // One event may carry several flags; an open comes before the writes
+                        // and the close of its descriptor.
+                        if events.contains(inotify::ReadFlags::OPEN) {
+                            file.open = file.open.saturating_add(1);
+                        }
+                        if events.contains(inotify::ReadFlags::MODIFY) && file.open > 0 {
+                            file.written = true;
+                        }
+                        if events.intersects(
+                            inotify::ReadFlags::CLOSE_WRITE | inotify::ReadFlags::CLOSE_NOWRITE,
+                        ) {
+                            file.open = file.open.saturating_sub(1);
+                            if file.open == 0 {
+                                file.written = false;
+                            }
                         }
                     }
                 }
@@ -272,7 +329,7 @@ impl Writers {
                 Err(_) => break,
             }
         }
-        self.files.iter().any(|f| f.open)
+        self.files.iter().any(Watched::being_written)
     }
 }
 

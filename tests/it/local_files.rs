@@ -414,6 +414,92 @@ fn issue_24_a_policy_written_in_pieces_is_never_decided_by_a_prefix() {
     assert_no_canary(&broker);
 }
 
+#[test]
+fn issue_24_a_touch_while_a_writer_holds_the_policy_does_not_load_its_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let peer = echo_peer(dir.path(), EchoConfig::default());
+    let port = peer.server.port();
+    let home = MintHome::new(&policy(port, "GET", ""), ALIASES, &[("echo", CANARY)]);
+    let cap = home.issue_capability("mino", &[]);
+    let broker = home.serve(&peer.ca_file, &[]);
+    assert_eq!(send(&broker, &cap, port, "DELETE", "probe").0, 403);
+    let path = home.path().join("policy.yaml");
+    // A writer has written a prefix that is a whole, valid policy allowing DELETE, and holds
+    // the file open to write the rule that denies the probe.
+    let mut writer = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap();
+    writer
+        .write_all(policy(port, "GET, DELETE", "").as_bytes())
+        .unwrap();
+    writer.flush().unwrap();
+    // Meanwhile another program opens and closes the file for writing (the review's repro:
+    // `touch`, whose close the old watcher took for the writer's), and an operator sends SIGHUP.
+    let touched = Command::new("touch").arg(&path).status().unwrap();
+    assert!(touched.success());
+    hangup(&broker);
+    // The broker waits, says so once it has waited long, and never loads the prefix.
+    let said = wait_for_events(&broker, "policy_reload_waiting", 1, Duration::from_secs(40));
+    let (status, body) = send(&broker, &cap, port, "DELETE", "probe");
+    assert_eq!(status, 403, "the prefix was loaded: {body}");
+    assert!(said, "no policy_reload_waiting event");
+    assert_eq!(count_events(&broker, "policy_reloaded"), 0);
+    let stderr = broker.stderr();
+    assert!(stderr.contains("Reload waits"), "{stderr}");
+    // The writer finishes: the whole policy is loaded.
+    writer
+        .write_all(
+            format!("  - id: no-probe\n    effect: deny\n    match:\n      host: [127.0.0.1]\n      port: [{port}]\n      path: [\"/echo/probe\"]\n").as_bytes(),
+        )
+        .unwrap();
+    drop(writer);
+    assert!(
+        wait_for_events(&broker, "policy_reloaded", 1, Duration::from_secs(20)),
+        "the finished policy was not loaded"
+    );
+    assert_eq!(send(&broker, &cap, port, "DELETE", "probe").0, 403);
+    assert_eq!(send(&broker, &cap, port, "DELETE", "other").0, 200);
+    assert_eq!(count_events(&broker, "policy_reload_waiting"), 1);
+    assert_no_canary(&broker);
+}
+
+#[test]
+fn issue_24_a_policy_truncated_by_path_is_reloaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let peer = echo_peer(dir.path(), EchoConfig::default());
+    let port = peer.server.port();
+    // The file ends in a rule that denies the probe; truncate(2) by path cuts that rule off
+    // (a change with no descriptor open, which the old watcher waited on for ever).
+    let kept = policy(port, "GET, DELETE", "");
+    let full = format!(
+        "{kept}  - id: no-probe\n    effect: deny\n    match:\n      host: [127.0.0.1]\n      port: [{port}]\n      path: [\"/echo/probe\"]\n"
+    );
+    let home = MintHome::new(&full, ALIASES, &[("echo", CANARY)]);
+    let cap = home.issue_capability("mino", &[]);
+    let broker = home.serve(&peer.ca_file, &[]);
+    assert_eq!(send(&broker, &cap, port, "DELETE", "probe").0, 403);
+    let path = home.path().join("policy.yaml");
+    let truncated = Command::new("python3")
+        .args([
+            "-c",
+            "import os, sys; os.truncate(sys.argv[1], int(sys.argv[2]))",
+        ])
+        .arg(&path)
+        .arg(kept.len().to_string())
+        .status()
+        .unwrap();
+    assert!(truncated.success());
+    assert!(
+        wait_for_events(&broker, "policy_reloaded", 1, Duration::from_secs(20)),
+        "the truncated policy was never loaded"
+    );
+    assert_eq!(send(&broker, &cap, port, "DELETE", "probe").0, 200);
+    assert_eq!(count_events(&broker, "policy_reload_waiting"), 0);
+    assert_no_canary(&broker);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Finding 6: `mint cap revoke` and locks held by others
 // ---------------------------------------------------------------------------------------------
