@@ -96,15 +96,40 @@ pub fn json_for_terminal(json: String) -> String {
     out
 }
 
-/// C0, DEL and C1 controls, and the bidirectional-text controls (marks, embeddings, overrides
-/// and isolates), which can make a terminal show text in another order than it is stored.
+/// C0, DEL and C1 controls, the bidirectional-text controls (marks, embeddings, overrides and
+/// isolates), which can make a terminal show text in another order than it is stored, the line
+/// and paragraph separators (U+2028, U+2029), which some terminals and viewers take as line
+/// breaks, and the invisible characters (zero-width space, non-joiner and joiner, word joiner
+/// and invisible operators, the byte order mark), which hide that two texts differ.
 fn is_terminal_control(c: char) -> bool {
     c.is_control()
         || matches!(
             c,
-            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+            '\u{061c}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{202e}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{feff}'
         )
 }
+
+/// The signals that end a process by default and can be caught.
+const ENDING_SIGNALS: [i32; 13] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGALRM,
+    libc::SIGVTALRM,
+    libc::SIGPROF,
+    libc::SIGIO,
+    libc::SIGPWR,
+    libc::SIGXCPU,
+    libc::SIGXFSZ,
+];
 
 /// The terminal settings to put back should a signal end the process while echo is off.
 static SAVED: Mutex<Option<Saved>> = Mutex::new(None);
@@ -156,7 +181,7 @@ impl Drop for EchoOff<'_> {
     }
 }
 
-/// Takes over SIGINT, SIGTERM, SIGHUP and SIGQUIT for the rest of the process (once): a thread
+/// Takes over every signal in [`ENDING_SIGNALS`] for the rest of the process (once): a thread
 /// waits for the first of them, puts back saved terminal settings if echo is off, and ends the
 /// process with status 128 + the signal's number. The handlers are in place when this returns.
 fn watch_signals() -> io::Result<()> {
@@ -168,25 +193,29 @@ fn watch_signals() -> io::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .build()?;
-    let (mut interrupt, mut terminate, mut hangup, mut quit) = {
+    // Every signal whose default action ends the process and that a process may catch (SIGKILL
+    // and SIGSTOP cannot be; the faults SIGSEGV, SIGBUS, SIGFPE, SIGILL are the program's own).
+    let watched = {
         let _context = runtime.enter();
-        (
-            signal(SignalKind::interrupt())?,
-            signal(SignalKind::terminate())?,
-            signal(SignalKind::hangup())?,
-            signal(SignalKind::quit())?,
-        )
+        ENDING_SIGNALS
+            .iter()
+            .map(|&number| Ok((number, signal(SignalKind::from_raw(number))?)))
+            .collect::<io::Result<Vec<_>>>()?
     };
     std::thread::Builder::new()
         .name("mint-signals".to_owned())
         .spawn(move || {
             let number = runtime.block_on(async {
-                tokio::select! {
-                    _ = interrupt.recv() => libc::SIGINT,
-                    _ = terminate.recv() => libc::SIGTERM,
-                    _ = hangup.recv() => libc::SIGHUP,
-                    _ = quit.recv() => libc::SIGQUIT,
+                let (first, mut caught) = tokio::sync::mpsc::unbounded_channel();
+                for (number, mut signal) in watched {
+                    let first = first.clone();
+                    tokio::spawn(async move {
+                        if signal.recv().await.is_some() {
+                            let _ = first.send(number);
+                        }
+                    });
                 }
+                caught.recv().await.unwrap_or(libc::SIGTERM)
             });
             let saved = SAVED
                 .lock()
@@ -216,6 +245,11 @@ mod tests {
             "a ]52;c;SGVsbG8= b c d e 2Jf g"
         );
         assert_eq!(printable("café ✓"), "café ✓");
+        // Line separators and invisible characters: a name that looks like another.
+        assert_eq!(
+            printable("git\u{200b}hub\u{2028}x\u{2029}y\u{2060}z\u{feff}"),
+            "git hub x y z "
+        );
     }
 
     #[test]

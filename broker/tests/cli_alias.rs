@@ -780,8 +780,8 @@ fn concurrent_adds_all_land() {
 
 /// Drives `mint alias add` in a fresh pseudo-terminal of which it is the controlling terminal
 /// (Python's `pty`), waits for the hidden prompt, then interrupts it (`ctrl-c` or `ctrl-backslash`
-/// typed into the terminal, so the line discipline sends SIGINT or SIGQUIT; or `sigterm` sent with
-/// `kill`), and prints the terminal's settings before and after as the same terminal reports them.
+/// typed into the terminal, so the line discipline sends SIGINT or SIGQUIT; or a signal's name,
+/// such as `sigterm`, sent with `kill`), and prints the terminal's settings before and after as the same terminal reports them.
 const PTY_DRIVER: &str = r#"
 import fcntl, os, select, signal, sys, termios, time
 action, cmd = sys.argv[1], sys.argv[2:]
@@ -808,7 +808,7 @@ if action == "ctrl-c":
 elif action == "ctrl-backslash":
     os.write(master, b"\x1c")
 else:
-    os.kill(pid, signal.SIGTERM)
+    os.kill(pid, getattr(signal, action.upper()))
 status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 after = termios.tcgetattr(slave)
 while select.select([master], [], [], 0.2)[0]:
@@ -841,7 +841,16 @@ fn issue_24_a_signal_at_the_secret_prompt_restores_the_terminal() {
     let before = home.aliases_text();
     let driver = home.cwd().join("pty_driver.py");
     std::fs::write(&driver, PTY_DRIVER).unwrap();
-    for (action, status) in [("ctrl-c", 130), ("ctrl-backslash", 131), ("sigterm", 143)] {
+    // SIGUSR1, SIGUSR2 and SIGALRM also end a process by default, and left echo off before
+    // (the review of the fix).
+    for (action, status) in [
+        ("ctrl-c", 130),
+        ("ctrl-backslash", 131),
+        ("sigterm", 143),
+        ("sigusr1", 138),
+        ("sigusr2", 140),
+        ("sigalrm", 142),
+    ] {
         let out = std::process::Command::new("python3")
             .arg(&driver)
             .arg(action)
@@ -883,10 +892,11 @@ fn issue_24_a_signal_at_the_secret_prompt_restores_the_terminal() {
 }
 
 /// Every character a terminal takes as a command: C0 controls (escape, BEL, tab, line feed, a
-/// carriage return), DEL, C1 controls, bidirectional overrides and isolates.
+/// carriage return), DEL, C1 controls, bidirectional overrides and isolates; and the line and
+/// paragraph separators and invisible characters, which hide what a text holds.
 fn is_terminal_control(c: char) -> bool {
     c.is_control()
-        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        || matches!(c, '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
 }
 
 /// Finding 7 of the review: `mint alias list` printed a description's escape sequences raw, so
@@ -896,7 +906,7 @@ fn is_terminal_control(c: char) -> bool {
 #[test]
 fn issue_24_alias_list_prints_no_terminal_control_from_the_file() {
     let home = Home::new();
-    let description = "GitHub \u{1b}]52;c;SGVsbG8=\u{7} token \u{1b}[2J\u{9b}2J\u{202e}live\u{2066}\r\tx\ny\u{7f}";
+    let description = "GitHub \u{1b}]52;c;SGVsbG8=\u{7} token \u{1b}[2J\u{9b}2J\u{202e}live\u{2066}\r\tx\ny\u{7f}z\u{2028}w\u{200b}v\u{feff}u";
     let yaml = format!(
         "aliases:\n  - name: github\n    description: {}\n    hosts: [api.github.com]\n    source: env:GH_TOKEN\n",
         serde_json::to_string(description).unwrap()
@@ -912,7 +922,7 @@ fn issue_24_alias_list_prints_no_terminal_control_from_the_file() {
     assert!(
         table
             .stdout
-            .contains("GitHub  ]52;c;SGVsbG8=  token  [2J 2J live   x y"),
+            .contains("GitHub  ]52;c;SGVsbG8=  token  [2J 2J live   x y z w v u"),
         "{:?}",
         table.stdout
     );
