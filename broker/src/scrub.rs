@@ -88,7 +88,7 @@
 //! each, as many candidate starts as the fullest slot of its table lists, each by a hash over
 //! the whole candidate length. So how much of a secret's form the answer holds does not change
 //! the time a push takes (the tests count the work; the first design's prefilter did change it,
-//! and an outside review recovered secrets from that). The price is speed: roughly 100 to 200
+//! and an outside review recovered secrets from that). The price is speed: roughly 80 to 200
 //! MiB/s instead of gigabytes (docs/performance.md). Output that needs no redaction is handed
 //! on as slices of the input [`Bytes`], without copying, apart from the carry. A secret of `n`
 //! bytes has up to 1,680 wrapped forms (140 break positions, 4 spellings, 3 alignments; fewer

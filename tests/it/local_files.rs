@@ -36,6 +36,13 @@ fn policy(port: u16, methods: &str, extra: &str) -> String {
     )
 }
 
+/// A rule denying `/echo/probe` on the echo peer's port, to append to [`policy`]'s rules.
+fn no_probe_rule(port: u16) -> String {
+    format!(
+        "  - id: no-probe\n    effect: deny\n    match:\n      host: [127.0.0.1]\n      port: [{port}]\n      path: [\"/echo/probe\"]\n"
+    )
+}
+
 /// Sends `method` to `/echo/NAME` with the alias in a header; returns the status and the body.
 fn send(broker: &Broker, cap: &str, port: u16, method: &str, name: &str) -> (u16, String) {
     let response = curl(&[
@@ -353,9 +360,7 @@ fn issue_24_a_policy_written_in_pieces_is_never_decided_by_a_prefix() {
     assert_eq!(send(&broker, &cap, port, "DELETE", "probe").0, 403);
     assert_eq!(send(&broker, &cap, port, "DELETE", "other").0, 403);
     let prefix = policy(port, "GET, DELETE", "");
-    let deny = format!(
-        "  - id: no-probe\n    effect: deny\n    match:\n      host: [127.0.0.1]\n      port: [{port}]\n      path: [\"/echo/probe\"]\n"
-    );
+    let deny = no_probe_rule(port);
     let (deny_head, deny_tail) = deny.split_at(deny.len() / 2);
 
     // An editor writing the file in place: truncate, then three writes with pauses between.
@@ -449,11 +454,7 @@ fn issue_24_a_touch_while_a_writer_holds_the_policy_does_not_load_its_prefix() {
     let stderr = broker.stderr();
     assert!(stderr.contains("Reload waits"), "{stderr}");
     // The writer finishes: the whole policy is loaded.
-    writer
-        .write_all(
-            format!("  - id: no-probe\n    effect: deny\n    match:\n      host: [127.0.0.1]\n      port: [{port}]\n      path: [\"/echo/probe\"]\n").as_bytes(),
-        )
-        .unwrap();
+    writer.write_all(no_probe_rule(port).as_bytes()).unwrap();
     drop(writer);
     assert!(
         wait_for_events(&broker, "policy_reloaded", 1, Duration::from_secs(20)),
@@ -473,9 +474,7 @@ fn issue_24_a_policy_truncated_by_path_is_reloaded() {
     // The file ends in a rule that denies the probe; truncate(2) by path cuts that rule off
     // (a change with no descriptor open, which the old watcher waited on for ever).
     let kept = policy(port, "GET, DELETE", "");
-    let full = format!(
-        "{kept}  - id: no-probe\n    effect: deny\n    match:\n      host: [127.0.0.1]\n      port: [{port}]\n      path: [\"/echo/probe\"]\n"
-    );
+    let full = format!("{kept}{}", no_probe_rule(port));
     let home = MintHome::new(&full, ALIASES, &[("echo", CANARY)]);
     let cap = home.issue_capability("mino", &[]);
     let broker = home.serve(&peer.ca_file, &[]);

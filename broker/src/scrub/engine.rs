@@ -24,7 +24,7 @@
 //! that is a complete match (or, once in about 2^30 such looks, a collision the comparison
 //! rejects). So the only work that depends on the haystack's bytes beyond its length is the
 //! memory the lookups touch: the slot a window picks, and the bit and bucket a hash picks; the
-//! tables are small (tens of kilobytes for a secret), and a window that is right reads a slot
+//! tables are small (a few hundred kilobytes for a secret), and a window that is right reads a slot
 //! and as many pairs as a window that is wrong.
 //!
 //! The hash is a polynomial over 64-bit words with a random odd base drawn per engine:
@@ -118,8 +118,9 @@ struct Pair {
     len: u16,
 }
 
-/// A pattern's fingerprint and its index plus one; 0 marks an empty place.
-#[derive(Clone, Copy, Debug, Default)]
+/// A pattern's fingerprint and its index plus one; 0 marks an empty place. No `Debug`: the
+/// fingerprint is derived from a secret.
+#[derive(Clone, Copy, Default)]
 struct Key {
     fingerprint: u32,
     pattern: u32,
