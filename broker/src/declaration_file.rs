@@ -88,7 +88,8 @@ pub enum ConfigFileError {
 
 /// Opens the configuration file `path` once with [`open_trusted`] and reads at most
 /// `max_bytes + 1` bytes from that descriptor. Refuses with [`ReadError::Changing`] a file whose
-/// size, modification or change time moved while it was read.
+/// size, modification or change time moved while it was read (a file replaced by a `rename`
+/// meanwhile was read whole: see [`FileStamp::unchanged_in`]).
 pub fn read_config_file(path: &Path, max_bytes: usize) -> Result<ConfigFile, ConfigFileError> {
     let trusted = open_trusted(path).map_err(|error| match error {
         SecureFileError::Io { source, .. } => ConfigFileError::Unreadable(source.into()),
@@ -101,9 +102,11 @@ pub fn read_config_file(path: &Path, max_bytes: usize) -> Result<ConfigFile, Con
     let stamp = FileStamp::of(&trusted.metadata);
     let bytes = read_bounded(&trusted.file, trusted.metadata.len(), max_bytes)
         .map_err(|e| ConfigFileError::Unreadable(e.into()))?;
-    let after =
-        FileStamp::of_file(&trusted.file).map_err(|e| ConfigFileError::Unreadable(e.into()))?;
-    if after != stamp {
+    let after = trusted
+        .file
+        .metadata()
+        .map_err(|e| ConfigFileError::Unreadable(e.into()))?;
+    if !stamp.unchanged_in(&after) {
         return Err(ConfigFileError::Unreadable(ReadError::Changing));
     }
     Ok(ConfigFile { bytes, stamp })

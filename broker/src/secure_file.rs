@@ -311,6 +311,21 @@ impl FileStamp {
     pub fn of_file(file: &File) -> io::Result<FileStamp> {
         file.metadata().map(|m| FileStamp::of(&m))
     }
+
+    /// Whether `after`, read from the same descriptor once its contents were read, shows that
+    /// nothing changed them: the same stamp, or only the change time moved because the file lost
+    /// its last name. A writer that replaces the file with `rename` (as Mint and editors do)
+    /// unlinks the old inode, which moves its change time; what was read is then a whole earlier
+    /// version, not a half-written one.
+    pub fn unchanged_in(&self, after: &fs::Metadata) -> bool {
+        let now = FileStamp::of(after);
+        now == *self
+            || (after.nlink() == 0
+                && FileStamp {
+                    ctime: self.ctime,
+                    ..now
+                } == *self)
+    }
 }
 
 /// Opens the configuration file `path` for reading, deciding on open descriptors only (see the
@@ -319,6 +334,11 @@ impl FileStamp {
 /// above the last), the directory holding it must not be writable by group or others at all, and
 /// the file must be a regular file owned by root or Mint's user that group and others cannot
 /// write. Never blocks on a FIFO.
+///
+/// A name replaced between the check and the open (an atomic `rename` by a writer such as
+/// `mint cap issue`, or an editor's save) is resolved and checked again from the start, up to
+/// [`OPEN_ATTEMPTS`] times: each attempt is checked whole, so a retry never trusts what the one
+/// before it saw, and a name that keeps changing is refused as [`SecureFileError::Changed`].
 pub fn open_trusted(path: &Path) -> Result<TrustedFile, SecureFileError> {
     open_trusted_with(path, true, &mut |_| ())
 }
@@ -329,9 +349,25 @@ pub fn open_in_trusted_dirs(path: &Path) -> Result<TrustedFile, SecureFileError>
     open_trusted_with(path, false, &mut |_| ())
 }
 
-/// [`open_trusted`] with a hook run between the file's check and its opening for reading (tests
-/// swap the file there to prove the swap is caught).
+/// [`open_trusted`] with a hook run between the file's check and its opening for reading, on every
+/// attempt (tests swap the file there to prove the swap is caught).
 fn open_trusted_with(
+    path: &Path,
+    check_file: bool,
+    between: &mut dyn FnMut(&Path),
+) -> Result<TrustedFile, SecureFileError> {
+    let mut attempt = 1;
+    loop {
+        match open_trusted_once(path, check_file, between) {
+            Err(SecureFileError::Changed { .. }) if attempt < OPEN_ATTEMPTS => attempt += 1,
+            done => return done,
+        }
+    }
+}
+
+/// One attempt of [`open_trusted_with`]: resolve and check, then open the checked name and refuse
+/// it as [`SecureFileError::Changed`] unless the descriptor is the inode that was checked.
+fn open_trusted_once(
     path: &Path,
     check_file: bool,
     between: &mut dyn FnMut(&Path),
@@ -788,6 +824,11 @@ const WRITABLE_BY_OTHERS: u32 = 0o022;
 /// The most symbolic links one path may go through (Linux's own limit).
 const MAX_LINKS: usize = 40;
 
+/// How many times [`open_trusted`] resolves a name again that was replaced between its check and
+/// its opening. Writers replace a file in one `rename`, so a second attempt almost always reads the
+/// new version; more than a few means the name is being swapped on purpose.
+const OPEN_ATTEMPTS: u32 = 4;
+
 /// How long [`DirLock::for_file`] waits for another holder, at most.
 pub const LOCK_WAIT: Duration = Duration::from_secs(5);
 
@@ -1019,19 +1060,33 @@ mod tests {
         let other = dir.path().join("other.yaml");
         write_atomic(&other, b"swapped in\n").unwrap();
         // Swapped for another file: the inode read is not the one checked.
-        let err = open_trusted_with(&path, true, &mut |resolved| {
-            fs::rename(&other, resolved).unwrap();
+        let err = open_trusted_once(&path, true, &mut |_| {
+            fs::rename(&other, &path).unwrap();
         })
         .unwrap_err();
         assert!(matches!(err, SecureFileError::Changed { .. }), "{err}");
         // Swapped for a symbolic link: never followed at the open.
         write_atomic(&path, b"checked\n").unwrap();
-        let err = open_trusted_with(&path, true, &mut |resolved| {
-            fs::remove_file(resolved).unwrap();
-            std::os::unix::fs::symlink("/etc/hostname", resolved).unwrap();
+        let elsewhere = dir.path().join("elsewhere.yaml");
+        write_atomic(&elsewhere, b"elsewhere\n").unwrap();
+        let err = open_trusted_once(&path, true, &mut |_| {
+            fs::remove_file(&path).unwrap();
+            std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
         })
         .unwrap_err();
         assert!(matches!(err, SecureFileError::Changed { .. }), "{err}");
+        // Swapped at every attempt: refused once the attempts are spent.
+        fs::remove_file(&path).unwrap();
+        write_atomic(&path, b"checked\n").unwrap();
+        let mut attempts = 0;
+        let err = open_trusted_with(&path, true, &mut |_| {
+            attempts += 1;
+            write_atomic(&other, b"swapped in\n").unwrap();
+            fs::rename(&other, &path).unwrap();
+        })
+        .unwrap_err();
+        assert!(matches!(err, SecureFileError::Changed { .. }), "{err}");
+        assert_eq!(attempts, OPEN_ATTEMPTS);
         // Nothing swapped: the descriptor is the file checked.
         fs::remove_file(&path).unwrap();
         write_atomic(&path, b"checked\n").unwrap();
@@ -1039,6 +1094,63 @@ mod tests {
         let mut text = String::new();
         std::io::Read::read_to_string(&mut opened.file, &mut text).unwrap();
         assert_eq!(text, "checked\n");
+    }
+
+    #[test]
+    fn a_file_replaced_once_by_a_writer_is_checked_again_and_read() {
+        // `mint cap issue` and editors replace a file with one rename; a reader that lost that race
+        // reads the new version, checked like the first.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("capabilities.yaml");
+        write_atomic(&path, b"old\n").unwrap();
+        let mut attempts = 0;
+        let mut opened = open_trusted_with(&path, true, &mut |_| {
+            attempts += 1;
+            if attempts == 1 {
+                write_atomic(&path, b"new\n").unwrap();
+            }
+        })
+        .unwrap();
+        assert_eq!(attempts, 2);
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut opened.file, &mut text).unwrap();
+        assert_eq!(text, "new\n");
+        // The replacement is held to the same rules: one others may write is refused, not read.
+        let mut attempts = 0;
+        let err = open_trusted_with(&path, true, &mut |_| {
+            attempts += 1;
+            if attempts == 1 {
+                write_atomic(&path, b"theirs\n").unwrap();
+                fs::set_permissions(&path, fs::Permissions::from_mode(0o666)).unwrap();
+            }
+        })
+        .unwrap_err();
+        assert!(!matches!(err, SecureFileError::Changed { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_file_replaced_by_rename_was_read_whole_one_written_in_place_was_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("capabilities.yaml");
+        write_atomic(&path, b"first\n").unwrap();
+        let file = File::open(&path).unwrap();
+        let stamp = FileStamp::of_file(&file).unwrap();
+        assert!(stamp.unchanged_in(&file.metadata().unwrap()));
+        // Replaced by a rename: the old inode only lost its name (its change time may move).
+        write_atomic(&path, b"second\n").unwrap();
+        let after = file.metadata().unwrap();
+        assert_eq!(after.nlink(), 0);
+        assert!(stamp.unchanged_in(&after));
+        // Written in place: the contents read may be half of a version.
+        write_atomic(&path, b"third\n").unwrap();
+        let mut file = OpenOptions::new().append(true).open(&path).unwrap();
+        let stamp = FileStamp::of_file(&file).unwrap();
+        std::io::Write::write_all(&mut file, b"more\n").unwrap();
+        assert!(!stamp.unchanged_in(&file.metadata().unwrap()));
+        // Unlinked but also changed: not whole either.
+        fs::remove_file(&path).unwrap();
+        std::io::Write::write_all(&mut file, b"again\n").unwrap();
+        assert!(!stamp.unchanged_in(&file.metadata().unwrap()));
     }
 
     #[test]
