@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Proves the dependency direction of STYLE.md §1 and DESIGN.md invariant 6 from Cargo's own
-# resolution: mint-policy stays pure (no async runtime, network, TLS or secret store) and mint-mcp
+# resolution, then the module rules of mint-broker's rooms with a grep: mint-policy stays pure (no async runtime, network, TLS or secret store) and mint-mcp
 # can never reach a secret store, an HTTP client or the broker. Only normal dependencies on any
 # target count (dev-dependencies never ship). Exits 1 naming the crate and each forbidden
 # dependency found.
@@ -48,8 +48,43 @@ check() {
 check mint-policy serde "${forbidden_for_policy[@]}"
 check mint-mcp mint-policy "${forbidden_for_mcp[@]}"
 
+# Inside mint-broker, the rules of its rooms (broker/src/lib.rs) that a grep can check. Only the
+# code before a file's `#[cfg(test)]` counts (tests come last in a file, STYLE.md §2), comment
+# lines and test files (`tests.rs`) not at all.
+library_code() {
+  awk '/^#\[cfg\(test\)\]/ { exit } !/^[[:space:]]*\/\// { print FILENAME ":" FNR ": " $0 }' "$1"
+}
+broker_code() {
+  local file
+  while IFS= read -r file; do
+    library_code "$file"
+  done < <(find broker/src -name '*.rs' ! -name tests.rs | sort)
+}
+code=$(broker_code)
+if [[ -z $code ]]; then
+  echo "check-deps: found no code under broker/src; is the layout broken?" >&2
+  failed=1
+fi
+# 1. A secret is revealed only in secrets/; the two exceptions print a capability token the
+#    operator asked for (cli/cap.rs, once, at issue) and the demo's throwaway token (demo.rs).
+revealed=$(grep -F 'expose_secret()' <<<"$code" | grep -Ev '^broker/src/(secrets/|cli/cap\.rs:|demo\.rs:)' || true)
+if [[ -n $revealed ]]; then
+  echo "check-deps: expose_secret() outside broker/src/secrets/:" >&2
+  echo "$revealed" >&2
+  failed=1
+fi
+# 2. The engine rooms never reach into the command line or the demo.
+upward=$(grep -E 'crate::(cli|demo)\b' <<<"$code" \
+  | grep -E '^broker/src/(config|secrets|capability|proxy|net|audit|serve)[/.]' || true)
+if [[ -n $upward ]]; then
+  echo "check-deps: an engine module uses crate::cli or crate::demo:" >&2
+  echo "$upward" >&2
+  failed=1
+fi
+
 if [[ $failed -ne 0 ]]; then
-  echo "check-deps: FAILED: the dependency rules of STYLE.md §1 are broken" >&2
+  echo "check-deps: FAILED: the dependency rules of STYLE.md §1 or broker/src/lib.rs are broken" >&2
   exit 1
 fi
-echo "check-deps: ok (mint-policy is pure; mint-mcp reaches no secret store, network or broker)"
+echo "check-deps: ok (mint-policy is pure; mint-mcp reaches no secret store, network or broker;"\
+  "secrets are revealed only in broker/src/secrets/; engine modules do not use cli/ or demo/)"

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use mint_broker::inject::Secrets;
+use mint_broker::secrets::inject::Secrets;
 use mint_policy::site::SiteSet;
 use secrecy::SecretString;
 

@@ -71,8 +71,8 @@ pub struct AuditConfig {
 // === impl AuditConfig ===
 
 impl AuditConfig {
-    /// Reads [`MINT_AUDIT_DURABILITY`](crate::env::MINT_AUDIT_DURABILITY) and
-    /// [`MINT_AUDIT_ROTATE_BYTES`](crate::env::MINT_AUDIT_ROTATE_BYTES) through `lookup`;
+    /// Reads [`MINT_AUDIT_DURABILITY`](crate::config::env::MINT_AUDIT_DURABILITY) and
+    /// [`MINT_AUDIT_ROTATE_BYTES`](crate::config::env::MINT_AUDIT_ROTATE_BYTES) through `lookup`;
     /// unset or empty variables keep the defaults. `MINT_AUDIT_ROTATE_BYTES=0` turns size
     /// rotation off.
     pub fn from_lookup(
@@ -80,10 +80,10 @@ impl AuditConfig {
     ) -> Result<AuditConfig, AuditConfigError> {
         let var = |name: &str| lookup(name).filter(|v| !v.is_empty());
         let mut config = AuditConfig::default();
-        if let Some(text) = var(crate::env::MINT_AUDIT_DURABILITY) {
+        if let Some(text) = var(crate::config::env::MINT_AUDIT_DURABILITY) {
             config.durability = text.parse().map_err(|_| AuditConfigError::Durability)?;
         }
-        if let Some(text) = var(crate::env::MINT_AUDIT_ROTATE_BYTES) {
+        if let Some(text) = var(crate::config::env::MINT_AUDIT_ROTATE_BYTES) {
             let bytes: u64 = text
                 .parse()
                 .map_err(|source| AuditConfigError::RotateBytes { source })?;
@@ -147,7 +147,7 @@ pub enum AuditError {
     /// A directory above the log's, or a symbolic link on the way to it, could be changed by
     /// another user (who could then move the log into a directory of theirs).
     #[error(transparent)]
-    UnsafeDirectory(#[from] crate::secure_file::SecureFileError),
+    UnsafeDirectory(#[from] crate::config::secure_file::SecureFileError),
     /// Another process (or another `AuditLog` in this one) is writing this log.
     #[error("audit log `{}` is in use by another process", path.display())]
     Locked {

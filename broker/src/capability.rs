@@ -31,8 +31,8 @@ use sha2::{Digest, Sha256};
 use subtle::{Choice, ConstantTimeEq};
 use zeroize::Zeroizing;
 
-use crate::declaration_file::{ConfigFileError, ReadError, read_config_file};
-use crate::secure_file::{FileStamp, SecureFileError, write_atomic};
+use crate::config::declaration_file::{ConfigFileError, ReadError, read_config_file};
+use crate::config::secure_file::{FileStamp, SecureFileError, write_atomic};
 
 /// Every token starts with this.
 pub const TOKEN_PREFIX: &str = "mint_cap_";

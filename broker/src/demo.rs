@@ -26,13 +26,15 @@ use hyper_util::rt::TokioExecutor;
 use mint_policy::audit::AgentName;
 use tokio::net::TcpListener;
 
-use crate::audit_cmd::{AuditCommand, TailArgs};
 use crate::capability::{CapabilityFile, IssueRequest};
-use crate::echo_upstream::{EchoConfig, EchoUpstream};
-use crate::env::Paths;
-use crate::scrub::REDACTED;
-use crate::secure_file::{create_private_dir, write_atomic};
+use crate::cli::audit::{AuditCommand, TailArgs};
+use crate::config::env::Paths;
+use crate::config::secure_file::{create_private_dir, write_atomic};
+use crate::demo::echo_upstream::{EchoConfig, EchoUpstream};
+use crate::secrets::scrub::REDACTED;
 use crate::serve::{ServeConfig, load_state, run, shutdown_signal};
+
+pub mod echo_upstream;
 
 /// The agent name of the demo's capability.
 pub const DEMO_AGENT: &str = "demo-agent";
@@ -95,7 +97,7 @@ async fn run_demo(options: &DemoOptions, out: &mut dyn Write) -> Result<(), Demo
     let token = write_declarations(&home.path, port, &secret)?;
 
     let paths = Paths::resolve(|name| {
-        (name == crate::env::MINT_HOME).then(|| home.path.clone().into_os_string())
+        (name == crate::config::env::MINT_HOME).then(|| home.path.clone().into_os_string())
     });
     let config = ServeConfig {
         upstream_ca: Some(ca_file),
@@ -280,7 +282,7 @@ async fn run_demo(options: &DemoOptions, out: &mut dyn Write) -> Result<(), Demo
     tokio::time::sleep(Duration::from_millis(100)).await;
     say(out, "Audit trail (mint audit tail):\n")?;
     let mut err = io::sink();
-    crate::audit_cmd::run(
+    crate::cli::audit::run(
         AuditCommand::Tail(TailArgs {
             lines: 20,
             follow: false,

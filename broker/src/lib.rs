@@ -1,38 +1,32 @@
 //! Mint's credential broker: the library behind the `mint` binary.
 //!
-//! Today it holds the command line ([`cli`]), the environment and file locations
-//! ([`env`](mod@env)), safe reading of declaration files ([`declaration_file`]) and
-//! `mint policy check` ([`policy_check`]). The secret store, capabilities, the authenticated proxy
-//! and the audit writer join it as they are built. Parsing, validation and evaluation of the
-//! declaration files live in `mint-policy`; this crate does the I/O around them. Nothing depends
-//! on this crate.
+//! Parsing, validation and evaluation of the declaration files live in `mint-policy`; this crate
+//! does everything around them that touches the world: files, secrets, the network, the audit
+//! log. Nothing depends on this crate. Its rooms, and the rule each keeps:
+//!
+//! | module | what it holds | its rule |
+//! |---|---|---|
+//! | [`cli`] | one module per `mint` subcommand: flags, reading inputs, rendering output | decides nothing itself: policy decisions come from `mint-policy` and the proxy's own checks |
+//! | [`config`] | paths and environment, declaration files, safe file I/O, hot reload | the only place that opens Mint's own files; refuses what another user could change |
+//! | [`secrets`] | credential stores, placeholders, injection, scrubbing | the only room that reveals a secret (`expose_secret()`): to put it in a request, never to show it |
+//! | [`capability`] | agent capabilities: issue, store hashes, verify | keeps hashes only; compares in constant time |
+//! | [`proxy`] | the pipeline: authenticate, decide, record, send, answer; MCP tool calls | records the decision before anything is substituted or sent |
+//! | [`net`] | upstream connections, the TLS client, address checks | never follows a redirect; never connects to an address the checks refuse |
+//! | [`audit`] | the hash-chained audit log: writer, tail, verify, rotation | fails closed: a record that cannot be written refuses the request |
+//! | [`serve`] | the listener, connections, framing, shutdown | hands every request to [`proxy`]; answers nothing on its own but framing errors |
+//! | [`demo`] | `mint demo` and its local HTTPS echo upstream | loopback only, a throwaway home and secret |
+//!
+//! `scripts/check-deps.sh` checks the rules a grep can (which modules may call `expose_secret()`,
+//! and that `cli/` does not reach into the proxy's internals); docs/ARCHITECTURE.md draws the map.
 
 #![warn(missing_docs)]
 
-pub mod address;
-pub mod alias_cmd;
 pub mod audit;
-pub mod audit_cmd;
-pub mod cap_cmd;
 pub mod capability;
 pub mod cli;
-pub mod credential_store;
-pub mod declaration_file;
-pub mod declarations;
+pub mod config;
 pub mod demo;
-pub mod echo_upstream;
-pub mod env;
-pub mod explain;
-pub mod init;
-pub mod inject;
-pub mod mcp_call;
-pub mod placeholder;
-pub mod policy_check;
+pub mod net;
 pub mod proxy;
-pub mod reload;
-pub mod scrub;
-pub mod secure_file;
+pub mod secrets;
 pub mod serve;
-pub mod terminal;
-pub mod tls;
-pub mod upstream;

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use mint_broker::cli::{self, Cli};
-use mint_broker::env::Paths;
+use mint_broker::config::env::Paths;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {

@@ -52,13 +52,14 @@ use mint_policy::site::Site;
 use crate::audit::facts::{DecisionFacts, RequestFacts, decision_record};
 use crate::audit::{AuditError, AuditLog, now};
 use crate::capability::{CapabilityGrant, CapabilityStore};
-use crate::declarations::{Declarations, DeclarationsError};
-use crate::inject::{self, InjectError};
-use crate::upstream::{ConnectError, UpstreamClient, connect_error};
+use crate::config::declarations::{Declarations, DeclarationsError};
+use crate::net::upstream::{ConnectError, UpstreamClient, connect_error};
+use crate::secrets::inject::{self, InjectError};
 
 mod answer;
 mod error;
 pub(crate) mod headers;
+pub mod mcp_call;
 pub(crate) mod pipeline;
 
 pub use error::{Fault, Invalid, OUTCOME_HEADER, ProxyError, REQUEST_ID_HEADER};
@@ -758,7 +759,7 @@ async fn forward(
 }
 
 /// The aliases the placeholders name, as the audit record holds them.
-fn audit_aliases(found: &crate::placeholder::Placeholders) -> Vec<AliasName> {
+fn audit_aliases(found: &crate::secrets::placeholder::Placeholders) -> Vec<AliasName> {
     found
         .aliases()
         .into_iter()

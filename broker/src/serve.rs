@@ -27,13 +27,13 @@ use tower::Service as _;
 
 use crate::audit::{AuditConfig, AuditConfigError, AuditError, AuditLog};
 use crate::capability::{CapabilityFileError, CapabilityStore};
-use crate::credential_store::{CredentialSources, KeyringConfig, KeyringConfigError};
-use crate::declarations::DeclarationsError;
-use crate::env::Paths;
+use crate::config::declarations::DeclarationsError;
+use crate::config::env::Paths;
+use crate::config::reload::Reloader;
+use crate::net::tls::{TlsConfigError, upstream_client_config};
+use crate::net::upstream::UpstreamClient;
 use crate::proxy::{self, AppState, ProxyLimits, router};
-use crate::reload::Reloader;
-use crate::tls::{TlsConfigError, upstream_client_config};
-use crate::upstream::UpstreamClient;
+use crate::secrets::credential_store::{CredentialSources, KeyringConfig, KeyringConfigError};
 
 mod connection;
 mod framing;

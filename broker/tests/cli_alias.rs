@@ -14,7 +14,9 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use assert_cmd::Command;
-use mint_broker::credential_store::{CredentialStore, KeyringBackend, KeyringStore, StoreError};
+use mint_broker::secrets::credential_store::{
+    CredentialStore, KeyringBackend, KeyringStore, StoreError,
+};
 use secrecy::ExposeSecret;
 use support::{fails, init, mint, mode, ok, reachable_keyring, run, service_of};
 
@@ -208,7 +210,7 @@ fn file_source_is_checked() {
 
 #[test]
 fn file_source_owned_by_another_user_is_refused() {
-    if mint_broker::secure_file::effective_uid() != 0 {
+    if mint_broker::config::secure_file::effective_uid() != 0 {
         return; // Only root can give a file away.
     }
     let home = Home::new();

@@ -15,9 +15,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use mint_broker::alias_cmd::{AliasAddArgs, SecretInput};
 use mint_broker::capability::{CapabilityFile, CapabilityStore, IssueRequest};
-use mint_broker::credential_store::{
+use mint_broker::cli::alias::{AliasAddArgs, SecretInput};
+use mint_broker::secrets::credential_store::{
     CredentialSources, CredentialStore, CredentialValue, EnvStore, FileStore, KeyringBackend,
     KeyringConfig, MemoryStore,
 };
@@ -184,11 +184,11 @@ fn canary_never_leaves_the_library() {
 
     // `mint alias add` as a library call, refusing the value.
     let file = dir.path().join("aliases.yaml");
-    mint_broker::secure_file::write_atomic(&file, b"aliases: []\n").unwrap();
+    mint_broker::config::secure_file::write_atomic(&file, b"aliases: []\n").unwrap();
     let mut stdin = format!("{CANARY}\nmore").into_bytes();
     let mut reader: &[u8] = &stdin;
     let mut out = Vec::new();
-    let err = mint_broker::alias_cmd::add(
+    let err = mint_broker::cli::alias::add(
         &file,
         &sources,
         &KeyringConfig::default(),

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 
-use mint_broker::credential_store::{
+use mint_broker::secrets::credential_store::{
     CredentialSources, CredentialStore, CredentialValue, EnvStore, FileStore, KeyringBackend,
     KeyringStore, MemoryStore, StoreError, ValueProblem,
 };
@@ -301,10 +301,11 @@ fn keyring_backends_do_not_see_each_other() {
         return;
     };
     let ss_again = KeyringStore::new(ss.config());
-    let ku_on_ss_service = KeyringStore::new(&mint_broker::credential_store::KeyringConfig {
-        backend: KeyringBackend::Keyutils,
-        service: ss.config().service.clone(),
-    });
+    let ku_on_ss_service =
+        KeyringStore::new(&mint_broker::secrets::credential_store::KeyringConfig {
+            backend: KeyringBackend::Keyutils,
+            service: ss.config().service.clone(),
+        });
     ss.write("split", &CredentialValue::new("in-secret-service").unwrap())
         .unwrap();
     assert!(matches!(
@@ -324,7 +325,7 @@ fn keyring_items_are_filed_under_their_service() {
     let Some(store) = support::reachable_keyring(KeyringBackend::Keyutils) else {
         return;
     };
-    let other = KeyringStore::new(&mint_broker::credential_store::KeyringConfig {
+    let other = KeyringStore::new(&mint_broker::secrets::credential_store::KeyringConfig {
         backend: KeyringBackend::Keyutils,
         service: support::unique_service(),
     });

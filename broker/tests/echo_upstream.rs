@@ -1,4 +1,4 @@
-//! The echo upstream (`mint_broker::echo_upstream`) talked to directly, with a rustls client
+//! The echo upstream (`mint_broker::demo::echo_upstream`) talked to directly, with a rustls client
 //! (raw HTTP/1.1 over tokio-rustls, and hyper's HTTP/2 client) and with curl: certificate checks
 //! for `localhost` and `127.0.0.1`, ALPN, every route's behaviour, recording, and shutdown.
 
@@ -14,7 +14,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use http_body_util::{BodyExt as _, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use mint_broker::echo_upstream::{
+use mint_broker::demo::echo_upstream::{
     BlockingEchoUpstream, EchoConfig, EchoUpstream, TestCa, Transport,
 };
 use rustls::pki_types::ServerName;

@@ -1,7 +1,7 @@
 //! Where `mint-mcp` finds Mint's files: the Files table of DESIGN.md, resolved from the
 //! environment once at start.
 //!
-//! The same rules as the broker (`broker/src/env.rs`): a file's own variable, then
+//! The same rules as the broker (`broker/src/config/env.rs`): a file's own variable, then
 //! `$MINT_HOME/<file>`, then `.mint/<file>` in the working directory; a variable set to the empty
 //! string counts as unset. Only resolves names: nothing here opens a file (that is `file_guard`'s
 //! job) and nothing writes the environment.

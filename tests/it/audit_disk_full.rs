@@ -214,7 +214,7 @@ fn mint_binary() -> PathBuf {
     let root = repo_root();
     let mut sources = vec![
         root.join("broker/src/audit.rs"),
-        root.join("broker/src/audit_cmd.rs"),
+        root.join("broker/src/cli/audit.rs"),
         root.join("policy/src/audit.rs"),
     ];
     sources.extend(

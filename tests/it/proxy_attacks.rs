@@ -1432,7 +1432,7 @@ fn echoed_encodings_of_the_secret_are_all_scrubbed() {
     lab.assert_clean(&text);
 }
 
-/// The forms of `value` that `/echo-encoded` writes (see `mint_broker::echo_upstream`), each
+/// The forms of `value` that `/echo-encoded` writes (see `mint_broker::demo::echo_upstream`), each
 /// trimmed to characters that carry only the value's bits.
 fn forms(value: &str) -> Vec<String> {
     let bytes = value.as_bytes();

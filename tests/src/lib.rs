@@ -52,8 +52,8 @@ pub fn has_top_level_key(text: &str, key: &str) -> bool {
 }
 
 /// The local HTTPS echo upstream that the proxy's end-to-end tests forward to (see
-/// `mint_broker::echo_upstream` for its routes).
-pub use mint_broker::echo_upstream;
+/// `mint_broker::demo::echo_upstream` for its routes).
+pub use mint_broker::demo::echo_upstream;
 
 /// An echo upstream for one test, with its CA certificate written to a file.
 #[derive(Debug)]

@@ -113,7 +113,7 @@ impl Shared {
         };
         file::check_log_dir(dir).map_err(|source| AuditError::open(dir, source))?;
         // And every directory above it, and every link on the way, as for Mint's other files.
-        crate::secure_file::check_private_dir(dir)?;
+        crate::config::secure_file::check_private_dir(dir)?;
         let lock = take_lock(path)?;
         let file = file::open_log(path).map_err(|source| AuditError::open(path, source))?;
         let meta = file

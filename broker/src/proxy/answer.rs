@@ -43,8 +43,8 @@ use super::error::{ProxyError, REQUEST_ID_HEADER};
 use super::headers::strip_response;
 use crate::audit::facts::{OutcomeFacts, RequestFacts, outcome_record};
 use crate::audit::{AuditLog, now};
-use crate::declarations::Declarations;
-use crate::scrub::Scrubber;
+use crate::config::declarations::Declarations;
+use crate::secrets::scrub::Scrubber;
 
 /// Compressed bytes decoded per step.
 const DECODE_STEP: usize = 4096;

@@ -12,8 +12,8 @@ use mint_policy::audit::Outcome;
 use mint_policy::evaluate::DenyReason;
 use mint_policy::normalize::NormalizeError;
 
-use crate::address::AddressError;
-use crate::placeholder::{Part, PlaceholderError};
+use crate::net::address::AddressError;
+use crate::secrets::placeholder::{Part, PlaceholderError};
 
 /// Who is at fault for a refusal: what operators look at first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -22,8 +22,8 @@ use serde_json::value::RawValue;
 use super::error::{Invalid, ProxyError, describe_part};
 use super::single_header;
 use crate::audit::facts::TargetFacts;
-use crate::mcp_call;
-use crate::placeholder::{self, Place, Placeholders, RequestParts};
+use crate::proxy::mcp_call;
+use crate::secrets::placeholder::{self, Place, Placeholders, RequestParts};
 
 /// Scalars (strings, numbers, literals) are no JSON-RPC message: skipped.
 macro_rules! scalars_are_no_message {

@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use assert_cmd::Command;
-use mint_broker::credential_store::{CredentialStore, KeyringBackend, KeyringConfig, KeyringStore};
+use mint_broker::secrets::credential_store::{
+    CredentialStore, KeyringBackend, KeyringConfig, KeyringStore,
+};
 
 /// Every variable Mint reads: removed from each child so the developer's own settings never leak
 /// into a test.

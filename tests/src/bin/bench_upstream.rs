@@ -32,7 +32,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode, header};
 use hyper_util::rt::TokioIo;
-use mint_broker::echo_upstream::TestCa;
+use mint_broker::demo::echo_upstream::TestCa;
 use rustls::ServerConfig;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;

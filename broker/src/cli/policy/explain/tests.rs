@@ -942,12 +942,12 @@ fn router_state_with(
     audit: AuditLog,
 ) -> (crate::proxy::AppState, String, u16) {
     use crate::capability::{CapabilityFile, CapabilityStore, IssueRequest};
-    use crate::credential_store::{
+    use crate::config::declarations::Declarations;
+    use crate::net::upstream::UpstreamClient;
+    use crate::proxy::AppState;
+    use crate::secrets::credential_store::{
         CredentialSources, CredentialStore, CredentialValue, MemoryStore,
     };
-    use crate::declarations::Declarations;
-    use crate::proxy::AppState;
-    use crate::upstream::UpstreamClient;
 
     let port = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -991,7 +991,7 @@ fn router_state_with(
         CapabilityStore::open(&caps_path).unwrap(),
         audit,
         UpstreamClient::new(
-            crate::tls::upstream_client_config(None).unwrap(),
+            crate::net::tls::upstream_client_config(None).unwrap(),
             Duration::from_secs(2),
         ),
     );

@@ -21,7 +21,7 @@ use secrecy::ExposeSecret;
 use zeroize::Zeroizing;
 
 use super::{CredentialStore, CredentialValue, StoreError, ValueProblem};
-use crate::env::{MINT_KEYRING_BACKEND, MINT_KEYRING_SERVICE};
+use crate::config::env::{MINT_KEYRING_BACKEND, MINT_KEYRING_SERVICE};
 
 /// Which OS keyring [`KeyringStore`] talks to.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

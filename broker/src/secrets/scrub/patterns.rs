@@ -707,9 +707,9 @@ mod tests {
                     .collect()
             })
             .collect();
-        let (patterns, _, _) = crate::scrub::all_patterns(many.iter().map(|s| &s[..]));
+        let (patterns, _, _) = crate::secrets::scrub::all_patterns(many.iter().map(|s| &s[..]));
         let count = patterns.len();
-        let engine = crate::scrub::engine::Engine::new(patterns, 16, true);
+        let engine = crate::secrets::scrub::engine::Engine::new(patterns, 16, true);
         eprintln!(
             "16 secrets: {count} patterns: {:?}",
             engine.ok().flatten().map(|e| e.shape())
@@ -719,18 +719,18 @@ mod tests {
                 .map(|i| b"abcdefghijklmnopqrstuvwxyz0123456789+/_-"[i % 40])
                 .collect();
             let started = std::time::Instant::now();
-            let (patterns, _, _) = crate::scrub::all_patterns([&secret[..]]);
+            let (patterns, _, _) = crate::secrets::scrub::all_patterns([&secret[..]]);
             let generated = started.elapsed();
             let started = std::time::Instant::now();
             let count = patterns.len();
-            let engine = crate::scrub::engine::Engine::new(patterns, 1, true);
+            let engine = crate::secrets::scrub::engine::Engine::new(patterns, 1, true);
             eprintln!(
                 "{count} patterns generated in {generated:?}, engine in {:?}: {:?}",
                 started.elapsed(),
                 engine.ok().flatten().map(|e| e.shape())
             );
             let started = std::time::Instant::now();
-            let scrubber = crate::scrub::Scrubber::from_secrets([&secret[..]]).unwrap();
+            let scrubber = crate::secrets::scrub::Scrubber::from_secrets([&secret[..]]).unwrap();
             let elapsed = started.elapsed();
             eprintln!(
                 "{len}-byte secret: {} patterns, longest {}, hold {}, built in {elapsed:?}",

@@ -16,7 +16,7 @@ use std::io::{self, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use crate::secure_file::{FileStamp, SecureFileError, open_trusted};
+use crate::config::secure_file::{FileStamp, SecureFileError, open_trusted};
 
 /// Why a declaration file could not be read. Displays as a short lowercase phrase that never
 /// holds the file's contents.

@@ -20,7 +20,7 @@ use crate::audit::tail::{
 };
 use crate::audit::verify::{VerifyError, VerifyOptions, VerifyReport, verify_files};
 use crate::cli::ExitStatus;
-use crate::env::Paths;
+use crate::config::env::Paths;
 
 /// `mint audit ...`.
 #[derive(Debug, Subcommand)]

@@ -15,10 +15,10 @@ use std::path::{Path, PathBuf};
 
 use mint_policy::aliases::AliasFile;
 
-use crate::alias_cmd::render_file;
 use crate::capability::CapabilityFile;
-use crate::env::Paths;
-use crate::secure_file::{
+use crate::cli::alias::render_file;
+use crate::config::env::Paths;
+use crate::config::secure_file::{
     DIR_MODE, SecureFileError, check_parent_dirs, check_private_dir, create_new,
     create_private_dir, parent_dir,
 };

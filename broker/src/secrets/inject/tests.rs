@@ -253,7 +253,7 @@ fn only_inject_reads_secret_values() {
 
 #[test]
 fn canary_survives_no_path() {
-    use crate::placeholder::{RequestParts, scan};
+    use crate::secrets::placeholder::{RequestParts, scan};
 
     let secrets = secrets();
     let mut texts = Vec::new();

@@ -57,7 +57,7 @@ use mint_policy::site::SiteSet;
 
 use super::ExplainError;
 use crate::audit::rotation::log_set;
-use crate::declaration_file::ReadError;
+use crate::config::declaration_file::ReadError;
 
 /// Where the budgets shown come from.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -34,11 +34,11 @@ use mint_policy::site::SiteSet;
 use mint_policy::{Diagnostic, MAX_FILE_BYTES, Severity};
 
 use crate::cli::ExitStatus;
-use crate::declaration_file::{ReadError, read_declaration_file};
-use crate::env::Paths;
-use crate::placeholder::{Part, Place, Placeholders};
+use crate::config::declaration_file::{ReadError, read_declaration_file};
+use crate::config::env::Paths;
 use crate::proxy::pipeline::{self, JsonRpcIds, RawTarget};
 use crate::proxy::{ProxyError, ProxyLimits, headers};
+use crate::secrets::placeholder::{Part, Place, Placeholders};
 
 pub mod budget;
 mod render;

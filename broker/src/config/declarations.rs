@@ -18,11 +18,11 @@ use mint_policy::evaluate::{AliasUse, CompiledPolicy};
 use mint_policy::policy::load_policy;
 use mint_policy::{Diagnostic, MAX_FILE_BYTES, Severity};
 
-use crate::credential_store::{CredentialSet, CredentialSetError, CredentialSources};
-use crate::declaration_file::{ConfigFileError, ReadError, read_config_file};
-use crate::inject::Secrets;
-use crate::scrub::Scrubber;
-use crate::secure_file::{FileStamp, SecureFileError};
+use crate::config::declaration_file::{ConfigFileError, ReadError, read_config_file};
+use crate::config::secure_file::{FileStamp, SecureFileError};
+use crate::secrets::credential_store::{CredentialSet, CredentialSetError, CredentialSources};
+use crate::secrets::inject::Secrets;
+use crate::secrets::scrub::Scrubber;
 
 /// The loaded declarations. Never changes once built; a reload builds a new one.
 pub struct Declarations {

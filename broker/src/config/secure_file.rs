@@ -337,7 +337,7 @@ impl FileStamp {
 ///
 /// A name replaced between the check and the open (an atomic `rename` by a writer such as
 /// `mint cap issue`, or an editor's save) is resolved and checked again from the start, up to
-/// [`OPEN_ATTEMPTS`] times: each attempt is checked whole, so a retry never trusts what the one
+/// 4 times in all: each attempt is checked whole, so a retry never trusts what the one
 /// before it saw, and a name that keeps changing is refused as [`SecureFileError::Changed`].
 pub fn open_trusted(path: &Path) -> Result<TrustedFile, SecureFileError> {
     open_trusted_with(path, true, &mut |_| ())

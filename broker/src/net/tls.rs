@@ -97,7 +97,7 @@ mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
 
     use super::*;
-    use crate::echo_upstream::TestCa;
+    use crate::demo::echo_upstream::TestCa;
 
     #[test]
     fn reads_an_operator_ca_and_offers_h2_first() {

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use zeroize::Zeroizing;
 
 use super::{CredentialStore, CredentialValue, MAX_VALUE_BYTES, StoreError};
-use crate::secure_file::{SecureFileError, effective_uid, open_in_trusted_dirs};
+use crate::config::secure_file::{SecureFileError, effective_uid, open_in_trusted_dirs};
 
 /// Reads secrets from files. Stateless.
 #[derive(Debug, Default)]

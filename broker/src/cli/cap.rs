@@ -18,12 +18,12 @@ use mint_policy::policy::is_alias_name;
 use secrecy::ExposeSecret;
 use serde::Serialize;
 
-use crate::alias_cmd::AliasCommandError;
 use crate::capability::{
     Capability, CapabilityFile, CapabilityFileError, IssueRequest, TOKEN_PREFIX, format_time,
 };
-use crate::env::Paths;
-use crate::secure_file::{DirLock, SecureFileError};
+use crate::cli::alias::AliasCommandError;
+use crate::config::env::Paths;
+use crate::config::secure_file::{DirLock, SecureFileError};
 
 /// `mint cap ...`.
 #[derive(Debug, Subcommand)]
@@ -162,8 +162,8 @@ pub fn issue(
         return Err(CapCommandError::InvalidAlias);
     }
     if !args.aliases.is_empty() {
-        let declared =
-            crate::alias_cmd::declared_aliases(&paths.aliases).map_err(CapCommandError::Aliases)?;
+        let declared = crate::cli::alias::declared_aliases(&paths.aliases)
+            .map_err(CapCommandError::Aliases)?;
         if let Some(unknown) = args.aliases.iter().find(|a| declared.find(a).is_none()) {
             return Err(CapCommandError::UnknownAlias {
                 name: unknown.clone(),

@@ -33,10 +33,10 @@ use std::time::Duration;
 use mint_policy::audit::ReasonCode;
 use rustix::fs::inotify;
 
-use crate::credential_store::CredentialSources;
-use crate::declarations::{Declarations, DeclarationsError};
+use crate::config::declarations::{Declarations, DeclarationsError};
+use crate::config::secure_file::FileStamp;
 use crate::proxy::AppState;
-use crate::secure_file::FileStamp;
+use crate::secrets::credential_store::CredentialSources;
 
 /// How often the files are checked for changes.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(500);

@@ -2,7 +2,7 @@
 //! checked one, and speaks TLS with SNI and certificate verification for the host name.
 //!
 //! Runs after the decision record is written and the secrets are substituted; it never decides
-//! access beyond the address check of [`crate::address`]. The proxy sends through an
+//! access beyond the address check of [`crate::net::address`]. The proxy sends through an
 //! [`UpstreamClient`]: two pooled hyper clients (keep-alive, HTTP/1.1 or HTTP/2 by ALPN), one for
 //! requests whose deciding rule allows private addresses and one for the rest, so a connection
 //! opened under `allow_private` can never be reused by a request that does not have it. The pool
@@ -39,7 +39,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-use crate::address::{AddressError, AddressRules, check_all};
+use crate::net::address::{AddressError, AddressRules, check_all};
 
 /// How long an idle pooled connection is kept.
 pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);

@@ -12,9 +12,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{BudgetSource, Explanation, LimitReport, Placement, ToolSource, Verdict};
-use crate::placeholder::{Part, Place};
 use crate::proxy::ProxyError;
 use crate::proxy::pipeline::sites_text;
+use crate::secrets::placeholder::{Part, Place};
 
 /// The human report: a headline, aligned `label  value` rows, then notes.
 pub(crate) fn human(explanation: &Explanation, source: &BudgetSource) -> String {

@@ -22,15 +22,15 @@ use mint_policy::{Diagnostic, MAX_FILE_BYTES, Pos, Severity};
 use serde::Serialize;
 use zeroize::Zeroizing;
 
-use crate::credential_store::file_store::strip_one_newline;
-use crate::credential_store::{
+use crate::cli::terminal::{json_for_terminal, printable, read_hidden};
+use crate::config::declaration_file::{ReadError, read_declaration_file};
+use crate::config::env::Paths;
+use crate::config::secure_file::{DirLock, SecureFileError, check_config_file, write_atomic};
+use crate::secrets::credential_store::file_store::strip_one_newline;
+use crate::secrets::credential_store::{
     CredentialError, CredentialSources, CredentialValue, KeyringConfig, KeyringConfigError,
     MAX_VALUE_BYTES, StoreError, ValueProblem, check_value_for,
 };
-use crate::declaration_file::{ReadError, read_declaration_file};
-use crate::env::Paths;
-use crate::secure_file::{DirLock, SecureFileError, check_config_file, write_atomic};
-use crate::terminal::{json_for_terminal, printable, read_hidden};
 
 /// `mint alias ...`.
 #[derive(Debug, Subcommand)]
@@ -796,7 +796,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::credential_store::{CredentialStore, EnvStore, FileStore, MemoryStore};
+    use crate::secrets::credential_store::{CredentialStore, EnvStore, FileStore, MemoryStore};
 
     fn sources() -> (Arc<MemoryStore>, CredentialSources) {
         let keyring = Arc::new(MemoryStore::new());

@@ -6,7 +6,7 @@ use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_S
 use proptest::prelude::*;
 
 use super::*;
-use crate::scrub::patterns::is_base64_byte;
+use crate::secrets::scrub::patterns::is_base64_byte;
 
 const CANARY: &str = "mint-canary-7f3a9c1e5b2d4068";
 

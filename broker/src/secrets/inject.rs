@@ -45,8 +45,8 @@ use mint_policy::site::{Site, SiteSet};
 use secrecy::{ExposeSecret, SecretString};
 use zeroize::Zeroizing;
 
-use crate::placeholder::{self, Forbidden, Found, Part, Place, PlaceholderError, Sink};
-use crate::scrub::{Baseline, ScrubError, Scrubber};
+use crate::secrets::placeholder::{self, Forbidden, Found, Part, Place, PlaceholderError, Sink};
+use crate::secrets::scrub::{Baseline, ScrubError, Scrubber};
 
 /// The resolved secrets of one request, by alias, each with the sites it is released for (the
 /// sites both the alias and the deciding rule allow).

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use mint_policy::MAX_FILE_BYTES;
 use mint_policy::check::{PolicyReport, check_policy};
 
-use crate::declaration_file::{ReadError, read_declaration_file};
+use crate::config::declaration_file::{ReadError, read_declaration_file};
 
 /// How the report is printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,0 +1,80 @@
+//! `mint serve`: its flags, turned into the broker's configuration; the broker itself is
+//! [`crate::serve`].
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::audit::AuditConfig;
+use crate::config::env::Paths;
+use crate::proxy::ProxyLimits;
+use crate::serve::{ServeConfig, ServeError, load_state, serve_blocking};
+
+/// Arguments of `mint serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The address to listen on (keep it on loopback).
+    #[arg(long, env = "MINT_LISTEN", default_value = crate::config::env::DEFAULT_LISTEN)]
+    pub listen: String,
+
+    /// A PEM file of CA certificates trusted for upstreams besides the built-in webpki roots
+    /// (a private CA).
+    #[arg(long, env = crate::config::env::MINT_UPSTREAM_CA)]
+    pub upstream_ca: Option<PathBuf>,
+
+    /// Resolving, connecting and the TLS handshake to an upstream, together.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    pub connect_timeout: Duration,
+
+    /// The whole upstream exchange up to the answer's head, connecting included (must be longer
+    /// than --connect-timeout); also the longest wait for the agent's request body.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+    pub request_timeout: Duration,
+
+    /// The longest silence inside an answer's body (a quiet SSE stream is cut after it).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5m")]
+    pub idle_timeout: Duration,
+
+    /// Reading a request's head from the agent.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    pub header_read_timeout: Duration,
+
+    /// The largest request body, in bytes.
+    #[arg(long, default_value_t = 10 << 20)]
+    pub max_request_body: u64,
+
+    /// The largest answer body (after decoding), in bytes.
+    #[arg(long, default_value_t = 64 << 20)]
+    pub max_response_body: u64,
+
+    /// The most agent connections served at once; more wait in the listen backlog.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections: u32,
+
+    /// How long requests in flight may take to finish at shutdown.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    pub shutdown_grace: Duration,
+}
+
+/// Runs `mint serve` with `args` until a graceful shutdown.
+pub fn run(args: ServeArgs, paths: &Paths, out: &mut dyn Write) -> Result<(), ServeError> {
+    let audit =
+        AuditConfig::from_lookup(|name| std::env::var(name).ok()).map_err(ServeError::from)?;
+    let config = ServeConfig {
+        upstream_ca: args.upstream_ca,
+        limits: ProxyLimits {
+            connect_timeout: args.connect_timeout,
+            request_timeout: args.request_timeout,
+            idle_timeout: args.idle_timeout,
+            max_request_body: args.max_request_body,
+            max_response_body: args.max_response_body,
+            header_read_timeout: args.header_read_timeout,
+            shutdown_grace: args.shutdown_grace,
+            max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
+        },
+        audit,
+    };
+    serve_blocking(&args.listen, || load_state(paths, &config), out)
+}

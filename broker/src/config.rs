@@ -1,0 +1,15 @@
+//! Where Mint's files are and how they are read: the paths and environment variables
+//! ([`env`](mod@env)), the StrictModes-style checks of every file and directory Mint opens or
+//! writes ([`secure_file`]), reading a declaration file ([`declaration_file`]), loading the policy,
+//! the aliases and their secrets together ([`declarations`]) and reloading them while Mint runs
+//! ([`reload`]).
+//!
+//! The only room that opens Mint's own files. It refuses a file another user could change, never
+//! puts a file's contents in an error or a log line, and leaves what the files mean to
+//! `mint-policy`.
+
+pub mod declaration_file;
+pub mod declarations;
+pub mod env;
+pub mod reload;
+pub mod secure_file;
