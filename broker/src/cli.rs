@@ -25,6 +25,7 @@ pub mod audit;
 pub mod cap;
 pub mod demo;
 pub mod init;
+pub mod log;
 pub mod policy;
 pub mod serve;
 pub mod terminal;

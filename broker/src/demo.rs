@@ -13,6 +13,7 @@
 //! The demo's secret is made for the run and printed nowhere; the echo upstream is the only peer
 //! and listens on 127.0.0.1 only.
 
+use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -29,7 +30,7 @@ use tokio::net::TcpListener;
 use crate::capability::{CapabilityFile, IssueRequest};
 use crate::cli::audit::{AuditCommand, TailArgs};
 use crate::config::env::Paths;
-use crate::config::secure_file::{create_private_dir, write_atomic};
+use crate::config::secure_file::{create_new, create_private_dir, write_atomic};
 use crate::demo::echo_upstream::{EchoConfig, EchoUpstream};
 use crate::secrets::scrub::REDACTED;
 use crate::serve::{ServeConfig, load_state, run, shutdown_signal};
@@ -38,6 +39,9 @@ pub mod echo_upstream;
 
 /// The agent name of the demo's capability.
 pub const DEMO_AGENT: &str = "demo-agent";
+
+/// The broker's log file in the demo's home.
+pub const BROKER_LOG: &str = "broker.log";
 
 /// Why the demo could not run, or found the broker misbehaving.
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +89,32 @@ pub fn demo(options: &DemoOptions, out: &mut dyn Write) -> Result<(), DemoError>
 
 async fn run_demo(options: &DemoOptions, out: &mut dyn Write) -> Result<(), DemoError> {
     let home = make_home()?;
+    // The broker's log lines go to a file in the home, not between the report's steps; if the
+    // demo fails they are what explains it, so they are shown before the home goes.
+    let log_path = home.path.join(BROKER_LOG);
+    create_new(&log_path, b"").map_err(|e| DemoError::Setup(e.to_string()))?;
+    let log = OpenOptions::new()
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| DemoError::Setup(format!("broker log: {e}")))?;
+    crate::cli::log::redirect(log);
+    let result = run_in(&home, options, out).await;
+    if result.is_err()
+        && let Ok(lines) = std::fs::read(&log_path)
+    {
+        let mut stderr = io::stderr().lock();
+        let _ = writeln!(stderr, "The broker's log ({}):", log_path.display());
+        let _ = stderr.write_all(&lines);
+    }
+    result
+}
+
+/// The demo inside its temporary `home`.
+async fn run_in(
+    home: &TempHome,
+    options: &DemoOptions,
+    out: &mut dyn Write,
+) -> Result<(), DemoError> {
     let echo = EchoUpstream::start(EchoConfig::default())
         .await
         .map_err(|e| DemoError::Setup(format!("echo upstream: {e}")))?;
@@ -129,8 +159,8 @@ async fn run_demo(options: &DemoOptions, out: &mut dyn Write) -> Result<(), Demo
     say(
         out,
         &format!(
-            "Mint demo\n  broker:   http://{addr} (temporary MINT_HOME {})\n  upstream: https://127.0.0.1:{port} (a local HTTPS echo server with its own CA)\n  alias:    demo, bound to 127.0.0.1, secret: a random value in a 0600 file\n  agent:    {DEMO_AGENT}, with a capability issued for this run\n\n",
-            home.path.display()
+            "Mint demo\n  broker:   http://{addr} (temporary MINT_HOME {home})\n  log:      {home}/{BROKER_LOG} (the broker's log lines; the home is removed at the end)\n  upstream: https://127.0.0.1:{port} (a local HTTPS echo server with its own CA)\n  alias:    demo, bound to 127.0.0.1, secret: a random value in a 0600 file\n  agent:    {DEMO_AGENT}, with a capability issued for this run\n\n",
+            home = home.path.display()
         ),
     )?;
 
@@ -310,7 +340,6 @@ async fn run_demo(options: &DemoOptions, out: &mut dyn Write) -> Result<(), Demo
         Err(e) => return Err(DemoError::Setup(format!("broker task: {e}"))),
     }
     echo.shutdown().await;
-    drop(home);
     Ok(())
 }
 

@@ -314,6 +314,16 @@ fn rotation_by_command_while_writing_loses_nothing() {
     let mut live = 0;
     for _ in 0..4 {
         std::thread::sleep(Duration::from_millis(60));
+        // On a loaded machine the writers may not have written to the new file yet: a rotation
+        // then (rightly) finds nothing to rotate. Wait for a record, however long that takes.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while fs::metadata(&path).map(|m| m.len()).unwrap_or(0) == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the writers wrote nothing for 20 s"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
         match rotation::rotate(&path, Duration::from_secs(2)).unwrap() {
             RotateOutcome::RotatedLive { .. } => live += 1,
             other => panic!("unexpected rotation outcome {other:?}"),

@@ -17,7 +17,7 @@ use mint_broker::audit::rotation::{self, RotateOutcome};
 use mint_broker::audit::{AuditConfig, AuditLog, Durability, now};
 use mint_policy::audit::{
     AgentName, AliasName, AuditDecision, AuditRecord, ChainHash, Host, HttpStatus, Method, Outcome,
-    ReasonCode, RequestId, RuleId, Scheme, UrlPath,
+    ReasonCode, RequestId, RuleId, Scheme, ToolName, UrlPath,
 };
 
 const ENV_VARS: &[&str] = &[
@@ -131,8 +131,8 @@ fn the_table_pairs_decisions_with_outcomes() {
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 5, "{stdout}");
     for column in [
-        "TIME", "AGENT", "METHOD", "HOST", "PATH", "ALIASES", "DECISION", "RULE", "OUTCOME",
-        "STATUS", "DURATION",
+        "TIME", "AGENT", "METHOD", "HOST", "PATH", "TOOL", "ALIASES", "DECISION", "RULE",
+        "OUTCOME", "STATUS", "DURATION",
     ] {
         assert!(lines[0].contains(column), "{}", lines[0]);
     }
@@ -144,15 +144,15 @@ fn the_table_pairs_decisions_with_outcomes() {
     };
     assert_eq!(
         words(row_of(&stdout, "ok")),
-        "mino GET api.github.com /repos/ok github allow github-read completed 200 188ms"
+        "mino GET api.github.com /repos/ok - github allow github-read completed 200 188ms"
     );
     assert_eq!(
         words(row_of(&stdout, "no")),
-        "mino GET api.github.com /repos/no github deny (default) denied 403 1ms"
+        "mino GET api.github.com /repos/no - github deny (default) denied 403 1ms"
     );
     assert_eq!(
         words(row_of(&stdout, "lost")),
-        "mino GET api.github.com /repos/lost github allow github-read unknown - -"
+        "mino GET api.github.com /repos/lost - github allow github-read unknown - -"
     );
     assert!(lines[4].contains("event") && lines[4].contains("policy_reload_failed"));
     // Rows come in the order of their decisions.
@@ -161,6 +161,38 @@ fn the_table_pairs_decisions_with_outcomes() {
     let (_, stdout, _) = tail(&path, &["-n", "2"]);
     assert_eq!(stdout.lines().count(), 3, "{stdout}");
     assert!(stdout.contains("/repos/lost") && stdout.contains("policy_reload_failed"));
+}
+
+#[test]
+fn issue_14_the_table_names_the_mcp_tool_of_each_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.log");
+    let log = open(&path);
+    for (id, tool) in [("mcp-a", "query-docs"), ("mcp-b", "create_issue")] {
+        let mut record = decision(id, AuditDecision::Allow);
+        record.method = Some(Method::new("POST").unwrap());
+        record.path = Some(UrlPath::new("/mcp").unwrap());
+        record.mcp_tool = Some(ToolName::new(tool).unwrap());
+        log.record(&record).unwrap();
+        log.record(&outcome(id, Outcome::Completed, 200, 3))
+            .unwrap();
+    }
+    drop(log);
+    let (code, stdout, stderr) = tail(&path, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .skip(1)
+        .map(|line| line.split_whitespace().skip(1).collect())
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            "mino POST api.github.com /mcp query-docs github allow github-read completed 200 3ms",
+            "mino POST api.github.com /mcp create_issue github allow github-read completed 200 3ms",
+        ]
+        .map(|row| row.split(' ').collect::<Vec<_>>())
+    );
 }
 
 #[test]

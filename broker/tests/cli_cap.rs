@@ -370,3 +370,16 @@ fn concurrent_issues_all_land() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+#[test]
+fn issue_14_log_lines_to_a_pipe_carry_no_colour_codes() {
+    // Logs are for files and pipes as often as for terminals: escape codes there are noise (and
+    // a log pipeline stores them). assert_cmd gives the child a pipe for stderr.
+    let home = Home::new();
+    let out = ok(home
+        .mint()
+        .env("RUST_LOG", "mint_broker=debug")
+        .args(["cap", "issue", "--agent", "mino"]));
+    assert!(out.stderr.contains("Capability issued"), "{}", out.stderr);
+    assert!(!out.stderr.contains('\u{1b}'), "{:?}", out.stderr);
+}

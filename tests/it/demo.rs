@@ -58,6 +58,16 @@ fn demo_once_shows_every_case_and_exits_zero() {
             });
         assert!(!leaked, "the demo secret was printed");
     }
+    // The broker's log lines went to a file in the home, not between the report's steps.
+    let log_line = stdout
+        .lines()
+        .find(|line| line.trim_start().starts_with("log:"))
+        .unwrap_or_else(|| panic!("no log line in:\n{stdout}"));
+    assert!(log_line.contains("/broker.log"), "{log_line}");
+    assert!(
+        !stderr.contains(" INFO ") && !stderr.contains("mint_broker"),
+        "log lines on stderr:\n{stderr}"
+    );
     // The temporary home is gone.
     let home = stdout
         .split("temporary MINT_HOME ")

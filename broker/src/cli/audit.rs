@@ -389,6 +389,9 @@ fn row_cells(row: &Row) -> [String; COLUMNS] {
         opt(first.method.as_ref().map(|m| m.as_str())),
         host,
         opt(first.path.as_ref().map(|p| p.as_str())),
+        // The MCP tool called: two `tools/call`s to one endpoint differ only here. A tool name is
+        // printable ASCII without space (`ToolName`), nothing a terminal interprets.
+        opt(first.mcp_tool.as_ref().map(|t| t.as_str())),
         list(&aliases),
         decision,
         rule,
@@ -438,10 +441,10 @@ fn into_io(error: AuditCommandError) -> io::Error {
     }
 }
 
-const COLUMNS: usize = 11;
+const COLUMNS: usize = 12;
 const HEADER: [&str; COLUMNS] = [
-    "TIME", "AGENT", "METHOD", "HOST", "PATH", "ALIASES", "DECISION", "RULE", "OUTCOME", "STATUS",
-    "DURATION",
+    "TIME", "AGENT", "METHOD", "HOST", "PATH", "TOOL", "ALIASES", "DECISION", "RULE", "OUTCOME",
+    "STATUS", "DURATION",
 ];
 const MAX_SKIPPED_SHOWN: usize = 20;
 /// How long `mint audit rotate` waits for a running broker to start the new file.
