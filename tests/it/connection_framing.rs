@@ -23,10 +23,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use mint_tests::EchoPeer;
-use mint_tests::broker::{Broker, MintHome, ScriptedUpstream};
-use mint_tests::echo_peer;
-use mint_tests::echo_upstream::EchoConfig;
+use mint_tests::broker::{Broker, ScriptedUpstream};
+use mint_tests::lab::{self, LabConfig};
 use serde_json::Value;
 
 /// The secret of alias `echo`.
@@ -35,35 +33,28 @@ const CANARY: &str = "canary-conn22-Rt5Yp8Wq2Zx7";
 /// The head deadline of these brokers; the long answers last several times longer.
 const HEAD_DEADLINE: &str = "1s";
 
-/// A broker, its home, its capability and its echo upstream.
-struct Lab {
-    peer: EchoPeer,
-    _home: MintHome,
-    cap: String,
-    broker: Broker,
-    _dir: tempfile::TempDir,
+/// The shared lab (an echo upstream and a broker allowing GET and POST to it with alias `echo`,
+/// with a 1 s head deadline), with this file's raw request heads.
+struct Lab(lab::Lab);
+
+impl std::ops::Deref for Lab {
+    type Target = lab::Lab;
+
+    fn deref(&self) -> &lab::Lab {
+        &self.0
+    }
 }
 
 impl Lab {
-    /// An echo upstream and a broker allowing GET and POST to it with alias `echo`, with a 1 s
-    /// head deadline.
     fn start() -> Lab {
-        let dir = tempfile::tempdir().unwrap();
-        let peer = echo_peer(dir.path(), EchoConfig::default());
-        let port = peer.server.port();
-        let policy = format!(
-            "version: 1\ndefault: deny\nrules:\n  - id: echo\n    effect: allow\n    match:\n      alias: [echo]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [GET, POST]\n"
-        );
-        let home = MintHome::new(&policy, ALIASES, &[("echo", CANARY)]);
-        let cap = home.issue_capability("mino", &[]);
-        let broker = home.serve(&peer.ca_file, &["--header-read-timeout", HEAD_DEADLINE]);
-        Lab {
-            peer,
-            _home: home,
-            cap,
-            broker,
-            _dir: dir,
-        }
+        let config = LabConfig {
+            secrets: &[("echo", CANARY)],
+            serve_args: &["--header-read-timeout", HEAD_DEADLINE],
+            ..LabConfig::default()
+        };
+        Lab(lab::Lab::start(config, |port| {
+            lab::allow("echo", "echo", port, "GET, POST", "")
+        }))
     }
 
     /// A request head for `path_and_query` on the echo upstream, its lines ended by `eol` (the
@@ -80,42 +71,6 @@ impl Lab {
         }
         head.push_str(eol);
         head
-    }
-
-    /// How many requests reached the upstream.
-    fn forwarded(&self) -> usize {
-        self.peer.server.requests().len()
-    }
-
-    /// The paths the upstream received.
-    fn forwarded_paths(&self) -> Vec<String> {
-        self.peer
-            .server
-            .requests()
-            .snapshot()
-            .iter()
-            .map(|r| r.path.clone())
-            .collect()
-    }
-
-    /// No canary and no capability in `seen`, in the audit log or in Mint's stderr.
-    #[track_caller]
-    fn assert_clean(&self, seen: &[u8]) {
-        assert_clean(&self.broker, seen, &[CANARY, self.cap.as_str()]);
-    }
-}
-
-const ALIASES: &str = "aliases:\n  - name: echo\n    hosts: [127.0.0.1]\n    sites: [header]\n    source: file:$SECRETS/echo\n";
-
-#[track_caller]
-fn assert_clean(broker: &Broker, seen: &[u8], secrets: &[&str]) {
-    let seen = String::from_utf8_lossy(seen);
-    let audit = broker.audit_text();
-    let stderr = broker.stderr();
-    for secret in secrets {
-        assert!(!seen.contains(secret), "the client saw a secret: {seen}");
-        assert!(!audit.contains(secret), "the audit log holds a secret");
-        assert!(!stderr.contains(secret), "Mint's stderr holds a secret");
     }
 }
 
@@ -750,16 +705,16 @@ fn issue_22_an_undecodable_compressed_answer_is_recorded_as_the_agent_got_it() {
         answer
     }));
     let port = upstream.port();
-    let dir = tempfile::tempdir().unwrap();
-    let peer = echo_peer(dir.path(), EchoConfig::default());
-    let policy = format!(
-        "version: 1\ndefault: deny\nrules:\n  - id: gz\n    effect: allow\n    match:\n      alias: [echo]\n      scheme: [http]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [GET]\n"
-    );
-    let home = MintHome::new(&policy, ALIASES, &[("echo", CANARY)]);
-    let cap = home.issue_capability("mino", &[]);
-    let broker = home.serve(&peer.ca_file, &[]);
+    let config = LabConfig {
+        secrets: &[("echo", CANARY)],
+        ..LabConfig::default()
+    };
+    let lab = lab::Lab::start(config, |_| {
+        lab::allow("gz", "echo", port, "GET", "      scheme: [http]\n")
+    });
+    let (broker, cap) = (&lab.broker, &lab.cap);
     let ask = |path: &str| {
-        let mut agent = Agent::connect(&broker);
+        let mut agent = Agent::connect(broker);
         agent.send(
             format!(
                 "GET /v1/proxy/http/127.0.0.1:{port}{path} HTTP/1.1\r\nHost: mint\r\nMint-Capability: {cap}\r\nAuthorization: Bearer {{{{mint:echo}}}}\r\nConnection: close\r\n\r\n"
@@ -771,7 +726,7 @@ fn issue_22_an_undecodable_compressed_answer_is_recorded_as_the_agent_got_it() {
 
     for path in ["/trailing", "/garbage"] {
         let raw = ask(path);
-        assert_clean(&broker, &raw, &[CANARY, cap.as_str()]);
+        broker.assert_clean(&raw, &[CANARY, cap.as_str()]);
         let found = answers(&raw);
         assert_eq!(found.len(), 1, "{path}: {}", String::from_utf8_lossy(&raw));
         let id = assert_mint_error(&found[0], 502, "upstream_unknown", "unknown");
@@ -783,7 +738,7 @@ fn issue_22_an_undecodable_compressed_answer_is_recorded_as_the_agent_got_it() {
 
     for path in ["/soon", "/later"] {
         let raw = ask(path);
-        assert_clean(&broker, &raw, &[CANARY, cap.as_str()]);
+        broker.assert_clean(&raw, &[CANARY, cap.as_str()]);
         let found = answers(&raw);
         assert_eq!(found.len(), 1, "{path}: nothing came");
         let answer = &found[0];

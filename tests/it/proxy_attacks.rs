@@ -9,12 +9,12 @@
 
 #![allow(clippy::unwrap_used, clippy::panic, reason = "tests")]
 
-use mint_tests::EchoPeer;
 use mint_tests::broker::{
-    Broker, CurlResponse, MintHome, RawResponse, ScriptedUpstream, curl, curl_via_proxy, raw_http,
+    CurlResponse, MintHome, RawResponse, ScriptedUpstream, curl, curl_via_proxy, raw_http,
 };
 use mint_tests::echo_peer;
 use mint_tests::echo_upstream::EchoConfig;
+use mint_tests::lab::{self, LabConfig};
 
 /// The secret of alias `echo` (header site), bound to `127.0.0.1`. Holds `/`, `+`, `=`, `.` and
 /// `~` so that its percent, base64 and JSON forms differ from the raw one.
@@ -28,15 +28,16 @@ const CANARY_J: &str = "canaryJ-Mm2n/Ee4f+Gg6h=Ii8j";
 
 const MARKER: &str = "[mint:redacted]";
 
-/// A broker with its home, its capability and its echo upstream.
-struct Lab {
-    peer: EchoPeer,
-    _home: MintHome,
-    cap: String,
-    broker: Broker,
-    secrets: Vec<&'static str>,
-    /// Keeps the echo CA file alive.
-    _dir: tempfile::TempDir,
+/// The shared lab, started the way this file's tests describe theirs, with this file's refusal
+/// check.
+struct Lab(lab::Lab);
+
+impl std::ops::Deref for Lab {
+    type Target = lab::Lab;
+
+    fn deref(&self) -> &lab::Lab {
+        &self.0
+    }
 }
 
 impl Lab {
@@ -49,70 +50,13 @@ impl Lab {
         aliases: &str,
         secrets: &[(&str, &'static str)],
     ) -> Lab {
-        let dir = tempfile::tempdir().unwrap();
-        let peer = echo_peer(dir.path(), config);
-        let port = peer.server.port();
-        let policy = format!("version: 1\ndefault: deny\nrules:\n{}", rules(port));
-        let home = MintHome::new(&policy, aliases, secrets);
-        let cap = home.issue_capability("mino", &[]);
-        let broker = home.serve(&peer.ca_file, &[]);
-        Lab {
-            peer,
-            _home: home,
-            cap,
-            broker,
-            secrets: secrets.iter().map(|(_, value)| *value).collect(),
-            _dir: dir,
-        }
-    }
-
-    fn port(&self) -> u16 {
-        self.peer.server.port()
-    }
-
-    /// `BASE/v1/proxy/{scheme}/{authority}{path_and_query}`, written as given.
-    fn url(&self, scheme: &str, authority: &str, path_and_query: &str) -> String {
-        format!(
-            "{}/v1/proxy/{scheme}/{authority}{path_and_query}",
-            self.broker.base
-        )
-    }
-
-    /// `url("https", "127.0.0.1:PORT", path_and_query)`.
-    fn echo_url(&self, path_and_query: &str) -> String {
-        self.url(
-            "https",
-            &format!("127.0.0.1:{}", self.port()),
-            path_and_query,
-        )
-    }
-
-    /// curl with the capability, no URL globbing and no client-side path normalization, plus
-    /// `args` (the URL among them).
-    #[track_caller]
-    fn curl(&self, args: &[&str]) -> CurlResponse {
-        let cap = format!("Mint-Capability: {}", self.cap);
-        let mut all = vec!["-g", "--path-as-is", "-H", cap.as_str()];
-        all.extend_from_slice(args);
-        curl(&all)
-    }
-
-    /// How many requests the echo upstream has received.
-    fn forwarded(&self) -> usize {
-        self.peer.server.requests().len()
-    }
-
-    /// No secret and no capability token in `seen` (what the client received), in the audit log
-    /// or in Mint's stderr.
-    #[track_caller]
-    fn assert_clean(&self, seen: &str) {
-        let audit = self.broker.audit_text();
-        let stderr = self.broker.stderr();
-        for secret in self.secrets.iter().copied().chain([self.cap.as_str()]) {
-            assert!(!seen.contains(secret), "the client saw a secret: {seen}");
-            assert!(!audit.contains(secret), "the audit log holds a secret");
-            assert!(!stderr.contains(secret), "Mint's stderr holds a secret");
-        }
+        let config = LabConfig {
+            echo: config,
+            aliases,
+            secrets,
+            ..LabConfig::default()
+        };
+        Lab(lab::Lab::start(config, rules))
     }
 
     /// The request was refused by Mint with `status` and `code`, audited as refused, nothing
@@ -249,12 +193,12 @@ fn host_suffix_and_lookalike_names_are_refused_before_any_connection() {
         let response = lab.curl(&[
             "-H",
             "Authorization: Bearer {{mint:ex}}",
-            &lab.url("https", host, "/v1/user"),
+            &lab.proxy_url("https", host, "/v1/user"),
         ]);
         let answer = Answer::curl(format!("{host} with a placeholder"), &response);
         lab.assert_refused(&answer, 403, "alias_not_bound", before);
 
-        let response = lab.curl(&[&lab.url("https", host, "/v1/user")]);
+        let response = lab.curl(&[&lab.proxy_url("https", host, "/v1/user")]);
         let answer = Answer::curl(format!("{host} without a placeholder"), &response);
         lab.assert_refused(&answer, 403, "policy_denied", before);
         assert_eq!(answer.json_rules(), Vec::<String>::new());
@@ -290,7 +234,7 @@ fn trailing_dot_and_uppercase_hosts_are_canonical_and_never_widen() {
         let response = lab.curl(&[
             "-H",
             &format!("Authorization: Bearer {{{{mint:{alias}}}}}"),
-            &lab.url("https", &format!("{host}:{port}"), "/echo"),
+            &lab.proxy_url("https", &format!("{host}:{port}"), "/echo"),
         ]);
         assert_eq!(response.status, 200, "{host}: {}", response.body);
         let seen = lab.peer.server.requests().last().unwrap();
@@ -304,7 +248,7 @@ fn trailing_dot_and_uppercase_hosts_are_canonical_and_never_widen() {
             Some(format!("Bearer {secret}").as_str())
         );
         assert!(response.body.contains(MARKER), "{}", response.body);
-        lab.assert_clean(&response.everything());
+        lab.assert_clean(response.everything());
     }
 
     for (host, alias, status, code) in [
@@ -322,7 +266,7 @@ fn trailing_dot_and_uppercase_hosts_are_canonical_and_never_widen() {
         let response = lab.curl(&[
             "-H",
             &format!("Authorization: Bearer {{{{mint:{alias}}}}}"),
-            &lab.url("https", &format!("{host}:{port}"), "/echo"),
+            &lab.proxy_url("https", &format!("{host}:{port}"), "/echo"),
         ]);
         let answer = Answer::curl(format!("{host} with {alias}"), &response);
         lab.assert_refused(&answer, status, code, before);
@@ -361,7 +305,7 @@ fn ip_literal_spellings_are_read_as_the_address_they_name() {
         let response = lab.curl(&[
             "-H",
             "Authorization: Bearer {{mint:echo}}",
-            &lab.url("https", &format!("{host}:{port}"), "/echo"),
+            &lab.proxy_url("https", &format!("{host}:{port}"), "/echo"),
         ]);
         assert_eq!(response.status, 200, "{host}: {}", response.body);
         let seen = lab.peer.server.requests().last().unwrap();
@@ -376,7 +320,7 @@ fn ip_literal_spellings_are_read_as_the_address_they_name() {
         );
         let id = response.header("mint-request-id").unwrap();
         assert_eq!(lab.broker.decision_of(id)["host"], "127.0.0.1", "{host}");
-        lab.assert_clean(&response.everything());
+        lab.assert_clean(response.everything());
     }
 
     for (host, status, code) in [
@@ -398,7 +342,7 @@ fn ip_literal_spellings_are_read_as_the_address_they_name() {
         let response = lab.curl(&[
             "-H",
             "Authorization: Bearer {{mint:echo}}",
-            &lab.url("https", &format!("{host}:{port}"), "/echo"),
+            &lab.proxy_url("https", &format!("{host}:{port}"), "/echo"),
         ]);
         let answer = Answer::curl(host, &response);
         lab.assert_refused(&answer, status, code, before);
@@ -430,7 +374,7 @@ fn userinfo_is_refused() {
         let response = lab.curl(&[
             "-H",
             "Authorization: Bearer {{mint:echo}}",
-            &lab.url("https", &authority, "/echo"),
+            &lab.proxy_url("https", &authority, "/echo"),
         ]);
         let answer = Answer::curl(authority, &response);
         lab.assert_refused(&answer, 400, "invalid_request", before);
@@ -439,7 +383,7 @@ fn userinfo_is_refused() {
     // A placeholder in the userinfo is a placeholder in the target: refused as such.
     let before = lab.forwarded();
     let authority = format!("user:{{{{mint:echo}}}}@127.0.0.1:{port}");
-    let response = lab.curl(&[&lab.url("https", &authority, "/echo")]);
+    let response = lab.curl(&[&lab.proxy_url("https", &authority, "/echo")]);
     let answer = Answer::curl(authority, &response);
     lab.assert_refused(&answer, 403, "site_not_allowed", before);
 }
@@ -591,7 +535,7 @@ fn path_tricks_cannot_escape_the_rule_scope() {
     assert_eq!(response.status, 200, "{}", response.body);
     let seen = lab.peer.server.requests().last().unwrap();
     assert_eq!(seen.path, "/echo/~user/Ab");
-    lab.assert_clean(&response.everything());
+    lab.assert_clean(response.everything());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -719,7 +663,7 @@ fn ambiguous_framing_is_never_forwarded_ambiguously() {
     let response = post_with_headers(&lab, "Content-Length: 4\r\nContent-Length: 5\r\n", "abcde");
     assert_eq!(response.status, 400, "{}", response.everything());
     assert_eq!(lab.forwarded(), before);
-    lab.assert_clean(&response.everything());
+    lab.assert_clean(response.everything());
 }
 
 /// Two `Host` headers are ambiguous framing: 400 `invalid_request`, nothing forwarded.
@@ -762,25 +706,25 @@ fn placeholder_in_the_target_is_refused_before_any_connection() {
     let here = format!("127.0.0.1:{port}");
     let cases: Vec<(String, Vec<String>, u16, &str)> = vec![
         (
-            lab.url("https", &here, "/echo/{{mint:echo}}"),
+            lab.proxy_url("https", &here, "/echo/{{mint:echo}}"),
             vec![],
             403,
             "site_not_allowed",
         ),
         (
-            lab.url("https", &here, "/echo/%7B%7Bmint%3Aecho%7D%7D"),
+            lab.proxy_url("https", &here, "/echo/%7B%7Bmint%3Aecho%7D%7D"),
             vec![],
             403,
             "site_not_allowed",
         ),
         (
-            lab.url("https", &here, "/echo/%7b%7bmint:echo%7d%7d/x"),
+            lab.proxy_url("https", &here, "/echo/%7b%7bmint:echo%7d%7d/x"),
             vec![],
             403,
             "site_not_allowed",
         ),
         (
-            lab.url("https", &here, "/echo/{{mint%3Aecho}}"),
+            lab.proxy_url("https", &here, "/echo/{{mint%3Aecho}}"),
             vec![],
             403,
             "site_not_allowed",
@@ -804,19 +748,19 @@ fn placeholder_in_the_target_is_refused_before_any_connection() {
             "site_not_allowed",
         ),
         (
-            lab.url("https", &format!("{{{{mint:echo}}}}:{port}"), "/echo"),
+            lab.proxy_url("https", &format!("{{{{mint:echo}}}}:{port}"), "/echo"),
             vec![],
             403,
             "site_not_allowed",
         ),
         (
-            lab.url("https", &format!("%7B%7Bmint%3Aecho%7D%7D:{port}"), "/echo"),
+            lab.proxy_url("https", &format!("%7B%7Bmint%3Aecho%7D%7D:{port}"), "/echo"),
             vec![],
             403,
             "site_not_allowed",
         ),
         (
-            lab.url(
+            lab.proxy_url(
                 "https",
                 &format!("{{{{mint:echo}}}}.127.0.0.1.nip.io:{port}"),
                 "/echo",
@@ -826,19 +770,19 @@ fn placeholder_in_the_target_is_refused_before_any_connection() {
             "site_not_allowed",
         ),
         (
-            lab.url("https", "127.0.0.1:{{mint:echo}}", "/echo"),
+            lab.proxy_url("https", "127.0.0.1:{{mint:echo}}", "/echo"),
             vec![],
             403,
             "site_not_allowed",
         ),
         (
-            lab.url("{{mint:echo}}", &here, "/echo"),
+            lab.proxy_url("{{mint:echo}}", &here, "/echo"),
             vec![],
             403,
             "site_not_allowed",
         ),
         (
-            lab.url("%7B%7Bmint%3Aecho%7D%7D", &here, "/echo"),
+            lab.proxy_url("%7B%7Bmint%3Aecho%7D%7D", &here, "/echo"),
             vec![],
             403,
             "site_not_allowed",
@@ -920,7 +864,7 @@ fn cross_alias_placeholders_are_refused() {
         for header in &headers {
             args.extend(["-H", *header]);
         }
-        let url = lab.url("https", host, "/echo");
+        let url = lab.proxy_url("https", host, "/echo");
         args.push(&url);
         let answer = Answer::curl(what, &lab.curl(&args));
         lab.assert_refused(&answer, 403, "alias_not_bound", before);
@@ -930,7 +874,7 @@ fn cross_alias_placeholders_are_refused() {
         let response = lab.curl(&[
             "-H",
             &format!("Authorization: Bearer {{{{mint:{alias}}}}}"),
-            &lab.url("https", host, "/echo"),
+            &lab.proxy_url("https", host, "/echo"),
         ]);
         assert_eq!(response.status, 200, "{alias}: {}", response.body);
         let seen = lab.peer.server.requests().last().unwrap();
@@ -938,7 +882,7 @@ fn cross_alias_placeholders_are_refused() {
             seen.header("authorization"),
             Some(format!("Bearer {secret}").as_str())
         );
-        lab.assert_clean(&response.everything());
+        lab.assert_clean(response.everything());
     }
 }
 
@@ -970,7 +914,7 @@ fn query_site_needs_both_the_alias_and_the_rule() {
             );
             assert!(response.body.contains(MARKER), "{}", response.body);
             assert_no_forms(&response.everything(), CANARY_Q);
-            lab.assert_clean(&response.everything());
+            lab.assert_clean(response.everything());
         }
     }
 
@@ -1042,7 +986,7 @@ fn json_body_site_needs_json_and_the_rule() {
         );
         assert!(response.body.contains(MARKER), "{}", response.body);
         assert_no_forms(&response.everything(), CANARY_J);
-        lab.assert_clean(&response.everything());
+        lab.assert_clean(response.everything());
     }
 
     for (what, path, content_type, body, code) in [
@@ -1138,7 +1082,7 @@ fn capability_proxy_and_hop_by_hop_headers_are_stripped() {
         &header_aliases(&[("echo", "127.0.0.1", "header")]),
         &[("echo", CANARY)],
     );
-    let url = lab.url("http", &format!("127.0.0.1:{}", lab.port()), "/echo");
+    let url = lab.proxy_url("http", &format!("127.0.0.1:{}", lab.port()), "/echo");
     let cap_again = format!("Proxy-Authorization: Bearer {}", lab.cap);
     let response = lab.curl(&[
         "-H",
@@ -1212,7 +1156,7 @@ fn capability_proxy_and_hop_by_hop_headers_are_stripped() {
         "the capability reached the upstream"
     );
     assert!(!seen.contains(lab.cap.rsplit('_').next().unwrap()));
-    lab.assert_clean(&response.everything());
+    lab.assert_clean(response.everything());
 
     let before = lab.forwarded();
     let answer = Answer::curl(
@@ -1308,7 +1252,7 @@ fn method_tricks_cannot_pass_a_deny_rule() {
     assert_eq!(response.status, 200, "{}", response.body);
     let seen = lab.peer.server.requests().last().unwrap();
     assert_eq!(seen.method, "POST");
-    lab.assert_clean(&response.everything());
+    lab.assert_clean(response.everything());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1351,7 +1295,7 @@ fn redirects_are_returned_unfollowed_and_scrubbed() {
         let outcome = lab.broker.outcome_of(id);
         assert_eq!(outcome["outcome"], "completed");
         assert_eq!(outcome["status"].to_string(), status);
-        lab.assert_clean(&response.everything());
+        lab.assert_clean(response.everything());
     }
     assert!(
         lab.peer
@@ -1380,7 +1324,7 @@ fn redirects_are_returned_unfollowed_and_scrubbed() {
         response.header("x-echo"),
         Some(format!("Bearer {MARKER}").as_str())
     );
-    lab.assert_clean(&response.everything());
+    lab.assert_clean(response.everything());
 
     let response = lab.curl(&[&lab.echo_url(
         "/redirect?status=307&to=https%3A%2F%2Fevil.example%2Fsteal%3Fk%3D%7B%7Bmint%3Aq%7D%7D",
@@ -1391,7 +1335,7 @@ fn redirects_are_returned_unfollowed_and_scrubbed() {
         Some(format!("https://evil.example/steal?k={MARKER}").as_str())
     );
     assert_no_forms(&response.everything(), CANARY_Q);
-    lab.assert_clean(&response.everything());
+    lab.assert_clean(response.everything());
 }
 
 /// `/echo-encoded` sends back every header value raw, JSON-escaped, as `\uXXXX`, in hex (both
@@ -1696,7 +1640,7 @@ fn forward_proxy_mode_authenticates_and_strips() {
     assert!(seen.header_names_starting_with("mint-").is_empty());
     assert!(!seen.contains(&lab.cap));
     assert!(response.body.contains(MARKER));
-    lab.assert_clean(&response.everything());
+    lab.assert_clean(response.everything());
 
     let before = lab.forwarded();
     let response = curl_via_proxy(

@@ -8,9 +8,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use mint_tests::broker::{MintHome, ScriptedUpstream};
-use mint_tests::echo_peer;
-use mint_tests::echo_upstream::EchoConfig;
+use mint_tests::broker::ScriptedUpstream;
+use mint_tests::lab::{self, Lab, LabConfig};
 
 const CANARY: &str = "canary-conn-Vb6Qw2Ze8Lp4Kx9";
 
@@ -32,14 +31,13 @@ fn read_until_closed(stream: &mut TcpStream) -> Vec<u8> {
 
 #[test]
 fn a_silent_connection_is_closed_without_an_answer_or_an_audit_record() {
-    let dir = tempfile::tempdir().unwrap();
-    let peer = echo_peer(dir.path(), EchoConfig::default());
-    let home = MintHome::new(
-        "version: 1\ndefault: deny\nrules: []\n",
-        "aliases: []\n",
-        &[],
-    );
-    let broker = home.serve(&peer.ca_file, &["--header-read-timeout", "1s"]);
+    let config = LabConfig {
+        aliases: "aliases: []\n",
+        serve_args: &["--header-read-timeout", "1s"],
+        ..LabConfig::default()
+    };
+    let lab = Lab::start(config, |_| String::new());
+    let broker = &lab.broker;
     let mut silent = TcpStream::connect(broker.addr()).unwrap();
     assert!(read_until_closed(&mut silent).is_empty());
     // A keep-alive connection that goes quiet after an answer is closed the same way.
@@ -65,18 +63,14 @@ fn an_answer_body_that_looks_like_a_status_line_is_passed_through() {
         .into_bytes()
     }));
     let port = upstream.port();
-    let dir = tempfile::tempdir().unwrap();
-    let peer = echo_peer(dir.path(), EchoConfig::default());
-    let policy = format!(
-        "version: 1\ndefault: deny\nrules:\n  - id: plain\n    effect: allow\n    match:\n      alias: [echo]\n      scheme: [http]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [GET]\n"
-    );
-    let home = MintHome::new(
-        &policy,
-        "aliases:\n  - name: echo\n    hosts: [127.0.0.1]\n    source: file:$SECRETS/echo\n",
-        &[("echo", CANARY)],
-    );
-    let cap = home.issue_capability("mino", &[]);
-    let broker = home.serve(&peer.ca_file, &[]);
+    let config = LabConfig {
+        secrets: &[("echo", CANARY)],
+        ..LabConfig::default()
+    };
+    let lab = Lab::start(config, |_| {
+        lab::allow("plain", "echo", port, "GET", "      scheme: [http]\n")
+    });
+    let (broker, cap) = (&lab.broker, &lab.cap);
     let mut stream = TcpStream::connect(broker.addr()).unwrap();
     let request = format!(
         "GET /v1/proxy/http/127.0.0.1:{port}/x HTTP/1.0\r\nHost: mint\r\nMint-Capability: {cap}\r\nAuthorization: Bearer {{{{mint:echo}}}}\r\n\r\n"
@@ -96,26 +90,20 @@ fn an_answer_body_that_looks_like_a_status_line_is_passed_through() {
     let records = broker.audit_records();
     assert_eq!(records.len(), 2, "{records:?}");
     assert!(!broker.audit_text().contains("malformed_http"));
-    assert!(!answer.contains(CANARY));
+    lab.assert_clean(&answer);
 }
 
 #[test]
 fn an_answer_that_streams_longer_than_the_head_deadline_arrives_whole() {
     // The head deadline is for the agent's request heads; an answer streaming for longer (an
     // SSE stream: four events 800 ms apart against a 1 s head deadline) must not be cut.
-    let dir = tempfile::tempdir().unwrap();
-    let peer = echo_peer(dir.path(), EchoConfig::default());
-    let port = peer.server.port();
-    let policy = format!(
-        "version: 1\ndefault: deny\nrules:\n  - id: sse\n    effect: allow\n    match:\n      alias: [echo]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [GET]\n"
-    );
-    let home = MintHome::new(
-        &policy,
-        "aliases:\n  - name: echo\n    hosts: [127.0.0.1]\n    source: file:$SECRETS/echo\n",
-        &[("echo", CANARY)],
-    );
-    let cap = home.issue_capability("mino", &[]);
-    let broker = home.serve(&peer.ca_file, &["--header-read-timeout", "1s"]);
+    let config = LabConfig {
+        secrets: &[("echo", CANARY)],
+        serve_args: &["--header-read-timeout", "1s"],
+        ..LabConfig::default()
+    };
+    let lab = Lab::start(config, |port| lab::allow("sse", "echo", port, "GET", ""));
+    let (broker, cap, port) = (&lab.broker, &lab.cap, lab.port());
     let response = mint_tests::broker::curl(&[
         "-H",
         &format!("Mint-Capability: {cap}"),
@@ -131,7 +119,7 @@ fn an_answer_that_streams_longer_than_the_head_deadline_arrives_whole() {
         "{}",
         response.body
     );
-    assert!(!response.everything().contains(CANARY));
+    lab.assert_clean(response.everything());
     let id = response.header("mint-request-id").unwrap().to_owned();
     let outcome = broker.outcome_of(&id);
     assert_eq!(outcome["outcome"], "completed");

@@ -24,7 +24,8 @@ use mint_tests::broker::{
     raw_exchange, read_to_close,
 };
 use mint_tests::echo_upstream::EchoConfig;
-use mint_tests::{EchoPeer, echo_peer, repo_root};
+use mint_tests::lab::{self, LabConfig, allow, policy};
+use mint_tests::{echo_peer, repo_root};
 use serde_json::{Value, json};
 
 const CANARY: &str = "canary-Zq8xV3kP2mW9tR5yN7bL4jH6";
@@ -42,15 +43,22 @@ const ALIASES: &str = "aliases:
     source: file:$SECRETS/other
 ";
 
-/// A broker in front of an echo upstream, with a capability for agent `mino`.
-struct Env {
-    // Fields drop in order: the broker stops first, the home directory goes last.
-    broker: Broker,
-    peer: EchoPeer,
-    home: MintHome,
-    cap: String,
-    port: u16,
-    _ca_dir: tempfile::TempDir,
+/// The shared lab (a broker in front of an echo upstream, with a capability for agent `mino`),
+/// with this file's requests.
+struct Env(lab::Lab);
+
+impl std::ops::Deref for Env {
+    type Target = lab::Lab;
+
+    fn deref(&self) -> &lab::Lab {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Env {
+    fn deref_mut(&mut self) -> &mut lab::Lab {
+        &mut self.0
+    }
 }
 
 /// Starts an echo upstream, writes a home whose policy has the rules `rules(port)` and the
@@ -66,40 +74,15 @@ fn start_with(
     cap_args: &[&str],
     extra: &[&str],
 ) -> Env {
-    let ca_dir = tempfile::tempdir().unwrap();
-    let peer = echo_peer(ca_dir.path(), config);
-    let port = peer.server.port();
-    let home = MintHome::new(
-        &policy(&rules(port)),
+    let config = LabConfig {
+        echo: config,
         aliases,
-        &[("echo", CANARY), ("other", CANARY_OTHER)],
-    );
-    let cap = home.issue_capability("mino", cap_args);
-    let broker = home.serve(&peer.ca_file, extra);
-    Env {
-        broker,
-        peer,
-        home,
-        cap,
-        port,
-        _ca_dir: ca_dir,
-    }
-}
-
-fn policy(rules: &str) -> String {
-    if rules.is_empty() {
-        "version: 1\ndefault: deny\nrules: []\n".to_owned()
-    } else {
-        format!("version: 1\ndefault: deny\nrules:\n{rules}")
-    }
-}
-
-/// An allow rule `id` for alias `alias` toward the echo upstream, with extra lines (indented by
-/// four spaces) appended.
-fn allow(id: &str, alias: &str, port: u16, methods: &str, more: &str) -> String {
-    format!(
-        "  - id: {id}\n    effect: allow\n    match:\n      alias: [{alias}]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [{methods}]\n{more}"
-    )
+        secrets: &[("echo", CANARY), ("other", CANARY_OTHER)],
+        cap_args,
+        serve_args: extra,
+        ..LabConfig::default()
+    };
+    Env(lab::Lab::start(config, rules))
 }
 
 fn allow_echo(port: u16) -> String {
@@ -112,7 +95,7 @@ fn cap_header(cap: &str) -> String {
 
 impl Env {
     fn url(&self, path_and_query: &str) -> String {
-        self.broker.proxy_url(self.port, path_and_query)
+        self.broker.proxy_url(self.port(), path_and_query)
     }
 
     /// `GET` through the proxy route with the capability and `Authorization: Bearer
@@ -124,31 +107,6 @@ impl Env {
         all.extend_from_slice(args);
         all.push(&url);
         curl(&all)
-    }
-
-    fn forwarded(&self) -> usize {
-        self.peer.server.requests().len()
-    }
-
-    /// No canary in `seen`, in the audit log or on Mint's stderr.
-    #[track_caller]
-    fn assert_clean(&self, seen: &str) {
-        assert_clean(&self.broker, seen);
-    }
-}
-
-#[track_caller]
-fn assert_clean(broker: &Broker, seen: &str) {
-    for canary in [CANARY, CANARY_OTHER] {
-        assert!(!seen.contains(canary), "the client saw a secret: {seen}");
-        assert!(
-            !broker.audit_text().contains(canary),
-            "the audit log holds a secret"
-        );
-        assert!(
-            !broker.stderr().contains(canary),
-            "Mint's stderr holds a secret"
-        );
     }
 }
 
@@ -289,7 +247,7 @@ fn completed_200_is_audited_with_the_deciding_rule() {
     assert_eq!(decision["aliases"], json!(["echo"]), "{decision}");
     assert_eq!(decision["host"], "127.0.0.1", "{decision}");
     assert_eq!(decision["query_keys"], json!(["x"]), "{decision}");
-    env.assert_clean(&response.everything());
+    env.assert_clean(response.everything());
 }
 
 #[test]
@@ -303,7 +261,7 @@ fn upstream_4xx_and_5xx_pass_through_as_completed_with_their_status() {
         assert!(response.header("mint-outcome").is_none(), "{code}");
         let id = response.header("mint-request-id").unwrap().to_owned();
         assert_allowed_audit(&env.broker, &id, &["echo-all"], "completed", code, None);
-        env.assert_clean(&response.everything());
+        env.assert_clean(response.everything());
     }
     // Each request reached the upstream exactly once: a 5xx is never retried.
     assert_eq!(env.forwarded(), 6);
@@ -316,7 +274,7 @@ fn upstream_4xx_and_5xx_pass_through_as_completed_with_their_status() {
 #[test]
 fn malformed_target_is_400_invalid_request_and_not_forwarded() {
     let env = start(allow_echo, ALIASES, &[]);
-    let port = env.port;
+    let port = env.port();
     let base = &env.broker.base;
     for target in [
         "/v1/proxy/https/127.0.0.1:99999/echo".to_owned(),
@@ -339,7 +297,7 @@ fn malformed_target_is_400_invalid_request_and_not_forwarded() {
         // Authenticated before the target was parsed: the agent is known, the target is not.
         assert_eq!(decision["agent"], "mino", "{decision}");
         assert!(decision.get("host").is_none(), "{decision}");
-        env.assert_clean(&response.everything());
+        env.assert_clean(response.everything());
     }
     assert_eq!(env.forwarded(), 0);
 }
@@ -362,7 +320,7 @@ fn malformed_placeholder_is_400_and_not_forwarded() {
             400,
             "malformed_placeholder",
         );
-        env.assert_clean(&response.everything());
+        env.assert_clean(response.everything());
     }
     assert_eq!(env.forwarded(), 0);
 }
@@ -386,7 +344,7 @@ fn unknown_alias_is_400_and_not_forwarded() {
     );
     assert_refused_audit(&env.broker, &id, "deny", "invalid", 400, "unknown_alias");
     assert_eq!(env.forwarded(), 0);
-    env.assert_clean(&response.everything());
+    env.assert_clean(response.everything());
 }
 
 // ------------------------------------------------------------------------------------------
@@ -417,7 +375,7 @@ fn assert_capability_invalid(env: &Env, capability: Option<&str>) -> String {
     // Nobody was authenticated: no agent, no capability id in the record.
     assert!(decision.get("agent").is_none(), "{decision}");
     assert!(decision.get("capability").is_none(), "{decision}");
-    env.assert_clean(&response.everything());
+    env.assert_clean(response.everything());
     error["message"].as_str().unwrap().to_owned()
 }
 
@@ -484,7 +442,7 @@ fn revoked_capability_gets_401_without_a_restart() {
         "capability_invalid",
     );
     assert_eq!(env.forwarded(), forwarded);
-    env.assert_clean(&after.everything());
+    env.assert_clean(after.everything());
 }
 
 #[test]
@@ -523,7 +481,7 @@ fn policy_denied_is_403_with_the_deny_rule_ids() {
     assert_eq!(error["rules"], json!(["no-deletes"]));
     let (decision, _) = assert_refused_audit(&env.broker, &id, "deny", "denied", 403, "deny_rule");
     assert_eq!(decision["rule"], json!(["no-deletes"]), "{decision}");
-    env.assert_clean(&response.everything());
+    env.assert_clean(response.everything());
 
     // Two deny rules: both reported.
     let response = env.get("/echo/admin/users", &["-X", "DELETE"]);
@@ -545,7 +503,7 @@ fn policy_denied_is_403_with_the_deny_rule_ids() {
     let (decision, _) =
         assert_refused_audit(&env.broker, &id, "deny", "denied", 403, "no_allow_rule");
     assert_eq!(decision["rule"], json!([]), "{decision}");
-    env.assert_clean(&response.everything());
+    env.assert_clean(response.everything());
     assert_eq!(env.forwarded(), 0);
 }
 
@@ -581,7 +539,7 @@ fn alias_not_bound_to_the_host_is_403() {
     );
     assert_refused_audit(&env.broker, &id, "deny", "denied", 403, "alias_not_bound");
     assert_eq!(env.forwarded(), 0);
-    env.assert_clean(&response.everything());
+    env.assert_clean(response.everything());
 }
 
 #[test]
@@ -608,7 +566,7 @@ fn placeholder_in_a_site_the_alias_does_not_allow_is_403_site_not_allowed() {
         let response = curl(&["-H", &cap_header(&env.cap), &env.url(path)]);
         let (id, _) = assert_mint_error(&response, 403, "site_not_allowed", "denied");
         assert_refused_audit(&env.broker, &id, "deny", "denied", 403, "site_not_allowed");
-        env.assert_clean(&response.everything());
+        env.assert_clean(response.everything());
     }
     // A JSON body string: not allowed for a header-only alias either.
     let response = curl(&[
@@ -623,7 +581,7 @@ fn placeholder_in_a_site_the_alias_does_not_allow_is_403_site_not_allowed() {
     let (id, _) = assert_mint_error(&response, 403, "site_not_allowed", "denied");
     assert_refused_audit(&env.broker, &id, "deny", "denied", 403, "site_not_allowed");
     assert_eq!(env.forwarded(), 0);
-    env.assert_clean(&response.everything());
+    env.assert_clean(response.everything());
 }
 
 #[test]
@@ -649,7 +607,7 @@ fn alias_outside_the_capability_narrowing_is_403_capability_scope() {
     );
     assert_refused_audit(&env.broker, &id, "deny", "denied", 403, "capability_scope");
     assert_eq!(env.forwarded(), 0);
-    env.assert_clean(&response.everything());
+    env.assert_clean(response.everything());
 
     // The alias it was narrowed to works.
     let response = curl(&[
@@ -669,7 +627,7 @@ fn alias_outside_the_capability_narrowing_is_403_capability_scope() {
             .header("authorization"),
         Some(format!("Bearer {CANARY_OTHER}").as_str())
     );
-    env.assert_clean(&response.everything());
+    env.assert_clean(response.everything());
 }
 
 /// A name other than `localhost` that `/etc/hosts` maps to a loopback address and that the
@@ -736,7 +694,7 @@ fn refused_addresses_are_403_address_refused_after_an_allow_decision() {
         ("169.254.169.254".to_owned(), "metadata"),
     ];
     match &loopback_name {
-        Some(name) => cases.push((format!("{name}:{}", env.port), "loopback-by-name")),
+        Some(name) => cases.push((format!("{name}:{}", env.port()), "loopback-by-name")),
         None => {
             let _ = writeln!(
                 std::io::stderr(),
@@ -762,7 +720,7 @@ fn refused_addresses_are_403_address_refused_after_an_allow_decision() {
             403,
             Some("address_refused"),
         );
-        env.assert_clean(&response.everything());
+        env.assert_clean(response.everything());
     }
     // The loopback-by-name target is the echo upstream itself: it saw nothing.
     assert_eq!(env.forwarded(), 0);
@@ -775,7 +733,7 @@ fn refused_addresses_are_403_address_refused_after_an_allow_decision() {
 #[test]
 fn connect_is_405_connect_unsupported() {
     let env = start(allow_echo, ALIASES, &[]);
-    let authority = format!("127.0.0.1:{}", env.port);
+    let authority = format!("127.0.0.1:{}", env.port());
     let request = format!(
         "CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\nProxy-Authorization: Bearer {}\r\nConnection: close\r\n\r\n",
         env.cap
@@ -821,7 +779,7 @@ fn connect_is_405_connect_unsupported() {
     assert!(!output.status.success());
     assert_eq!(String::from_utf8_lossy(&output.stdout), "405");
     assert_eq!(env.forwarded(), 0);
-    env.assert_clean(&String::from_utf8_lossy(&raw));
+    env.assert_clean(&raw);
 }
 
 #[test]
@@ -842,7 +800,7 @@ fn body_over_the_limit_is_413_with_or_without_content_length() {
             "{error}"
         );
         assert_refused_audit(&env.broker, &id, "deny", "invalid", 413, "body_too_large");
-        env.assert_clean(&response.everything());
+        env.assert_clean(response.everything());
     }
     // A body within the limit goes through.
     std::fs::write(&body, vec![b'y'; 1000]).unwrap();
@@ -880,7 +838,7 @@ fn exhausted_call_limit_is_429_with_retry_after_and_the_rule_id() {
         assert_refused_audit(&env.broker, &id, "limited", "limited", 429, "limited");
     assert_eq!(decision["rule"], json!(["echo-limited"]), "{decision}");
     assert_eq!(env.forwarded(), 2);
-    env.assert_clean(&response.everything());
+    env.assert_clean(response.everything());
 }
 
 // ------------------------------------------------------------------------------------------
@@ -923,7 +881,7 @@ fn nothing_listening_is_502_upstream_failed() {
         502,
         Some("upstream_failed"),
     );
-    env.assert_clean(&response.everything());
+    env.assert_clean(response.everything());
 }
 
 #[test]
@@ -948,7 +906,7 @@ fn upstream_reset_before_the_head_is_502_upstream_unknown_and_not_retried() {
     );
     // Sent once, never retried.
     assert_eq!(env.forwarded(), 1);
-    env.assert_clean(&response.everything());
+    env.assert_clean(response.everything());
 }
 
 #[test]
@@ -970,7 +928,7 @@ fn upstream_reset_mid_body_cuts_the_answer_and_is_unknown() {
         Some("upstream_reset"),
     );
     assert_eq!(env.forwarded(), 1);
-    env.assert_clean(&response.everything());
+    env.assert_clean(response.everything());
 }
 
 #[test]
@@ -991,7 +949,7 @@ fn answer_over_the_response_limit_is_502_upstream_unknown() {
         502,
         Some("upstream_unknown"),
     );
-    env.assert_clean(&response.everything());
+    env.assert_clean(response.everything());
 
     // Not declared (a stream): cut off once over the limit, outcome unknown.
     let response = env.get("/sse?n=400&interval_ms=0", &[]);
@@ -1008,7 +966,7 @@ fn answer_over_the_response_limit_is_502_upstream_unknown() {
         Some("response_too_large"),
     );
     assert_eq!(env.forwarded(), 2);
-    env.assert_clean(&response.everything());
+    env.assert_clean(response.everything());
 }
 
 #[test]
@@ -1026,7 +984,7 @@ fn gzip_answer_arrives_decoded_and_scrubbed() {
     assert_eq!(upstream.header("accept-encoding"), Some("identity"));
     let id = response.header("mint-request-id").unwrap().to_owned();
     assert_allowed_audit(&env.broker, &id, &["echo-all"], "completed", 200, None);
-    env.assert_clean(&response.everything());
+    env.assert_clean(response.everything());
 }
 
 /// An HTTPS server (`openssl s_server -HTTP`) that answers `GET /NAME` with the file `NAME`
@@ -1219,7 +1177,7 @@ fn answer_in_an_encoding_mint_cannot_decode_is_502_upstream_unknown() {
             502,
             Some("upstream_unknown"),
         );
-        assert_clean(&broker, &response.everything());
+        broker.assert_clean(response.everything(), &[CANARY, CANARY_OTHER]);
     }
 }
 
@@ -1250,7 +1208,7 @@ fn no_answer_in_time_is_504_upstream_timeout_and_may_have_taken_effect() {
     );
     // Sent once, never retried.
     assert_eq!(env.forwarded(), 1);
-    env.assert_clean(&response.everything());
+    env.assert_clean(response.everything());
 }
 
 #[test]
@@ -1272,7 +1230,7 @@ fn request_timeout_bounds_the_whole_exchange_and_must_exceed_the_connect_timeout
         Some("upstream_timeout"),
     );
     assert_eq!(env.forwarded(), 1);
-    env.assert_clean(&response.everything());
+    env.assert_clean(response.everything());
 
     // A request timeout that a connect could outlast is refused at start: a connect that times
     // out must read `failed`, never `unknown`.
@@ -1407,9 +1365,9 @@ fn audit_log_that_cannot_grow_is_503_audit_unavailable_and_nothing_is_forwarded(
     let again = curl(&["-H", &cap_h, "-H", AUTH, &url]);
     assert_mint_error(&again, 503, "audit_unavailable", "failed");
     assert_eq!(peer.server.requests().len(), served);
-    assert_clean(
-        &broker,
-        &format!("{}{}", refused.everything(), again.everything()),
+    broker.assert_clean(
+        format!("{}{}", refused.everything(), again.everything()),
+        &[CANARY, CANARY_OTHER],
     );
     // Whole lines only, and the chain verifies.
     let audit = broker.audit_text();
@@ -1457,7 +1415,7 @@ fn every_answer_carries_a_distinct_request_id_and_mint_errors_are_json() {
     assert_eq!(answers[6].status, 500);
     assert_mint_error(&answers[7], 403, "site_not_allowed", "denied");
     for answer in &answers {
-        env.assert_clean(&answer.everything());
+        env.assert_clean(answer.everything());
     }
     ids.sort_unstable();
     ids.dedup();
@@ -1565,7 +1523,7 @@ fn first_sse_event_reaches_the_client_while_the_stream_is_still_open() {
         "the request ended before its first event was read"
     );
     assert_eq!(env.broker.decision_of(&id)["decision"], "allow");
-    env.assert_clean(&format!("{head:?}{first}"));
+    env.assert_clean(format!("{head:?}{first}"));
     // The agent goes away mid-stream: the upstream answered, so the outcome is completed, and
     // says the client closed.
     let _ = client.child.kill();
@@ -1602,7 +1560,7 @@ fn sse_stream_arrives_whole_in_order_and_scrubbed() {
         assert_eq!(data["header"], format!("Bearer {REDACTED}"));
     }
     assert_allowed_audit(&env.broker, &id, &["echo-all"], "completed", 200, None);
-    env.assert_clean(&format!("{head:?}{events:?}"));
+    env.assert_clean(format!("{head:?}{events:?}"));
 }
 
 #[test]
@@ -1642,7 +1600,7 @@ fn scrubbed_answers_carry_no_stale_content_length() {
         }
         let id = response.header("mint-request-id").unwrap().to_owned();
         assert_allowed_audit(&env.broker, &id, &["echo-all"], "completed", 200, None);
-        env.assert_clean(&response.everything());
+        env.assert_clean(response.everything());
     }
 }
 
@@ -1701,7 +1659,7 @@ fn redirect_is_returned_not_followed_and_its_location_is_scrubbed() {
             status.parse().unwrap(),
             None,
         );
-        env.assert_clean(&response.everything());
+        env.assert_clean(response.everything());
     }
     // A header secret echoed into Location and Set-Cookie is scrubbed there too.
     let response = env.get("/echo-header", &[]);
@@ -1711,7 +1669,7 @@ fn redirect_is_returned_not_followed_and_its_location_is_scrubbed() {
         Some(format!("Bearer {REDACTED}").as_str())
     );
     assert!(response.header("set-cookie").unwrap().contains(REDACTED));
-    env.assert_clean(&response.everything());
+    env.assert_clean(response.everything());
 }
 
 // ------------------------------------------------------------------------------------------
@@ -1782,7 +1740,7 @@ fn fifty_parallel_requests_against_max_10_forward_exactly_10() {
         .count();
     assert_eq!(completed, 10);
     for answer in &answers {
-        env.assert_clean(&answer.everything());
+        env.assert_clean(answer.everything());
     }
 }
 
@@ -1850,7 +1808,7 @@ fn past_max_connections_a_connection_waits_unanswered_until_one_closes() {
         "{records:?}"
     );
     assert_eq!(records.len(), 4, "{records:?}");
-    env.assert_clean(&format!(
+    env.assert_clean(format!(
         "{head:?}{first}{}{}",
         waiting.everything(),
         response.everything()
@@ -1894,7 +1852,8 @@ fn slowloris_gets_a_json_408_and_an_audit_record_while_others_are_served() {
     let env = start(allow_echo, ALIASES, &["--header-read-timeout", "1s"]);
     let head = format!(
         "GET /v1/proxy/https/127.0.0.1:{}/echo?slow=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nMint-Capability: {}\r\nAuthorization: Bearer {{{{mint:echo}}}}\r\n\r\n",
-        env.port, env.cap
+        env.port(),
+        env.cap
     );
     // Served while a slow head was pending, in one of a few attempts: one attempt is enough
     // unless the machine stalls for longer than the whole header timeout.
@@ -2016,7 +1975,7 @@ fn bad_input_is_answered_audited_and_never_forwarded() {
         let outcome_record = env.broker.outcome_of(&id);
         assert_eq!(outcome_record["status"], status);
         assert_eq!(env.broker.decision_of(&id)["decision"], "deny");
-        env.assert_clean(&response.everything());
+        env.assert_clean(response.everything());
     }
     assert_eq!(env.forwarded(), 0);
     // The broker still serves.
@@ -2025,7 +1984,7 @@ fn bad_input_is_answered_audited_and_never_forwarded() {
 
 /// Requests hyper cannot parse, each with the status hyper's parser gives it.
 fn malformed_requests(env: &Env) -> Vec<(String, u16)> {
-    let target = format!("/v1/proxy/https/127.0.0.1:{}/echo", env.port);
+    let target = format!("/v1/proxy/https/127.0.0.1:{}/echo", env.port());
     let cap = &env.cap;
     vec![
         ("GARBAGE\r\n\r\n".to_owned(), 400),
@@ -2054,7 +2013,8 @@ fn oversized_request_head(env: &Env) -> (String, u16) {
     (
         format!(
             "GET /v1/proxy/https/127.0.0.1:{}/echo HTTP/1.1\r\nHost: x\r\nMint-Capability: {}\r\n{many_headers}\r\n",
-            env.port, env.cap
+            env.port(),
+            env.cap
         ),
         431,
     )
@@ -2124,7 +2084,7 @@ fn sigterm_lets_the_request_in_flight_finish_then_exits_0_with_a_verified_log() 
         String::from_utf8_lossy(&verify.stdout),
         String::from_utf8_lossy(&verify.stderr)
     );
-    env.assert_clean(&format!("{head:?}{first}{rest}"));
+    env.assert_clean(format!("{head:?}{first}{rest}"));
 }
 
 // ------------------------------------------------------------------------------------------
@@ -2323,7 +2283,7 @@ fn python_httpx_client_gets_answers_with_the_secret_redacted() {
     let output = Command::new(&python)
         .arg(repo_root().join("tests/python/proxy_client.py"))
         .args(["--base", &env.broker.base])
-        .args(["--port", &env.port.to_string()])
+        .args(["--port", &env.port().to_string()])
         .env("MINT_CAPABILITY", &env.cap)
         .env_remove("http_proxy")
         .env_remove("HTTP_PROXY")
@@ -2348,7 +2308,7 @@ fn python_httpx_client_gets_answers_with_the_secret_redacted() {
     // ...and Python saw it only redacted, in every encoding the echo sent it back in.
     assert!(report["checks"].as_array().unwrap().len() >= 4, "{report}");
     assert!(stdout.contains(REDACTED), "{stdout}");
-    env.assert_clean(&format!("{stdout}{stderr}"));
+    env.assert_clean(format!("{stdout}{stderr}"));
     for id in report["request_ids"].as_array().unwrap() {
         let outcome = env.broker.outcome_of(id.as_str().unwrap());
         assert_eq!(outcome["outcome"], "completed", "{outcome}");
@@ -2369,7 +2329,7 @@ fn http2_requests_are_proxied_and_head_answers_carry_no_body() {
     let got = env.get("/echo", &h2);
     assert_eq!(got.status, 200, "{}", got.body);
     assert!(got.body.contains("[mint:redacted]"), "{}", got.body);
-    env.assert_clean(&got.everything());
+    env.assert_clean(got.everything());
 
     // HEAD: the head only (`curl -I` prints it). Whether a body follows on the wire is held by
     // the unit test `explain::tests::the_proxy_shortcut_agrees_with_the_router`.

@@ -19,68 +19,44 @@
 #![allow(clippy::unwrap_used, clippy::panic, reason = "tests")]
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
-use mint_tests::EchoPeer;
-use mint_tests::broker::{Broker, CurlResponse, MintHome, curl, curl_command, raw_http};
-use mint_tests::echo_peer;
-use mint_tests::echo_upstream::EchoConfig;
+use mint_tests::broker::{CurlResponse, curl, curl_command, raw_http};
+use mint_tests::lab::{self, LabConfig};
 
 /// The secret of alias `echo` (header site), bound to `127.0.0.1`.
 const CANARY: &str = "canary22-Bq7w/Xy3+Zr5=Td8";
 
-/// A broker in front of an echo upstream, with a policy that allows `POST /echo` and MCP
+/// The shared lab in front of an echo upstream, with a policy that allows `POST /echo` and MCP
 /// traffic to `/echo/mcp` (any tool but `drop*`), `query-docs` only on `/echo/docs`, and denies
-/// `DELETE`.
-struct Lab {
-    peer: EchoPeer,
-    _home: MintHome,
-    cap: String,
-    broker: Broker,
-    dir: tempfile::TempDir,
+/// `DELETE`; with this file's curl (the canary's placeholder on every request) and refusal check.
+struct Lab(lab::Lab);
+
+impl std::ops::Deref for Lab {
+    type Target = lab::Lab;
+
+    fn deref(&self) -> &lab::Lab {
+        &self.0
+    }
 }
 
 impl Lab {
     #[track_caller]
     fn start() -> Lab {
-        let dir = tempfile::tempdir().unwrap();
-        let peer = echo_peer(dir.path(), EchoConfig::default());
-        let port = peer.server.port();
-        let rules = format!(
-            "  - id: echo\n    effect: allow\n    match:\n      alias: [echo]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [GET, POST, DELETE]\n      path: [/echo, /echo/mcp, /echo/docs]\n  - id: mcp-tools\n    effect: allow\n    match:\n      alias: [echo]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [POST]\n      path: [/echo/mcp]\n      tool: [\"*\"]\n  - id: docs-tool\n    effect: allow\n    match:\n      alias: [echo]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [POST]\n      path: [/echo/docs]\n      tool: [query-docs]\n  - id: no-drop\n    effect: deny\n    match:\n      tool: [\"drop*\"]\n  - id: no-deletes\n    effect: deny\n    match:\n      method: [DELETE]\n"
-        );
-        let policy = format!("version: 1\ndefault: deny\nrules:\n{rules}");
-        let aliases = "aliases:\n  - name: echo\n    hosts: [127.0.0.1]\n    sites: [header]\n    source: file:$SECRETS/echo\n";
-        let home = MintHome::new(&policy, aliases, &[("echo", CANARY)]);
-        let cap = home.issue_capability("mino", &[]);
-        let broker = home.serve(&peer.ca_file, &[]);
-        Lab {
-            peer,
-            _home: home,
-            cap,
-            broker,
-            dir,
-        }
+        let config = LabConfig {
+            secrets: &[("echo", CANARY)],
+            ..LabConfig::default()
+        };
+        Lab(lab::Lab::start(config, |port| {
+            format!(
+                "  - id: echo\n    effect: allow\n    match:\n      alias: [echo]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [GET, POST, DELETE]\n      path: [/echo, /echo/mcp, /echo/docs]\n  - id: mcp-tools\n    effect: allow\n    match:\n      alias: [echo]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [POST]\n      path: [/echo/mcp]\n      tool: [\"*\"]\n  - id: docs-tool\n    effect: allow\n    match:\n      alias: [echo]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [POST]\n      path: [/echo/docs]\n      tool: [query-docs]\n  - id: no-drop\n    effect: deny\n    match:\n      tool: [\"drop*\"]\n  - id: no-deletes\n    effect: deny\n    match:\n      method: [DELETE]\n"
+            )
+        }))
     }
 
     fn url(&self, path_and_query: &str) -> String {
-        format!(
-            "{}/v1/proxy/https/127.0.0.1:{}{path_and_query}",
-            self.broker.base,
-            self.peer.server.port()
-        )
-    }
-
-    fn forwarded(&self) -> usize {
-        self.peer.server.requests().len()
-    }
-
-    /// Writes `bytes` to a file in the lab's directory, for `--data-binary @FILE`.
-    fn file(&self, name: &str, bytes: &[u8]) -> PathBuf {
-        let path = self.dir.path().join(name);
-        std::fs::write(&path, bytes).unwrap();
-        path
+        self.echo_url(path_and_query)
     }
 
     /// curl with the capability and the canary's placeholder, plus `args` (the URL among them).
@@ -109,24 +85,6 @@ impl Lab {
         }
         args.extend(["--data-binary", data.as_str(), url.as_str()]);
         self.curl(&args)
-    }
-
-    /// The canary is in nothing the agent saw, nor in the audit log or Mint's stderr.
-    #[track_caller]
-    fn assert_clean(&self, seen: &str) {
-        assert!(!seen.contains(CANARY), "the agent saw the secret: {seen}");
-        assert!(
-            !self.broker.audit_text().contains(CANARY),
-            "the audit log holds the secret"
-        );
-        assert!(
-            !self.broker.stderr().contains(CANARY),
-            "Mint's stderr holds the secret"
-        );
-        assert!(
-            !seen.contains(&self.cap),
-            "the agent's answer holds the capability"
-        );
     }
 
     /// Refused with `status` and `code`, audited as a `deny` with `reason` and `tool` (the
@@ -166,7 +124,7 @@ impl Lab {
             before,
             "{what}: a refused request reached the upstream"
         );
-        self.assert_clean(&response.everything());
+        self.assert_clean(response.everything());
         decision
     }
 }
@@ -218,7 +176,7 @@ fn issue_22_bodies_mint_cannot_examine_whole_are_refused_unsent() {
     );
     let id = response.header("mint-request-id").unwrap();
     assert_eq!(lab.broker.decision_of(id)["mcp_tool"], "search");
-    lab.assert_clean(&response.everything());
+    lab.assert_clean(response.everything());
 
     // The reviewer's body: 10 MiB + 1 spaces, then the denied call, gzipped.
     let mut padded = vec![b' '; (10 << 20) + 1];
@@ -330,7 +288,7 @@ fn issue_22_bodies_mint_cannot_examine_whole_are_refused_unsent() {
     assert_eq!(response.status, 400, "{}", response.body);
     assert_eq!(response.json()["error"]["code"], "invalid_request");
     assert_eq!(lab.forwarded(), before);
-    lab.assert_clean(&response.everything());
+    lab.assert_clean(response.everything());
 }
 
 /// Finding 4: method-override spellings that PHP frameworks read are refused unless they repeat
@@ -422,7 +380,7 @@ fn issue_22_method_override_spellings_php_reads_are_refused() {
             (seen.method.as_str(), seen.body.as_slice()),
             ("POST", body.as_bytes())
         );
-        lab.assert_clean(&response.everything());
+        lab.assert_clean(response.everything());
     }
     let response = lab.curl(&[
         "-X",
@@ -432,7 +390,7 @@ fn issue_22_method_override_spellings_php_reads_are_refused() {
         &lab.url("/echo"),
     ]);
     assert_eq!(response.status, 200, "{}", response.body);
-    lab.assert_clean(&response.everything());
+    lab.assert_clean(response.everything());
 }
 
 /// Also check (tool names): a deny rule on `drop*` matches `DROP_TABLE` and `Drop_Table` (an MCP
@@ -473,7 +431,7 @@ fn issue_22_denied_tools_are_refused_in_any_case() {
     let response = lab.post("/echo/docs", &[JSON], &body);
     assert_eq!(response.status, 200, "{}", response.body);
     assert_eq!(lab.forwarded(), before + 1);
-    lab.assert_clean(&response.everything());
+    lab.assert_clean(response.everything());
 }
 
 /// `VmHWM` (peak resident set) of a process, in bytes.

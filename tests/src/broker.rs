@@ -292,6 +292,20 @@ impl Broker {
         );
     }
 
+    /// No secret of `secrets` in `seen` (what the agent received, shown lossily as UTF-8), in
+    /// the audit log or in Mint's stderr.
+    #[track_caller]
+    pub fn assert_clean(&self, seen: impl AsRef<[u8]>, secrets: &[&str]) {
+        let seen = String::from_utf8_lossy(seen.as_ref());
+        let audit = self.audit_text();
+        let stderr = self.stderr();
+        for secret in secrets {
+            assert!(!seen.contains(secret), "the client saw a secret: {seen}");
+            assert!(!audit.contains(secret), "the audit log holds a secret");
+            assert!(!stderr.contains(secret), "Mint's stderr holds a secret");
+        }
+    }
+
     /// The audit records of `request_id`, in the log's order.
     pub fn records_of(&self, request_id: &str) -> Vec<serde_json::Value> {
         self.audit_records()

@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 
 pub mod broker;
+pub mod lab;
 
 /// The root of the workspace.
 pub fn repo_root() -> PathBuf {
