@@ -499,6 +499,125 @@ fn issue_24_a_policy_truncated_by_path_is_reloaded() {
     assert_no_canary(&broker);
 }
 
+/// A program that rewrites the policy in place through a shared memory mapping, pausing half way
+/// (outside review of the reload watcher): stores through `mmap` send no IN_MODIFY, so the old
+/// watcher saw a changed stamp, no writer, and loaded the half-written file after two polls; and
+/// the later stores did not move the stamp again, so the finished file was never loaded.
+#[test]
+fn review_a_policy_rewritten_through_mmap_is_not_loaded_half_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let peer = echo_peer(dir.path(), EchoConfig::default());
+    let port = peer.server.port();
+    // Before: DELETE allowed except on the probe. After (same length): DELETE no longer
+    // allowed, the deny rule moved off the probe. Half way (the tail rewritten first): DELETE
+    // allowed on the probe, which neither version allows.
+    let old = policy(port, "GET, DELETE", &no_probe_rule(port));
+    let new = policy(
+        port,
+        "GET        ",
+        &no_probe_rule(port).replace("/probe", "/xxxxx"),
+    );
+    assert_eq!(old.len(), new.len());
+    let home = MintHome::new(&old, ALIASES, &[("echo", CANARY)]);
+    let cap = home.issue_capability("mino", &[]);
+    let broker = home.serve(&peer.ca_file, &[]);
+    assert_eq!(send(&broker, &cap, port, "DELETE", "probe").0, 403);
+    assert_eq!(send(&broker, &cap, port, "DELETE", "other").0, 200);
+    let path = home.path().join("policy.yaml");
+    let writer_code = "import mmap, os, sys\n\
+        path, new = sys.argv[1], sys.argv[2].encode()\n\
+        fd = os.open(path, os.O_RDWR)\n\
+        m = mmap.mmap(fd, len(new))\n\
+        cut = new.index(b'path: [\"/echo/xxxxx')\n\
+        m[cut:] = new[cut:]\n\
+        print('half', flush=True)\n\
+        sys.stdin.readline()\n\
+        m[:] = new\n\
+        m.close()\n\
+        os.close(fd)\n";
+    let mut writer = Command::new("python3")
+        .args(["-c", writer_code])
+        .arg(&path)
+        .arg(&new)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(writer.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "half");
+    // Six polls: the old watcher loaded the half-written file after two.
+    std::thread::sleep(Duration::from_secs(3));
+    let (status, body) = send(&broker, &cap, port, "DELETE", "probe");
+    assert_eq!(status, 403, "the half-written policy was loaded: {body}");
+    assert_eq!(count_events(&broker, "policy_reloaded"), 0);
+    // The writer finishes and closes: the finished policy is loaded.
+    writer.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    assert!(writer.wait().unwrap().success());
+    assert!(
+        wait_for_events(&broker, "policy_reloaded", 1, Duration::from_secs(20)),
+        "the finished policy was not loaded"
+    );
+    assert_eq!(send(&broker, &cap, port, "DELETE", "other").0, 403);
+    assert_eq!(send(&broker, &cap, port, "DELETE", "probe").0, 403);
+    assert_eq!(send(&broker, &cap, port, "GET", "other").0, 200);
+    assert_no_canary(&broker);
+}
+
+/// A policy whose times keep moving (a program touching it every 200 ms, with no descriptor
+/// left open) holds every reload back, SIGHUP's too: the old watcher waited silently for as
+/// long as it lasted; the wait is audited now, and the change loads once it stops.
+#[test]
+fn review_a_policy_that_never_settles_is_audited_as_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let peer = echo_peer(dir.path(), EchoConfig::default());
+    let port = peer.server.port();
+    let home = MintHome::new(
+        &policy(port, "GET, DELETE", ""),
+        ALIASES,
+        &[("echo", CANARY)],
+    );
+    let cap = home.issue_capability("mino", &[]);
+    let broker = home.serve(&peer.ca_file, &[]);
+    assert_eq!(send(&broker, &cap, port, "DELETE", "probe").0, 200);
+    let path = home.path().join("policy.yaml");
+    std::fs::write(&path, policy(port, "GET", "")).unwrap();
+    hangup(&broker);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let toucher = {
+        let (path, stop) = (path.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let file = std::fs::File::open(&path).unwrap();
+                file.set_modified(std::time::SystemTime::now()).unwrap();
+                drop(file);
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        })
+    };
+    let said = wait_for_events(&broker, "policy_reload_waiting", 1, Duration::from_secs(30));
+    let reloaded_meanwhile = count_events(&broker, "policy_reloaded");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    toucher.join().unwrap();
+    assert!(
+        said,
+        "a reload held back by a file that never settles was not audited"
+    );
+    assert_eq!(reloaded_meanwhile, 0);
+    assert!(broker.stderr().contains("keeps changing"));
+    assert!(
+        wait_for_events(&broker, "policy_reloaded", 1, Duration::from_secs(20)),
+        "the settled policy was not loaded"
+    );
+    assert_eq!(send(&broker, &cap, port, "DELETE", "probe").0, 403);
+    assert_eq!(count_events(&broker, "policy_reload_waiting"), 1);
+    assert_no_canary(&broker);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Finding 6: `mint cap revoke` and locks held by others
 // ---------------------------------------------------------------------------------------------

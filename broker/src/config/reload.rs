@@ -16,13 +16,16 @@
 //! kernel's inotify is available) no writer is at work on it: inotify counts the descriptors
 //! opened on the file and closed again, and a file that was modified while some were open waits
 //! until all are closed, so an editor that writes in several pieces and pauses between them is
-//! waited for, even when another program opens and closes the file meanwhile (`touch`). A change
+//! waited for, even when another program opens and closes the file meanwhile (`touch`); a
+//! stamp that moves while descriptors are open is a write too (stores through `mmap` send no
+//! `IN_MODIFY`). A change
 //! made with no descriptor open that Mint saw opened (`truncate(2)` by path, a writer that opened
 //! the file before Mint watched it) is left to the two-poll rule. The descriptor read from must
 //! show the version seen at the poll, before and after reading. SIGHUP reloads whatever the files
 //! hold, changed or not, under the same rule: while a file is being written, the reload waits for
-//! it, and a wait longer than [`WAIT_WARNING`] is logged and audited once
-//! (`policy_reload_waiting`): the last good version stays in force until the writer closes.
+//! it, and a wait longer than [`WAIT_WARNING`] (for a writer, or for a file that never stays
+//! unchanged for two polls) is logged and audited once (`policy_reload_waiting`): the last good
+//! version stays in force until the writer closes.
 
 use std::mem::MaybeUninit;
 use std::os::fd::OwnedFd;
@@ -141,8 +144,13 @@ impl Reloader {
                 owed = true;
             }
             writers.follow(&paths);
-            let being_written = writers.drain();
+            writers.drain();
             let now = stamps(&paths);
+            // A change since the previous poll to a file that descriptors still hold open is a
+            // write even without an IN_MODIFY event: stores through a shared mapping (`mmap`)
+            // send none.
+            writers.changed_while_open(polled, now);
+            let being_written = writers.being_written();
             if now != loaded {
                 owed = true;
             }
@@ -154,15 +162,26 @@ impl Reloader {
                 continue;
             }
             if !still {
+                // Whatever holds the reload back (a writer that keeps the file open, or changes
+                // that never stop for two polls), a long wait is said once.
                 let (since, reported) = waiting.get_or_insert((tokio::time::Instant::now(), false));
-                if being_written && !*reported && since.elapsed() >= WAIT_WARNING {
+                if !*reported && since.elapsed() >= WAIT_WARNING {
                     *reported = true;
-                    tracing::warn!(
-                        policy.file = %self.policy.display(),
-                        aliases.file = %self.aliases.display(),
-                        waited_s = since.elapsed().as_secs(),
-                        "Reload waits: a program still holds the policy or alias file open after changing it; the last good version stays in force until it closes the file"
-                    );
+                    if being_written {
+                        tracing::warn!(
+                            policy.file = %self.policy.display(),
+                            aliases.file = %self.aliases.display(),
+                            waited_s = since.elapsed().as_secs(),
+                            "Reload waits: a program still holds the policy or alias file open after changing it; the last good version stays in force until it closes the file"
+                        );
+                    } else {
+                        tracing::warn!(
+                            policy.file = %self.policy.display(),
+                            aliases.file = %self.aliases.display(),
+                            waited_s = since.elapsed().as_secs(),
+                            "Reload waits: the policy or alias file keeps changing; the last good version stays in force until it stays unchanged for two polls"
+                        );
+                    }
                     audit_event(&state, "policy_reload_waiting");
                 }
                 continue;
@@ -284,10 +303,34 @@ impl Writers {
         }
     }
 
-    /// Reads the events queued since the last call; returns whether a file is being written.
-    fn drain(&mut self) -> bool {
+    /// Marks as being written each file whose stamp moved between `before` and `now` (the same
+    /// inode) while descriptors are open on it: writes through a shared mapping change the
+    /// file's times but send no IN_MODIFY. Call after [`Writers::drain`], with the
+    /// descriptors open now.
+    fn changed_while_open(&mut self, before: Stamps, now: Stamps) {
+        for (file, (before, now)) in self
+            .files
+            .iter_mut()
+            .zip([(before.0, now.0), (before.1, now.1)])
+        {
+            let (Some(before), Some(now)) = (before, now) else {
+                continue;
+            };
+            if file.open > 0 && before != now && before.same_file(&now) {
+                file.written = true;
+            }
+        }
+    }
+
+    /// Whether a file is being written, as far as the events drained tell.
+    fn being_written(&self) -> bool {
+        self.files.iter().any(Watched::being_written)
+    }
+
+    /// Reads the events queued since the last call.
+    fn drain(&mut self) {
         let Some(fd) = &self.inotify else {
-            return false;
+            return;
         };
         let mut buffer = [MaybeUninit::<u8>::uninit(); 4096];
         let mut reader = inotify::Reader::new(fd, &mut buffer);
@@ -329,7 +372,6 @@ impl Writers {
                 Err(_) => break,
             }
         }
-        self.files.iter().any(Watched::being_written)
     }
 }
 

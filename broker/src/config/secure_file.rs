@@ -302,6 +302,11 @@ impl FileStamp {
         }
     }
 
+    /// Whether both stamps are of one file (device and inode), whatever its contents.
+    pub fn same_file(&self, other: &FileStamp) -> bool {
+        (self.dev, self.ino) == (other.dev, other.ino)
+    }
+
     /// The stamp of what `path` names now (following symbolic links).
     pub fn at(path: &Path) -> io::Result<FileStamp> {
         fs::metadata(path).map(|m| FileStamp::of(&m))
