@@ -31,7 +31,8 @@ use mint_tests::broker::{
     Broker, CurlResponse, MintHome, curl_via_proxy, parse_raw_answer, raw_http,
 };
 use mint_tests::echo_upstream::EchoConfig;
-use mint_tests::{EchoPeer, echo_peer, repo_root};
+use mint_tests::lab::{self, LabConfig};
+use mint_tests::{echo_peer, repo_root};
 use serde_json::Value;
 
 /// The MCP server's API key (alias `mcpkey`). `/`, `+` and `=` make its JSON, percent and base64
@@ -692,14 +693,15 @@ fn mcp_name_header_naming_a_denied_tool_never_runs_it() {
 /// test needs no Python.
 #[test]
 fn mcp_denied_batch_is_audited_with_the_denied_tool() {
-    let dir = tempfile::tempdir().unwrap();
-    let peer = echo_peer(dir.path(), EchoConfig::default().plain_http());
-    let port = peer.server.port();
-    let policy = format!(
-        "version: 1
-default: deny
-rules:
-  - id: mcp-tools
+    let config = LabConfig {
+        echo: EchoConfig::default().plain_http(),
+        aliases: ECHO_ALIASES,
+        secrets: &[("echo", CANARY_ECHO)],
+        ..LabConfig::default()
+    };
+    let lab = lab::Lab::start(config, |port| {
+        format!(
+            "  - id: mcp-tools
     effect: allow
     match:
       scheme: [http]
@@ -709,10 +711,9 @@ rules:
       path: [/mcp]
       tool: [search]
 "
-    );
-    let home = MintHome::new(&policy, ECHO_ALIASES, &[("echo", CANARY_ECHO)]);
-    let cap = home.issue_capability("mino", &[]);
-    let broker = home.serve(&peer.ca_file, &[]);
+        )
+    });
+    let (broker, cap, port) = (&lab.broker, &lab.cap, lab.port());
     let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search","arguments":{"query":"x"}}},{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"delete_everything","arguments":{}}}]"#;
     let response = mint_tests::broker::curl(&[
         "-X",
@@ -726,7 +727,7 @@ rules:
         &format!("{}/v1/proxy/http/127.0.0.1:{port}/mcp", broker.base),
     ]);
     assert_eq!(response.status, 403, "{}", response.body);
-    assert!(peer.server.requests().is_empty());
+    assert!(lab.peer.server.requests().is_empty());
     let id = response.header("mint-request-id").unwrap().to_owned();
     assert_eq!(broker.decision_of(&id)["mcp_tool"], "delete_everything");
     assert_eq!(broker.outcome_of(&id)["mcp_tool"], "delete_everything");
@@ -741,57 +742,34 @@ const ECHO_ALIASES: &str =
 
 /// A plain-HTTP echo upstream on loopback, and a broker that allows GET and POST to it with the
 /// `echo` alias over `http`.
-struct ForwardLab {
-    peer: EchoPeer,
-    _home: MintHome,
-    cap: String,
-    broker: Broker,
-    _dir: tempfile::TempDir,
+struct ForwardLab(lab::Lab);
+
+impl std::ops::Deref for ForwardLab {
+    type Target = lab::Lab;
+
+    fn deref(&self) -> &lab::Lab {
+        &self.0
+    }
 }
 
 impl ForwardLab {
     #[track_caller]
     fn start() -> ForwardLab {
-        let dir = tempfile::tempdir().unwrap();
-        let peer = echo_peer(dir.path(), EchoConfig::default().plain_http());
-        let port = peer.server.port();
-        let policy = format!(
-            "version: 1
-default: deny
-rules:
-  - id: echo-forward
-    effect: allow
-    match:
-      alias: [echo]
-      scheme: [http]
-      host: [127.0.0.1]
-      port: [{port}]
-      method: [GET, POST]
-"
-        );
-        let home = MintHome::new(&policy, ECHO_ALIASES, &[("echo", CANARY_ECHO)]);
-        let cap = home.issue_capability("mino", &[]);
-        let broker = home.serve(&peer.ca_file, &[]);
-        ForwardLab {
-            peer,
-            _home: home,
-            cap,
-            broker,
-            _dir: dir,
-        }
-    }
-
-    fn port(&self) -> u16 {
-        self.peer.server.port()
-    }
-
-    fn forwarded(&self) -> usize {
-        self.peer.server.requests().len()
-    }
-
-    #[track_caller]
-    fn assert_clean(&self, seen: &str) {
-        assert_no_secret(&self.broker, &self.cap, CANARY_ECHO, seen);
+        let config = LabConfig {
+            echo: EchoConfig::default().plain_http(),
+            aliases: ECHO_ALIASES,
+            secrets: &[("echo", CANARY_ECHO)],
+            ..LabConfig::default()
+        };
+        ForwardLab(lab::Lab::start(config, |port| {
+            lab::allow(
+                "echo-forward",
+                "echo",
+                port,
+                "GET, POST",
+                "      scheme: [http]\n",
+            )
+        }))
     }
 }
 
@@ -870,7 +848,7 @@ fn curl_with_http_proxy_env_reaches_a_loopback_upstream() {
     assert_eq!(decision["scheme"], "http");
     assert_eq!(decision["port"], lab.port());
     assert_eq!(lab.broker.outcome_of(&id)["outcome"], "completed");
-    lab.assert_clean(&response.everything());
+    lab.assert_clean(response.everything());
 
     // An SSE stream through the forward proxy, every event redacted.
     let target = format!(
@@ -913,7 +891,7 @@ fn curl_with_http_proxy_env_reaches_a_loopback_upstream() {
         assert_eq!(event["n"], n);
         assert_eq!(event["header"], format!("Bearer {MARKER}"));
     }
-    lab.assert_clean(&response.everything());
+    lab.assert_clean(response.everything());
 }
 
 /// Python `requests` and `httpx2`, configured only with `HTTP_PROXY` / `http_proxy` (and httpx2
@@ -961,7 +939,7 @@ fn python_requests_and_httpx_with_http_proxy_env() {
         let id = id.as_str().unwrap();
         assert!(lab.broker.outcome_of(id)["outcome"].is_string(), "{id}");
     }
-    lab.assert_clean(&format!("{stdout}\n{stderr}"));
+    lab.assert_clean(format!("{stdout}\n{stderr}"));
 }
 
 /// A forward-proxy request whose `Host` header names another authority than its absolute target
@@ -990,7 +968,7 @@ fn forward_host_mismatch_from_curl_is_400() {
     assert_eq!(lab.broker.decision_of(&id)["reason"], "host_mismatch");
     assert_eq!(lab.broker.outcome_of(&id)["status"], 400);
     assert_eq!(lab.forwarded(), before);
-    lab.assert_clean(&response.everything());
+    lab.assert_clean(response.everything());
 }
 
 /// An HTTPS URL through Mint as proxy makes curl open a `CONNECT` tunnel: refused 405 (curl
@@ -1047,7 +1025,7 @@ fn connect_from_an_https_url_is_405_with_the_two_ways_in() {
     assert_eq!(decision["method"], "CONNECT");
     assert_eq!(decision["decision"], "deny");
     assert_eq!(lab.forwarded(), before);
-    lab.assert_clean(&response.everything());
+    lab.assert_clean(response.everything());
 }
 
 /// In forward-proxy mode `http://` toward a host that is not loopback is sent upstream as
@@ -1137,7 +1115,7 @@ fn forward_mode_auth_scheme_is_case_insensitive() {
             ],
         );
         assert_eq!(response.status, 200, "{scheme}: {}", response.body);
-        lab.assert_clean(&response.everything());
+        lab.assert_clean(response.everything());
     }
 }
 
@@ -1145,14 +1123,15 @@ fn forward_mode_auth_scheme_is_case_insensitive() {
 /// that would run several different tools is refused (the audit record names one tool).
 #[test]
 fn mcp_batches_pay_per_call_and_run_one_tool_only() {
-    let dir = tempfile::tempdir().unwrap();
-    let peer = echo_peer(dir.path(), EchoConfig::default().plain_http());
-    let port = peer.server.port();
-    let policy = format!(
-        "version: 1
-default: deny
-rules:
-  - id: mcp-tools
+    let config = LabConfig {
+        echo: EchoConfig::default().plain_http(),
+        aliases: ECHO_ALIASES,
+        secrets: &[("echo", CANARY_ECHO)],
+        ..LabConfig::default()
+    };
+    let lab = lab::Lab::start(config, |port| {
+        format!(
+            "  - id: mcp-tools
     effect: allow
     match:
       scheme: [http]
@@ -1164,10 +1143,9 @@ rules:
     limits:
       - {{ max: 2, per: 1h }}
 "
-    );
-    let home = MintHome::new(&policy, ECHO_ALIASES, &[("echo", CANARY_ECHO)]);
-    let cap = home.issue_capability("mino", &[]);
-    let broker = home.serve(&peer.ca_file, &[]);
+        )
+    });
+    let (broker, cap, port) = (&lab.broker, &lab.cap, lab.port());
     let call = |id: u32, tool: &str| {
         format!(
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{{}}}}}}"#
@@ -1201,14 +1179,14 @@ rules:
         call(3, "search")
     ));
     assert_eq!(three.status, 429, "{}", three.body);
-    assert!(peer.server.requests().is_empty());
+    assert!(lab.peer.server.requests().is_empty());
     // Two calls fit, and use the whole budget: the next single call is limited.
     let two = post(format!("[{},{}]", call(1, "search"), call(2, "search")));
     assert_eq!(two.status, 200, "{}", two.body);
     let one = post(call(3, "search"));
     assert_eq!(one.status, 429, "{}", one.body);
     assert_eq!(one.json()["error"]["data"]["rules"][0], "mcp-tools");
-    assert_eq!(peer.server.requests().len(), 1);
+    assert_eq!(lab.peer.server.requests().len(), 1);
 }
 
 /// The capability in the proxy URL (`http://agent:<token>@mint`), as clients configured only by
