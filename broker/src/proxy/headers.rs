@@ -163,9 +163,12 @@ pub(crate) fn check_override_params(
     if overridden { refused() } else { Ok(()) }
 }
 
-/// Whether a `key=value&...` string has a `_method` key whose value is not `own`.
+/// Whether a `key=value&...` string has a `_method` key whose value is not `own`. Pairs are
+/// split on `;` as well as `&`: old Rack, PHP with `arg_separator.input = "&;"`, Python before
+/// 3.9.2 and Go before 1.17 read `a=1;_method=DELETE` as two parameters. Where a receiver does
+/// not, the `;` stays inside a value, and refusing is only stricter than needed.
 fn form_overrides(pairs: &[u8], own: &[u8]) -> bool {
-    pairs.split(|&b| b == b'&').any(|pair| {
+    pairs.split(|&b| b == b'&' || b == b';').any(|pair| {
         let (key, value) = match pair.iter().position(|&b| b == b'=') {
             Some(at) => (
                 pair.get(..at).unwrap_or_default(),
@@ -659,6 +662,18 @@ mod tests {
             check_override_params(&post, None, &json, br#"{"a":{"_method":"DELETE"}}"#).is_ok()
         );
         assert!(check_override_params(&post, Some("_method=post"), &none, b"").is_ok());
+        // `;` separates parameters to old Rack, PHP's `arg_separator.input`, old Python and Go.
+        for pairs in ["a=1;_method=DELETE", ";_method=DELETE", "a=1&b=2;.method=PUT"] {
+            assert!(
+                check_override_params(&post, Some(pairs), &none, b"").is_err(),
+                "{pairs}"
+            );
+            assert!(
+                check_override_params(&post, None, &form, pairs.as_bytes()).is_err(),
+                "{pairs}"
+            );
+        }
+        assert!(check_override_params(&post, Some("a=1;b=2;_method=POST"), &none, b"").is_ok());
         assert!(check_override_params(&post, Some("my_method=DELETE"), &none, b"").is_ok());
         // A JSON body is not a form: its text is not read as parameters.
         assert!(check_override_params(&post, None, &json, b"_method=DELETE").is_ok());

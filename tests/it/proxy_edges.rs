@@ -1,0 +1,175 @@
+//! The smaller gaps an outside attack on the merged binary found after issue 22's nine findings
+//! were fixed, end to end: the real `mint serve`, a real HTTPS echo upstream (or a scripted
+//! plain-HTTP one), and curl or a raw TCP client (raw HTTP/2 frames where curl will not send what
+//! the attack needs) as the agent.
+//!
+//! - Header names with `_` for `-` are the same header to PHP and CGI gateways: `Mcp_Name` must
+//!   name the tool, underscore spellings of the framing and coding headers are refused, and those
+//!   of `Mint-*`, `Proxy-*` and hop-by-hop headers are stripped like the hyphen forms, both ways.
+//! - `;` separates parameters too (old Rack, PHP's `arg_separator.input`, old Python and Go):
+//!   `a=1;_method=DELETE` cannot pass a deny rule on `DELETE`.
+//! - HTTP/2 requests that the HTTP/2 library resets (a `content-length` that disagrees with the
+//!   DATA sent, one that is not a number, `transfer-encoding`, `connection`) get one decision and
+//!   one outcome record that say what the agent got: a stream reset, no HTTP status.
+//! - The interim `100 Continue` carries the request's `Mint-Request-Id`.
+//! - A multi-member gzip answer is decoded whole, as multi-member request bodies are; a gzip
+//!   answer without a body loses its `Content-Encoding`.
+//!
+//! Every test plants a canary secret and checks it is absent from everything the agent
+//! received, from the audit log and from Mint's stderr; refused requests reach no upstream.
+
+#![allow(clippy::unwrap_used, clippy::panic, reason = "tests")]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use mint_tests::EchoPeer;
+use mint_tests::broker::{
+    Broker, CurlResponse, MintHome, ScriptedUpstream, curl, parse_raw_answer,
+};
+use mint_tests::echo_peer;
+use mint_tests::echo_upstream::EchoConfig;
+use serde_json::Value;
+
+/// The secret of alias `echo` (header site), bound to `127.0.0.1`.
+const CANARY: &str = "canary-edge22-Kv4p/Wm7+Qs2=Hx9";
+
+const ALIASES: &str = "aliases:\n  - name: echo\n    hosts: [127.0.0.1]\n    sites: [header]\n    source: file:$SECRETS/echo\n";
+
+/// A broker in front of an echo upstream, with a policy that allows `GET`, `POST` and `DELETE`
+/// to `/echo` and MCP calls to `/echo/mcp` (any tool but `drop*`), and denies `DELETE`.
+struct Lab {
+    peer: EchoPeer,
+    _home: MintHome,
+    cap: String,
+    broker: Broker,
+    _dir: tempfile::TempDir,
+}
+
+impl Lab {
+    #[track_caller]
+    fn start() -> Lab {
+        let dir = tempfile::tempdir().unwrap();
+        let peer = echo_peer(dir.path(), EchoConfig::default());
+        let port = peer.server.port();
+        let policy = format!(
+            "version: 1\ndefault: deny\nrules:\n  - id: echo\n    effect: allow\n    match:\n      alias: [echo]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [GET, POST, DELETE]\n      path: [/echo, /echo/mcp]\n  - id: mcp-tools\n    effect: allow\n    match:\n      alias: [echo]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [POST]\n      path: [/echo/mcp]\n      tool: [\"*\"]\n  - id: no-drop\n    effect: deny\n    match:\n      tool: [\"drop*\"]\n  - id: no-deletes\n    effect: deny\n    match:\n      method: [DELETE]\n"
+        );
+        let home = MintHome::new(&policy, ALIASES, &[("echo", CANARY)]);
+        let cap = home.issue_capability("mino", &[]);
+        let broker = home.serve(&peer.ca_file, &[]);
+        Lab {
+            peer,
+            _home: home,
+            cap,
+            broker,
+            _dir: dir,
+        }
+    }
+
+    fn path(&self, path_and_query: &str) -> String {
+        format!(
+            "/v1/proxy/https/127.0.0.1:{}{path_and_query}",
+            self.peer.server.port()
+        )
+    }
+
+    fn url(&self, path_and_query: &str) -> String {
+        format!("{}{}", self.broker.base, self.path(path_and_query))
+    }
+
+    fn forwarded(&self) -> usize {
+        self.peer.server.requests().len()
+    }
+
+    /// curl with the capability and the canary's placeholder, plus `args` (the URL among them).
+    #[track_caller]
+    fn curl(&self, args: &[&str]) -> CurlResponse {
+        let cap = format!("Mint-Capability: {}", self.cap);
+        let mut all = vec![
+            "-g",
+            "-H",
+            cap.as_str(),
+            "-H",
+            "Authorization: Bearer {{mint:echo}}",
+        ];
+        all.extend_from_slice(args);
+        curl(&all)
+    }
+
+    /// No canary and no capability in `seen`, in the audit log or in Mint's stderr.
+    #[track_caller]
+    fn assert_clean(&self, seen: &str) {
+        assert!(!seen.contains(CANARY), "the agent saw the secret: {seen}");
+        assert!(!seen.contains(&self.cap), "the agent saw the capability");
+        self.broker.assert_secret_absent(CANARY);
+        self.broker.assert_secret_absent(&self.cap);
+    }
+
+    /// Refused with `status`, Mint's `code` (or a JSON-RPC error carrying it) and audit
+    /// `reason`, audited as a `deny` whose outcome has that status, nothing forwarded since
+    /// `before`, nothing leaked.
+    #[track_caller]
+    fn assert_refused(&self, what: &str, response: &CurlResponse, expected: (u16, &str, &str)) {
+        let (status, code, reason) = expected;
+        let json: Value = serde_json::from_str(&response.body).unwrap_or_default();
+        let error = &json["error"];
+        let found = error["code"]
+            .as_str()
+            .or_else(|| error["data"]["code"].as_str());
+        assert_eq!(
+            (response.status, found),
+            (status, Some(code)),
+            "{what}: {}",
+            response.body
+        );
+        let id = response.header("mint-request-id").unwrap();
+        let decision = self.broker.decision_of(id);
+        assert_eq!(decision["decision"], "deny", "{what}: {decision}");
+        assert_eq!(decision["reason"], reason, "{what}: {decision}");
+        let outcome = self.broker.outcome_of(id);
+        assert_eq!(outcome["status"], status, "{what}: {outcome}");
+        self.assert_clean(&response.everything());
+    }
+}
+
+fn call(tool: &str) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"{tool}","arguments":{{}}}}}}"#
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. `;` as a parameter separator
+// ---------------------------------------------------------------------------------------------
+
+/// Old Rack, PHP with `arg_separator.input = "&;"`, Python before 3.9.2 and Go before 1.17 split
+/// parameters on `;` too, so `a=1;_method=DELETE` is a `DELETE` to them. Was: forwarded as a
+/// `POST` past the deny rule on `DELETE`. Now refused in the query and in a form body.
+#[test]
+fn issue_22_semicolon_separated_method_overrides_are_refused() {
+    let lab = Lab::start();
+    let form = "Content-Type: application/x-www-form-urlencoded";
+    for query in ["?a=1;_method=DELETE", "?a=1;.method=DELETE", "?;_method=PUT"] {
+        let before = lab.forwarded();
+        let response = lab.curl(&["-X", "POST", &lab.url(&format!("/echo{query}"))]);
+        lab.assert_refused(query, &response, (400, "invalid_request", "invalid_method"));
+        assert_eq!(lab.forwarded(), before, "{query}: forwarded");
+    }
+    for body in ["a=1;_method=DELETE", "a=1&b=2;+_method=DELETE"] {
+        let before = lab.forwarded();
+        let response = lab.curl(&["-H", form, "--data-binary", body, &lab.url("/echo")]);
+        lab.assert_refused(body, &response, (400, "invalid_request", "invalid_method"));
+        assert_eq!(lab.forwarded(), before, "{body}: forwarded");
+    }
+    // `;` between ordinary parameters, or a `_method` that repeats the method, passes.
+    for body in ["a=1;b=2", "a=1;_method=POST"] {
+        let response = lab.curl(&["-H", form, "--data-binary", body, &lab.url("/echo")]);
+        assert_eq!(response.status, 200, "{body}: {}", response.body);
+        let seen = lab.peer.server.requests().last().unwrap();
+        assert_eq!(seen.body, body.as_bytes());
+        lab.assert_clean(&response.everything());
+    }
+}
+
