@@ -141,6 +141,182 @@ fn call(tool: &str) -> String {
 }
 
 // ---------------------------------------------------------------------------------------------
+// 1. Header names with `_` for `-`
+// ---------------------------------------------------------------------------------------------
+
+/// PHP's and CGI's server variables read `-` and `_` in header names alike (PHP's built-in
+/// server keeps underscore headers). Was: all of these forwarded as they came. Now `Mcp_Name` is
+/// checked as `Mcp-Name`; `Content_Length`, `Transfer_Encoding`, `Content_Encoding` and
+/// `Content_Type` are refused (400, `ambiguous_framing`: Mint frames, decodes and parses the body
+/// by the hyphen forms); and `Mint_*`, `Proxy_*`, `Keep_Alive` and what `Connection` names in
+/// either spelling are stripped, from requests and from answers.
+#[test]
+fn issue_22_underscore_header_spellings_are_read_as_their_hyphen_forms() {
+    let lab = Lab::start();
+    let json = "Content-Type: application/json";
+
+    // `Mcp_Name` must name the tool the body calls, as `Mcp-Name` must.
+    for header in ["Mcp_Name: drop_table", "MCP_NAME: drop_table", "mcp_name: other"] {
+        let before = lab.forwarded();
+        let body = call("search");
+        let response = lab.curl(&[
+            "-H",
+            json,
+            "-H",
+            header,
+            "--data-binary",
+            &body,
+            &lab.url("/echo/mcp"),
+        ]);
+        lab.assert_refused(header, &response, (400, "invalid_request", "invalid_mcp_message"));
+        assert_eq!(lab.forwarded(), before, "{header}: forwarded");
+    }
+    let body = call("search");
+    let response = lab.curl(&[
+        "-H",
+        json,
+        "-H",
+        "Mcp_Name: search",
+        "--data-binary",
+        &body,
+        &lab.url("/echo/mcp"),
+    ]);
+    assert_eq!(response.status, 200, "{}", response.body);
+    lab.assert_clean(&response.everything());
+
+    // Framing and coding headers spelled with `_`: refused, nothing forwarded.
+    for header in [
+        "Transfer_Encoding: chunked",
+        "Content_Length: 3",
+        "content_length: 3",
+        "Content_Encoding: gzip",
+        "Content_Type: application/x-www-form-urlencoded",
+    ] {
+        let before = lab.forwarded();
+        let response = lab.curl(&[
+            "-H",
+            header,
+            "--data-binary",
+            "abc",
+            &lab.url("/echo"),
+        ]);
+        lab.assert_refused(
+            header,
+            &response,
+            (400, "invalid_request", "ambiguous_framing"),
+        );
+        assert_eq!(lab.forwarded(), before, "{header}: forwarded");
+    }
+
+    // Mint's own, proxy and hop-by-hop headers spelled with `_`: stripped like the hyphen forms.
+    let cap_again = format!("Mint_Capability: {}", lab.cap);
+    let proxy_auth = format!("Proxy_Authorization: Bearer {}", lab.cap);
+    let response = lab.curl(&[
+        "-H",
+        &cap_again,
+        "-H",
+        &proxy_auth,
+        "-H",
+        "Mint_Debug: 1",
+        "-H",
+        "Proxy_Connection: keep-alive",
+        "-H",
+        "Keep_Alive: timeout=5",
+        "-H",
+        "Accept_Encoding: gzip",
+        "-H",
+        "Connection: x_foo, X-Bar",
+        "-H",
+        "X-Foo: hop",
+        "-H",
+        "X_Bar: hop",
+        "-H",
+        "X_Kept: yes",
+        &lab.url("/echo"),
+    ]);
+    assert_eq!(response.status, 200, "{}", response.body);
+    let seen = lab.peer.server.requests().last().unwrap();
+    let names: Vec<String> = seen
+        .headers
+        .iter()
+        .map(|(n, _)| n.to_ascii_lowercase())
+        .collect();
+    for stripped in [
+        "mint_capability",
+        "proxy_authorization",
+        "mint_debug",
+        "proxy_connection",
+        "keep_alive",
+        "accept_encoding",
+        "x-foo",
+        "x_bar",
+    ] {
+        assert!(
+            !names.iter().any(|n| n == stripped),
+            "{stripped} forwarded: {names:?}"
+        );
+    }
+    assert_eq!(seen.header("x_kept"), Some("yes"), "{names:?}");
+    assert!(!seen.contains(&lab.cap), "the capability reached the upstream");
+    lab.assert_clean(&response.everything());
+
+    // Answers: an upstream cannot forge Mint's headers, or label framing and coding, with `_`.
+    let upstream = ScriptedUpstream::start(Box::new(|_, _| {
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nMint_Request_Id: forged\r\nMint_Outcome: completed\r\nProxy_Authenticate: Basic\r\nKeep_Alive: timeout=5\r\nContent_Length: 999\r\nTransfer_Encoding: chunked\r\nContent_Encoding: gzip\r\nX_Kept: yes\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+            .to_vec()
+    }));
+    let broker = scripted_broker(&upstream);
+    let response = curl(&[
+        "-H",
+        &format!("Mint-Capability: {}", broker.1),
+        "-H",
+        "Authorization: Bearer {{mint:echo}}",
+        &format!(
+            "{}/v1/proxy/http/127.0.0.1:{}/answer",
+            broker.0.base,
+            upstream.port()
+        ),
+    ]);
+    assert_eq!(response.status, 200, "{}", response.body);
+    assert_eq!(response.body, "ok");
+    for forged in [
+        "mint_request_id",
+        "mint_outcome",
+        "proxy_authenticate",
+        "keep_alive",
+        "content_length",
+        "transfer_encoding",
+        "content_encoding",
+    ] {
+        assert!(
+            response.header(forged).is_none(),
+            "{forged} reached the agent: {:?}",
+            response.headers
+        );
+    }
+    assert_eq!(response.header("x_kept"), Some("yes"));
+    assert_ne!(response.header("mint-request-id"), Some("forged"));
+    assert!(!response.everything().contains(CANARY));
+    broker.0.assert_secret_absent(CANARY);
+}
+
+/// A broker allowing `GET` and `HEAD` through alias `echo` to the scripted upstream (plain
+/// `http` on loopback), with its capability.
+fn scripted_broker(upstream: &ScriptedUpstream) -> (Broker, String, MintHome, tempfile::TempDir) {
+    let port = upstream.port();
+    let dir = tempfile::tempdir().unwrap();
+    let peer = echo_peer(dir.path(), EchoConfig::default());
+    let policy = format!(
+        "version: 1\ndefault: deny\nrules:\n  - id: scripted\n    effect: allow\n    match:\n      alias: [echo]\n      scheme: [http]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [GET, HEAD]\n"
+    );
+    let home = MintHome::new(&policy, ALIASES, &[("echo", CANARY)]);
+    let cap = home.issue_capability("mino", &[]);
+    let broker = home.serve(&peer.ca_file, &[]);
+    drop(peer);
+    (broker, cap, home, dir)
+}
+
+// ---------------------------------------------------------------------------------------------
 // 2. `;` as a parameter separator
 // ---------------------------------------------------------------------------------------------
 
