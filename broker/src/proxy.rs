@@ -158,6 +158,29 @@ struct RequestIds {
 #[derive(Clone, Debug)]
 struct RequestIdExt(RequestId);
 
+/// Where the id of an HTTP/1.1 connection's request in progress is left for the connection
+/// (`serve/connection.rs`), which writes it into the interim `100 Continue` that hyper sends on
+/// its own when the body is first read. One per connection, in each request's extensions; hyper
+/// serves a connection's requests one at a time, so it holds the id of the one being served.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RequestIdSlot(Arc<Mutex<Option<RequestId>>>);
+
+// === impl RequestIdSlot ===
+
+impl RequestIdSlot {
+    /// Leaves `id` as the request in progress, when `request` carries a slot.
+    fn fill<B>(request: &http::Request<B>, id: &RequestId) {
+        if let Some(slot) = request.extensions().get::<RequestIdSlot>() {
+            *slot.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(id.clone());
+        }
+    }
+
+    /// The id of the request in progress, if one was left.
+    pub(crate) fn current(&self) -> Option<RequestId> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
+
 /// How the request reached the proxy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -301,6 +324,7 @@ pub fn router(state: AppState) -> Router {
 /// Gives every request its id and `Mint-Request-Id`; answers CONNECT and forward-proxy requests.
 async fn front_door(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
     let id = state.next_request_id();
+    RequestIdSlot::fill(&request, &id);
     request.extensions_mut().insert(RequestIdExt(id.clone()));
     let mut response = if request.method() == Method::CONNECT {
         let mut exchange = Exchange::new(&state, id.clone(), Some(request.method()));
@@ -348,6 +372,7 @@ pub(crate) fn proxy_mode<B>(request: &http::Request<B>) -> Option<Mode> {
 /// `Mint-Request-Id` on the answer.
 pub(crate) async fn proxy_shortcut(state: &AppState, mode: Mode, request: Request) -> Response {
     let id = state.next_request_id();
+    RequestIdSlot::fill(&request, &id);
     let head = request.method() == Method::HEAD;
     let mut response = proxy(state, id.clone(), mode, request).await;
     set_request_id(&mut response, &id);

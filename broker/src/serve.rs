@@ -186,8 +186,10 @@ pub async fn run(
                     continue;
                 }
                 let io = ConnectionIo::new(stream, &state);
-                // Each HTTP/1 request takes the framing verdict on its own head.
+                // Each HTTP/1 request takes the framing verdict on its own head, and leaves its
+                // id for the interim `100 Continue`.
                 let heads = io.heads();
+                let id_slot = io.id_slot();
                 let io = TokioIo::new(io);
                 let routes = routes.clone();
                 let state = state.clone();
@@ -195,6 +197,7 @@ pub async fn run(
                     let ticket = matches!(request.version(), http::Version::HTTP_10 | http::Version::HTTP_11).then(|| {
                         let (framing, last) = heads.take_for(request.method(), request.headers().len());
                         request.extensions_mut().insert(framing);
+                        request.extensions_mut().insert(id_slot.clone());
                         (Arc::clone(&heads), last)
                     });
                     // Proxy requests skip the router's matching and middleware (the same
@@ -210,6 +213,7 @@ pub async fn run(
                             },
                         };
                         let heads = ticket.map(|(heads, last)| {
+                            heads.responded();
                             if last {
                                 // No later request of this connection is followed for its
                                 // framing: hyper reads none after this answer.

@@ -350,6 +350,78 @@ fn issue_22_semicolon_separated_method_overrides_are_refused() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// 4. The interim `100 Continue`
+// ---------------------------------------------------------------------------------------------
+
+/// A request with `Expect: 100-continue` gets the interim `100 Continue` with the request's
+/// `Mint-Request-Id` (was: hyper's bare one), then its answer with the same id, which the audit
+/// records carry; a second request on the connection gets its own id on both.
+#[test]
+fn issue_22_the_interim_100_continue_carries_the_request_id() {
+    let lab = Lab::start();
+    let mut agent = TcpStream::connect(lab.broker.addr()).unwrap();
+    agent.set_nodelay(true).unwrap();
+    agent
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut ids = Vec::new();
+    for body in ["first", "second"] {
+        let head = format!(
+            "POST {} HTTP/1.1\r\nHost: mint\r\nMint-Capability: {}\r\nAuthorization: Bearer {{{{mint:echo}}}}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n",
+            lab.path("/echo"),
+            lab.cap,
+            body.len()
+        );
+        agent.write_all(head.as_bytes()).unwrap();
+        let interim = read_until(&mut agent, b"\r\n\r\n");
+        let interim_text = String::from_utf8_lossy(&interim).into_owned();
+        assert!(
+            interim_text.starts_with("HTTP/1.1 100 Continue\r\n"),
+            "{interim_text}"
+        );
+        let interim_answer = parse_raw_answer(&interim);
+        let id = interim_answer
+            .header("mint-request-id")
+            .unwrap_or_else(|| panic!("no Mint-Request-Id on the 100: {interim_text}"))
+            .to_owned();
+        agent.write_all(body.as_bytes()).unwrap();
+        // The answer is chunked (Mint scrubs it): its last chunk ends it.
+        let answer = read_until(&mut agent, b"\r\n0\r\n\r\n");
+        let parsed = parse_raw_answer(&answer);
+        assert_eq!(parsed.status, 200, "{}", String::from_utf8_lossy(&answer));
+        assert_eq!(parsed.header("mint-request-id"), Some(id.as_str()));
+        assert_eq!(lab.broker.decision_of(&id)["decision"], "allow");
+        assert_eq!(lab.broker.outcome_of(&id)["status"], 200);
+        lab.assert_clean(&format!(
+            "{interim_text}{}",
+            String::from_utf8_lossy(&answer)
+        ));
+        ids.push(id);
+    }
+    assert_ne!(ids[0], ids[1]);
+}
+
+/// Reads at least once, then until `needle` (empty: one read) is in what was read.
+fn read_until(stream: &mut TcpStream, needle: &[u8]) -> Vec<u8> {
+    let mut received = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => panic!("closed early: {}", String::from_utf8_lossy(&received)),
+            Ok(n) => received.extend_from_slice(&buf[..n]),
+            Err(error) => panic!("nothing came ({error})"),
+        }
+        if needle.is_empty() || find(&received, needle).is_some() {
+            return received;
+        }
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+// ---------------------------------------------------------------------------------------------
 // 5. Compressed answers
 // ---------------------------------------------------------------------------------------------
 

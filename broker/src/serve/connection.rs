@@ -21,6 +21,11 @@
 //!   `Mint-Request-Id`, and audited. Only an answer written while none of Mint's answers is in
 //!   progress (every answer the service started has ended and been flushed) is replaced, so an
 //!   answer body that happens to look like a status line is never touched.
+//! - **The interim `100 Continue`.** hyper writes a bare `HTTP/1.1 100 Continue` on its own when
+//!   a request with `Expect: 100-continue` has its body read first, and offers no way to add a
+//!   header. Written while the request it belongs to has no answer yet (and every earlier answer
+//!   is out), it is replaced by the same interim answer with that request's `Mint-Request-Id`
+//!   ([`RequestIdSlot`]), as every answer on the listener carries one.
 //!
 //! Before any of that, [`peer_has_closed`] lets the accept loop drop a connection whose agent has
 //! already closed its end (one that waited in the listen backlog while its client gave up).
@@ -42,7 +47,10 @@ use tokio::time::Sleep;
 use std::sync::Arc;
 
 use super::framing::{ConnectionHeads, RequestStream};
-use crate::proxy::{AppState, audit_unread_refusal, error_body};
+use crate::proxy::{AppState, RequestIdSlot, audit_unread_refusal, error_body};
+
+/// hyper's interim answer to `Expect: 100-continue`, byte for byte.
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 /// Whether the agent has already closed its end of `stream` (its FIN has arrived, or the
 /// connection was reset), whether or not data it sent is still unread: `poll(2)` for
@@ -74,6 +82,8 @@ pub(crate) struct ConnectionIo {
     state: AppState,
     stream: RequestStream,
     heads: Arc<ConnectionHeads>,
+    /// The id of the request in progress, for the interim `100 Continue`.
+    id_slot: RequestIdSlot,
     header_timeout: Duration,
     /// When the pending head must be complete.
     deadline: Option<Pin<Box<Sleep>>>,
@@ -107,6 +117,9 @@ struct Replacement {
     /// How many bytes of hyper's answer to report as written once ours is out.
     claimed: usize,
     done: bool,
+    /// An interim answer: once it is out, the connection goes on (a final error answer ends it,
+    /// and nothing hyper writes after it is replaced).
+    interim: bool,
 }
 
 // === impl ConnectionIo ===
@@ -121,6 +134,7 @@ impl ConnectionIo {
             state: state.clone(),
             stream: RequestStream::new(),
             heads: Arc::default(),
+            id_slot: RequestIdSlot::default(),
             header_timeout,
             deadline: Some(Box::pin(tokio::time::sleep(header_timeout))),
             heads_read: 0,
@@ -133,6 +147,11 @@ impl ConnectionIo {
     /// The framing verdicts of this connection's heads, for its requests.
     pub(crate) fn heads(&self) -> Arc<ConnectionHeads> {
         Arc::clone(&self.heads)
+    }
+
+    /// Where this connection's requests leave their ids, for the interim `100 Continue`.
+    pub(crate) fn id_slot(&self) -> RequestIdSlot {
+        self.id_slot.clone()
     }
 
     /// Follows freshly read bytes: queues the verdict on each head they complete.
@@ -195,10 +214,24 @@ impl ConnectionIo {
     /// `mint-request-id`, written while none of Mint's answers is in progress (hyper writes its
     /// own only for a head that never reached the service).
     fn intercept(&mut self, first: &[u8], total: usize) {
-        if self.replacement.is_some()
-            || self.stream.is_h2()
-            || self.heads.answering(self.answers_out)
-        {
+        if self.replacement.is_some() || self.stream.is_h2() {
+            return;
+        }
+        if first.starts_with(CONTINUE) && self.heads.awaiting_answer(self.answers_out) {
+            if let Some(id) = self.id_slot.current() {
+                let bytes =
+                    format!("HTTP/1.1 100 Continue\r\nmint-request-id: {id}\r\n\r\n").into_bytes();
+                self.replacement = Some(Replacement {
+                    bytes,
+                    written: 0,
+                    claimed: CONTINUE.len(),
+                    done: false,
+                    interim: true,
+                });
+            }
+            return;
+        }
+        if self.heads.answering(self.answers_out) {
             return;
         }
         let Some(status) = hyper_error_status(first) else {
@@ -223,6 +256,7 @@ impl ConnectionIo {
             written: 0,
             claimed: total,
             done: false,
+            interim: false,
         });
     }
 
@@ -242,7 +276,11 @@ impl ConnectionIo {
             }
         }
         replacement.done = true;
-        Some(Poll::Ready(Ok(replacement.claimed)))
+        let claimed = replacement.claimed;
+        if replacement.interim {
+            self.replacement = None;
+        }
+        Some(Poll::Ready(Ok(claimed)))
     }
 
     /// What a write of `first` (of `total` bytes) does before reaching the socket: `Some` when
