@@ -448,8 +448,42 @@ async fn proxy(state: &AppState, id: RequestId, mode: Mode, request: Request) ->
     let mut exchange = Exchange::new(state, id, Some(request.method()));
     match forward(state, &mut exchange, mode, request).await {
         Ok(response) => response,
+        Err(ProxyError::Invalid(Invalid::StreamReset)) => {
+            // The HTTP/2 library reset the agent's stream while Mint read the body, before any
+            // decision: the agent gets RST_STREAM, never an answer, and the connection audits
+            // that reset as it goes out (`serve/connection.rs`). Recorded here too, the request
+            // would have a refusal the agent never got besides.
+            tracing::info!(request.id = %exchange.facts.id, "Agent's HTTP/2 stream reset while its body was read");
+            Response::new(Body::empty())
+        }
         Err(error) => exchange.refuse(error),
     }
+}
+
+/// Whether an HTTP/2 `RST_STREAM` error code is one the HTTP/2 library (h2) sends when an
+/// agent's request breaks the protocol (`PROTOCOL_ERROR`: a `content-length` that is not a
+/// number or disagrees with the DATA sent, a connection-specific header such as
+/// `transfer-encoding`, a malformed head; `FLOW_CONTROL_ERROR`: more DATA than the window). Such a
+/// reset is the agent's whole answer, and the connection audits it (`serve/connection.rs`).
+/// Resets hyper sends (`INTERNAL_ERROR` for an answer cut off, `CANCEL`, `NO_ERROR`) and h2's
+/// `REFUSED_STREAM` (a stream past the concurrency limit, never processed), `STREAM_CLOSED` and
+/// `ENHANCE_YOUR_CALM` are not.
+pub(crate) fn is_protocol_reset(code: u32) -> bool {
+    let reason = h2::Reason::from(code);
+    reason == h2::Reason::PROTOCOL_ERROR || reason == h2::Reason::FLOW_CONTROL_ERROR
+}
+
+/// Whether a request body error is the HTTP/2 library resetting the agent's stream for a
+/// protocol error ([`is_protocol_reset`]), found anywhere in the error's source chain.
+pub(crate) fn is_protocol_reset_error(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if let Some(h2) = error.downcast_ref::<h2::Error>() {
+            return h2.is_library() && h2.reason().is_some_and(|r| is_protocol_reset(r.into()));
+        }
+        cause = error.source();
+    }
+    false
 }
 
 /// The audit facts of one request as they are learned, and whether its decision is recorded.
@@ -519,7 +553,7 @@ impl Exchange {
             rules,
             error.reason(),
             error.outcome(),
-            error.status(),
+            Some(error.status()),
         );
         let mut response = error.to_response(id.as_str());
         if let Some(jsonrpc) = &self.jsonrpc {
@@ -530,14 +564,15 @@ impl Exchange {
     }
 
     /// Writes the refusal's `decision` record (unless one is written already) and its `outcome`
-    /// record. A failure to write is logged: nothing is forwarded either way.
+    /// record, with the status the agent got (none for a reset HTTP/2 stream). A failure to
+    /// write is logged: nothing is forwarded either way.
     fn record_refusal(
         &mut self,
         decision: AuditDecision,
         rules: Option<Vec<RuleId>>,
         reason: &'static str,
         outcome: Outcome,
-        status: StatusCode,
+        status: Option<StatusCode>,
     ) {
         if !self.decided {
             let facts = DecisionFacts {
@@ -559,7 +594,7 @@ impl Exchange {
             received: self.received,
             bytes_up: self.bytes_up.unwrap_or(0),
         };
-        writer.write(outcome, Some(status), Some(0), Some(reason));
+        writer.write(outcome, status, Some(0), Some(reason));
     }
 
     /// Writes the `allow` decision record; the request goes nowhere if it cannot be written.
@@ -589,13 +624,14 @@ impl Exchange {
     }
 }
 
-/// Audits a request refused before it could be read at all (a head that never completed, or one
-/// hyper could not parse): a `deny` decision and an `invalid` outcome with `status`, holding no
-/// fact of the request. Returns its id, for the answer.
+/// Audits a request refused before it could be read at all (a head that never completed, one
+/// hyper could not parse, an HTTP/2 stream the HTTP/2 library reset): a `deny` decision and an
+/// `invalid` outcome with the `status` the agent got (`None`: a stream reset, no status),
+/// holding no fact of the request. Returns its id, for the answer.
 pub(crate) fn audit_unread_refusal(
     state: &AppState,
     reason: &'static str,
-    status: StatusCode,
+    status: Option<StatusCode>,
 ) -> RequestId {
     let mut exchange = Exchange::new(state, state.next_request_id(), None);
     exchange.record_refusal(AuditDecision::Deny, None, reason, Outcome::Invalid, status);
@@ -955,7 +991,14 @@ async fn read_body(
         let mut first: Option<Bytes> = None;
         let mut buffer: Vec<u8> = Vec::new();
         while let Some(frame) = body.frame().await {
-            let Ok(data) = frame.map_err(|_| Invalid::Body)?.into_data() else {
+            let frame = frame.map_err(|error| {
+                if is_protocol_reset_error(&error) {
+                    Invalid::StreamReset
+                } else {
+                    Invalid::Body
+                }
+            })?;
+            let Ok(data) = frame.into_data() else {
                 // Trailers are not forwarded.
                 continue;
             };

@@ -350,6 +350,257 @@ fn issue_22_semicolon_separated_method_overrides_are_refused() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// 3. HTTP/2 requests the HTTP/2 library resets
+// ---------------------------------------------------------------------------------------------
+
+/// An HTTP/2 frame: 24-bit length, type, flags, stream id, payload.
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len()).unwrap();
+    let mut out = len.to_be_bytes()[1..].to_vec();
+    out.extend([kind, flags]);
+    out.extend(stream.to_be_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// An HPACK integer with an `n`-bit prefix under `first` (RFC 7541 section 5.1).
+fn hpack_int(first: u8, n: u32, mut value: usize, out: &mut Vec<u8>) {
+    let max = (1usize << n) - 1;
+    if value < max {
+        out.push(first | value as u8);
+        return;
+    }
+    out.push(first | max as u8);
+    value -= max;
+    while value >= 128 {
+        out.push((value % 128) as u8 | 0x80);
+        value /= 128;
+    }
+    out.push(value as u8);
+}
+
+/// A header block of literal fields without indexing, new names, no Huffman coding: leaves the
+/// decoder's dynamic table as it is.
+fn hpack_block(fields: &[(&str, &str)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (name, value) in fields {
+        out.push(0);
+        hpack_int(0, 7, name.len(), &mut out);
+        out.extend_from_slice(name.as_bytes());
+        hpack_int(0, 7, value.len(), &mut out);
+        out.extend_from_slice(value.as_bytes());
+    }
+    out
+}
+
+const HEADERS: u8 = 0x1;
+const DATA: u8 = 0x0;
+const RST_STREAM: u8 = 0x3;
+const SETTINGS: u8 = 0x4;
+const GOAWAY: u8 = 0x7;
+const END_STREAM: u8 = 0x1;
+const END_HEADERS: u8 = 0x4;
+const PROTOCOL_ERROR: u32 = 0x1;
+
+/// What the server sent on stream 1 of a raw HTTP/2 exchange.
+#[derive(Debug, Default)]
+struct H2Seen {
+    /// The error code of a `RST_STREAM` on stream 1.
+    reset: Option<u32>,
+    /// Whether a `HEADERS` frame came on stream 1.
+    headers: bool,
+    /// Everything received, for canary checks.
+    raw: Vec<u8>,
+}
+
+/// Sends the connection preface, `SETTINGS` and `packets` (each its own write, 200 ms apart),
+/// acknowledges the server's `SETTINGS`, and reads frames until stream 1 is reset or ends, or
+/// 10 s pass.
+fn h2_exchange(broker: &Broker, packets: &[Vec<u8>]) -> H2Seen {
+    let mut stream = TcpStream::connect(broker.addr()).unwrap();
+    stream.set_nodelay(true).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    preface.extend(frame(SETTINGS, 0, 0, &[]));
+    stream.write_all(&preface).unwrap();
+    for packet in packets {
+        std::thread::sleep(Duration::from_millis(200));
+        stream.write_all(packet).unwrap();
+    }
+    let mut seen = H2Seen::default();
+    let mut buffer = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut chunk = [0u8; 16 * 1024];
+    while Instant::now() < deadline {
+        match stream.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+            Err(_) => {}
+        }
+        while buffer.len() >= 9 {
+            let len = u32::from_be_bytes([0, buffer[0], buffer[1], buffer[2]]) as usize;
+            if buffer.len() < 9 + len {
+                break;
+            }
+            let (kind, flags) = (buffer[3], buffer[4]);
+            let id = u32::from_be_bytes([buffer[5], buffer[6], buffer[7], buffer[8]]) & 0x7fff_ffff;
+            let payload = buffer[9..9 + len].to_vec();
+            seen.raw.extend(buffer.drain(..9 + len));
+            match (kind, id) {
+                (SETTINGS, 0) if flags & 1 == 0 => {
+                    let _ = stream.write_all(&frame(SETTINGS, 1, 0, &[]));
+                }
+                (RST_STREAM, 1) => {
+                    seen.reset = Some(u32::from_be_bytes(payload[..4].try_into().unwrap()));
+                    return seen;
+                }
+                (HEADERS, 1) => {
+                    seen.headers = true;
+                    if flags & END_STREAM != 0 {
+                        return seen;
+                    }
+                }
+                (DATA, 1) if flags & END_STREAM != 0 => return seen,
+                (GOAWAY, _) => return seen,
+                _ => {}
+            }
+        }
+    }
+    seen
+}
+
+/// Waits (bounded) until the audit log has at least `count` records, then a little longer, and
+/// returns the records after the first `from`.
+fn records_after(broker: &Broker, from: usize, count: usize) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while broker.audit_records().len() < from + count && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Anything more the broker would write (a second pair) comes at once too.
+    std::thread::sleep(Duration::from_millis(300));
+    broker.audit_records().split_off(from)
+}
+
+/// HTTP/2 requests that the HTTP/2 library (h2) resets with `PROTOCOL_ERROR`: a
+/// `content-length` larger or smaller than the DATA sent, one that is not a single number
+/// (`5, 5`), a `content-length` on a request that ends with its head, `transfer-encoding` and
+/// `connection`; each with the DATA in the head's packet and in a later one. The agent gets
+/// `RST_STREAM` and no head. Was: no audit record at all for the last four, and for the first
+/// two a `deny` with status 400 that the agent never got. Now each gets exactly one `deny`
+/// decision and one `invalid` outcome with audit reason `malformed_http2` and no status, and
+/// nothing is forwarded.
+#[test]
+fn issue_22_http2_requests_reset_by_the_library_are_audited_as_the_agent_got_them() {
+    let lab = Lab::start();
+    let path = lab.path("/echo");
+    let base: Vec<(&str, &str)> = vec![
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":authority", "mint"),
+        (":path", &path),
+        ("mint-capability", &lab.cap),
+        ("authorization", "Bearer {{mint:echo}}"),
+    ];
+    let cases: [(&str, &[(&str, &str)], &[u8], bool); 6] = [
+        ("content-length over the data", &[("content-length", "5")], b"0123456789", false),
+        ("content-length under the data", &[("content-length", "10")], b"01234", false),
+        ("content-length 5, 5", &[("content-length", "5, 5")], b"01234", false),
+        ("content-length and no body", &[("content-length", "5")], b"", true),
+        ("transfer-encoding", &[("transfer-encoding", "chunked")], b"01234", false),
+        ("connection", &[("connection", "keep-alive")], b"01234", false),
+    ];
+    for (what, extra, data, ends_with_head) in cases {
+        for together in [true, false] {
+            let what = format!("{what}, {}", if together { "one packet" } else { "two packets" });
+            let mut fields = base.clone();
+            fields.extend_from_slice(extra);
+            let flags = END_HEADERS | if ends_with_head { END_STREAM } else { 0 };
+            let head = frame(HEADERS, flags, 1, &hpack_block(&fields));
+            let body = frame(DATA, END_STREAM, 1, data);
+            let packets = match (ends_with_head, together) {
+                (true, _) => vec![head],
+                (false, true) => vec![[head, body].concat()],
+                (false, false) => vec![head, body],
+            };
+            let before = lab.forwarded();
+            let from = lab.broker.audit_records().len();
+            let seen = h2_exchange(&lab.broker, &packets);
+            assert_eq!(seen.reset, Some(PROTOCOL_ERROR), "{what}: {seen:?}");
+            assert!(!seen.headers, "{what}: a head came");
+            let records = records_after(&lab.broker, from, 2);
+            assert_eq!(records.len(), 2, "{what}: {records:?}");
+            let (decision, outcome) = (&records[0], &records[1]);
+            assert_eq!(decision["phase"], "decision", "{what}: {records:?}");
+            assert_eq!(decision["decision"], "deny", "{what}: {decision}");
+            assert_eq!(decision["reason"], "malformed_http2", "{what}: {decision}");
+            assert_eq!(outcome["phase"], "outcome", "{what}: {records:?}");
+            assert_eq!(outcome["id"], decision["id"], "{what}");
+            assert_eq!(outcome["outcome"], "invalid", "{what}: {outcome}");
+            assert_eq!(outcome["reason"], "malformed_http2", "{what}: {outcome}");
+            assert!(outcome.get("status").is_none(), "{what}: {outcome}");
+            assert_eq!(lab.forwarded(), before, "{what}: forwarded");
+            lab.assert_clean(&String::from_utf8_lossy(&seen.raw));
+        }
+    }
+
+    // Refused by Mint (no capability) and reset by h2 (more DATA than its `content-length`):
+    // one pair of records either way, saying what the agent got. With the DATA in the head's
+    // packet the reset comes before Mint gets the request; with it later, the 401 goes first.
+    for together in [true, false] {
+        let fields: Vec<(&str, &str)> = base
+            .iter()
+            .copied()
+            .filter(|(name, _)| *name != "mint-capability")
+            .chain([("content-length", "5")])
+            .collect();
+        let head = frame(HEADERS, END_HEADERS, 1, &hpack_block(&fields));
+        let body = frame(DATA, END_STREAM, 1, b"0123456789");
+        let packets = if together {
+            vec![[head, body].concat()]
+        } else {
+            vec![head, body]
+        };
+        let from = lab.broker.audit_records().len();
+        let seen = h2_exchange(&lab.broker, &packets);
+        let records = records_after(&lab.broker, from, 2);
+        assert_eq!(records.len(), 2, "together {together}: {records:?} {seen:?}");
+        let (decision, outcome) = (&records[0], &records[1]);
+        assert_eq!(decision["decision"], "deny", "{records:?}");
+        if seen.headers {
+            assert_eq!(decision["reason"], "capability_invalid", "{records:?}");
+            assert_eq!(outcome["status"], 401, "{records:?}");
+        } else {
+            assert!(together, "{seen:?}");
+            assert_eq!(seen.reset, Some(PROTOCOL_ERROR), "{seen:?}");
+            assert_eq!(decision["reason"], "malformed_http2", "{records:?}");
+            assert!(outcome.get("status").is_none(), "{records:?}");
+        }
+        lab.assert_clean(&String::from_utf8_lossy(&seen.raw));
+    }
+
+    // A well-formed request on HTTP/2 is served, with one decision and one outcome.
+    let from = lab.broker.audit_records().len();
+    let mut fields = base.clone();
+    fields.push(("content-length", "5"));
+    let seen = h2_exchange(
+        &lab.broker,
+        &[[
+            frame(HEADERS, END_HEADERS, 1, &hpack_block(&fields)),
+            frame(DATA, END_STREAM, 1, b"01234"),
+        ]
+        .concat()],
+    );
+    assert!(seen.headers && seen.reset.is_none(), "{seen:?}");
+    let records = records_after(&lab.broker, from, 2);
+    assert_eq!(records.len(), 2, "{records:?}");
+    assert_eq!(records[0]["decision"], "allow", "{records:?}");
+    assert_eq!(records[1]["outcome"], "completed", "{records:?}");
+    lab.assert_clean(&String::from_utf8_lossy(&seen.raw));
+}
+
+// ---------------------------------------------------------------------------------------------
 // 4. The interim `100 Continue`
 // ---------------------------------------------------------------------------------------------
 
