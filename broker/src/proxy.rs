@@ -177,7 +177,10 @@ impl RequestIdSlot {
 
     /// The id of the request in progress, if one was left.
     pub(crate) fn current(&self) -> Option<RequestId> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 }
 

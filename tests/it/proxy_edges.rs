@@ -156,7 +156,11 @@ fn issue_22_underscore_header_spellings_are_read_as_their_hyphen_forms() {
     let json = "Content-Type: application/json";
 
     // `Mcp_Name` must name the tool the body calls, as `Mcp-Name` must.
-    for header in ["Mcp_Name: drop_table", "MCP_NAME: drop_table", "mcp_name: other"] {
+    for header in [
+        "Mcp_Name: drop_table",
+        "MCP_NAME: drop_table",
+        "mcp_name: other",
+    ] {
         let before = lab.forwarded();
         let body = call("search");
         let response = lab.curl(&[
@@ -168,7 +172,11 @@ fn issue_22_underscore_header_spellings_are_read_as_their_hyphen_forms() {
             &body,
             &lab.url("/echo/mcp"),
         ]);
-        lab.assert_refused(header, &response, (400, "invalid_request", "invalid_mcp_message"));
+        lab.assert_refused(
+            header,
+            &response,
+            (400, "invalid_request", "invalid_mcp_message"),
+        );
         assert_eq!(lab.forwarded(), before, "{header}: forwarded");
     }
     let body = call("search");
@@ -193,13 +201,7 @@ fn issue_22_underscore_header_spellings_are_read_as_their_hyphen_forms() {
         "Content_Type: application/x-www-form-urlencoded",
     ] {
         let before = lab.forwarded();
-        let response = lab.curl(&[
-            "-H",
-            header,
-            "--data-binary",
-            "abc",
-            &lab.url("/echo"),
-        ]);
+        let response = lab.curl(&["-H", header, "--data-binary", "abc", &lab.url("/echo")]);
         lab.assert_refused(
             header,
             &response,
@@ -257,7 +259,10 @@ fn issue_22_underscore_header_spellings_are_read_as_their_hyphen_forms() {
         );
     }
     assert_eq!(seen.header("x_kept"), Some("yes"), "{names:?}");
-    assert!(!seen.contains(&lab.cap), "the capability reached the upstream");
+    assert!(
+        !seen.contains(&lab.cap),
+        "the capability reached the upstream"
+    );
     lab.assert_clean(&response.everything());
 
     // Answers: an upstream cannot forge Mint's headers, or label framing and coding, with `_`.
@@ -327,7 +332,11 @@ fn scripted_broker(upstream: &ScriptedUpstream) -> (Broker, String, MintHome, te
 fn issue_22_semicolon_separated_method_overrides_are_refused() {
     let lab = Lab::start();
     let form = "Content-Type: application/x-www-form-urlencoded";
-    for query in ["?a=1;_method=DELETE", "?a=1;.method=DELETE", "?;_method=PUT"] {
+    for query in [
+        "?a=1;_method=DELETE",
+        "?a=1;.method=DELETE",
+        "?;_method=PUT",
+    ] {
         let before = lab.forwarded();
         let response = lab.curl(&["-X", "POST", &lab.url(&format!("/echo{query}"))]);
         lab.assert_refused(query, &response, (400, "invalid_request", "invalid_method"));
@@ -483,6 +492,10 @@ fn records_after(broker: &Broker, from: usize, count: usize) -> Vec<Value> {
     broker.audit_records().split_off(from)
 }
 
+/// One malformed HTTP/2 request: what, the header fields besides the base ones, the DATA, and
+/// whether its head ends the stream.
+type Malformed<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a [u8], bool);
+
 /// HTTP/2 requests that the HTTP/2 library (h2) resets with `PROTOCOL_ERROR`: a
 /// `content-length` larger or smaller than the DATA sent, one that is not a single number
 /// (`5, 5`), a `content-length` on a request that ends with its head, `transfer-encoding` and
@@ -503,17 +516,54 @@ fn issue_22_http2_requests_reset_by_the_library_are_audited_as_the_agent_got_the
         ("mint-capability", &lab.cap),
         ("authorization", "Bearer {{mint:echo}}"),
     ];
-    let cases: [(&str, &[(&str, &str)], &[u8], bool); 6] = [
-        ("content-length over the data", &[("content-length", "5")], b"0123456789", false),
-        ("content-length under the data", &[("content-length", "10")], b"01234", false),
-        ("content-length 5, 5", &[("content-length", "5, 5")], b"01234", false),
-        ("content-length and no body", &[("content-length", "5")], b"", true),
-        ("transfer-encoding", &[("transfer-encoding", "chunked")], b"01234", false),
-        ("connection", &[("connection", "keep-alive")], b"01234", false),
+    let cases: [Malformed; 6] = [
+        (
+            "content-length over the data",
+            &[("content-length", "5")],
+            b"0123456789",
+            false,
+        ),
+        (
+            "content-length under the data",
+            &[("content-length", "10")],
+            b"01234",
+            false,
+        ),
+        (
+            "content-length 5, 5",
+            &[("content-length", "5, 5")],
+            b"01234",
+            false,
+        ),
+        (
+            "content-length and no body",
+            &[("content-length", "5")],
+            b"",
+            true,
+        ),
+        (
+            "transfer-encoding",
+            &[("transfer-encoding", "chunked")],
+            b"01234",
+            false,
+        ),
+        (
+            "connection",
+            &[("connection", "keep-alive")],
+            b"01234",
+            false,
+        ),
     ];
     for (what, extra, data, ends_with_head) in cases {
         for together in [true, false] {
-            let what = format!("{what}, {}", if together { "one packet" } else { "two packets" });
+            let what = format!(
+                "{what}, {}",
+                if together {
+                    "one packet"
+                } else {
+                    "two packets"
+                }
+            );
             let mut fields = base.clone();
             fields.extend_from_slice(extra);
             let flags = END_HEADERS | if ends_with_head { END_STREAM } else { 0 };
@@ -565,7 +615,11 @@ fn issue_22_http2_requests_reset_by_the_library_are_audited_as_the_agent_got_the
         let from = lab.broker.audit_records().len();
         let seen = h2_exchange(&lab.broker, &packets);
         let records = records_after(&lab.broker, from, 2);
-        assert_eq!(records.len(), 2, "together {together}: {records:?} {seen:?}");
+        assert_eq!(
+            records.len(),
+            2,
+            "together {together}: {records:?} {seen:?}"
+        );
         let (decision, outcome) = (&records[0], &records[1]);
         assert_eq!(decision["decision"], "deny", "{records:?}");
         if seen.headers {
@@ -735,7 +789,11 @@ fn issue_22_compressed_answers_decode_every_member_and_lose_an_empty_label() {
 
     let response = curl(&["-H", &cap_header, "-H", auth, &url("/members")]);
     assert_eq!(response.status, 200, "{}", response.body);
-    assert!(response.header("content-encoding").is_none(), "{:?}", response.headers);
+    assert!(
+        response.header("content-encoding").is_none(),
+        "{:?}",
+        response.headers
+    );
     let expected = format!(
         "first member\nsecond member [mint:redacted]\n{}",
         "third member\n".repeat(2000)

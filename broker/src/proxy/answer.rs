@@ -243,9 +243,9 @@ fn decoder_for(headers: &http::HeaderMap) -> Result<Option<Decoder>, ProxyError>
     }
     match codings.as_slice() {
         [] => Ok(None),
-        [one] if one == "gzip" || one == "x-gzip" => {
-            Ok(Some(Decoder::Gzip(Box::new(MultiGzDecoder::new(Vec::new())))))
-        }
+        [one] if one == "gzip" || one == "x-gzip" => Ok(Some(Decoder::Gzip(Box::new(
+            MultiGzDecoder::new(Vec::new()),
+        )))),
         [one] if one == "deflate" => {
             Ok(Some(Decoder::Zlib(Box::new(ZlibDecoder::new(Vec::new())))))
         }

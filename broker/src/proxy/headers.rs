@@ -609,7 +609,10 @@ fn strip_common(headers: &mut HeaderMap, also: &[&str], underscored: &[&str]) {
             };
             prefixed("proxy-")
                 || prefixed("mint-")
-                || HOP_BY_HOP.iter().chain(also).any(|known| reads_as(name, known))
+                || HOP_BY_HOP
+                    .iter()
+                    .chain(also)
+                    .any(|known| reads_as(name, known))
                 || named.iter().any(|known| reads_as(name, known))
                 || is_underscore_spelling(name, underscored)
         })
@@ -711,7 +714,11 @@ mod tests {
         );
         assert!(check_override_params(&post, Some("_method=post"), &none, b"").is_ok());
         // `;` separates parameters to old Rack, PHP's `arg_separator.input`, old Python and Go.
-        for pairs in ["a=1;_method=DELETE", ";_method=DELETE", "a=1&b=2;.method=PUT"] {
+        for pairs in [
+            "a=1;_method=DELETE",
+            ";_method=DELETE",
+            "a=1&b=2;.method=PUT",
+        ] {
             assert!(
                 check_override_params(&post, Some(pairs), &none, b"").is_err(),
                 "{pairs}"
