@@ -452,9 +452,9 @@ async fn proxy(state: &AppState, id: RequestId, mode: Mode, request: Request) ->
     match forward(state, &mut exchange, mode, request).await {
         Ok(response) => response,
         Err(ProxyError::Invalid(Invalid::StreamReset)) => {
-            // The HTTP/2 library reset the agent's stream while Mint read the body, before any
-            // decision: the agent gets RST_STREAM, never an answer, and the connection audits
-            // that reset as it goes out (`serve/connection.rs`). Recorded here too, the request
+            // The HTTP/2 library reset the agent's stream (or ended its connection) while Mint
+            // read the body, before any decision: the agent gets RST_STREAM (or GOAWAY), never
+            // an answer, and the connection audits that as it goes out (`serve/h2_watch.rs`). Recorded here too, the request
             // would have a refusal the agent never got besides.
             tracing::info!(request.id = %exchange.facts.id, "Agent's HTTP/2 stream reset while its body was read");
             Response::new(Body::empty())
@@ -476,8 +476,10 @@ pub(crate) fn is_protocol_reset(code: u32) -> bool {
     reason == h2::Reason::PROTOCOL_ERROR || reason == h2::Reason::FLOW_CONTROL_ERROR
 }
 
-/// Whether a request body error is the HTTP/2 library resetting the agent's stream for a
-/// protocol error ([`is_protocol_reset`]), found anywhere in the error's source chain.
+/// Whether a request body error is the HTTP/2 library refusing the agent's stream for a protocol
+/// error ([`is_protocol_reset`]), found anywhere in the error's source chain: a reset of the
+/// stream, or a `GOAWAY` ending the connection (h2 reports both the same way to the body's
+/// reader); the connection audits either (`serve/h2_watch.rs`).
 pub(crate) fn is_protocol_reset_error(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut cause = Some(error);
     while let Some(error) = cause {

@@ -37,6 +37,7 @@ use crate::upstream::UpstreamClient;
 
 mod connection;
 mod framing;
+mod h2_watch;
 
 use connection::ConnectionIo;
 use framing::AnswerBody;

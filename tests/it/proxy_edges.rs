@@ -503,7 +503,8 @@ type Malformed<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a [u8], bool);
 /// `RST_STREAM` and no head. Was: no audit record at all for the last four, and for the first
 /// two a `deny` with status 400 that the agent never got. Now each gets exactly one `deny`
 /// decision and one `invalid` outcome with audit reason `malformed_http2` and no status, and
-/// nothing is forwarded.
+/// nothing is forwarded. So does a request whose connection the agent breaks (`GOAWAY`) while
+/// its body is still arriving, and a refused request whose stream h2 resets.
 #[test]
 fn issue_22_http2_requests_reset_by_the_library_are_audited_as_the_agent_got_them() {
     let lab = Lab::start();
@@ -633,6 +634,32 @@ fn issue_22_http2_requests_reset_by_the_library_are_audited_as_the_agent_got_the
         }
         lab.assert_clean(&String::from_utf8_lossy(&seen.raw));
     }
+
+    // A request whose body is still arriving when the agent breaks the whole connection (DATA
+    // on stream 0: h2 answers GOAWAY with PROTOCOL_ERROR): one pair of records, no status.
+    let mut fields = base.clone();
+    fields.push(("content-length", "10"));
+    let from = lab.broker.audit_records().len();
+    let before = lab.forwarded();
+    let seen = h2_exchange(
+        &lab.broker,
+        &[
+            [
+                frame(HEADERS, END_HEADERS, 1, &hpack_block(&fields)),
+                frame(DATA, 0, 1, b"01234"),
+            ]
+            .concat(),
+            frame(DATA, 0, 0, b"x"),
+        ],
+    );
+    assert!(!seen.headers, "{seen:?}");
+    let records = records_after(&lab.broker, from, 2);
+    assert_eq!(records.len(), 2, "GOAWAY: {records:?}");
+    assert_eq!(records[0]["reason"], "malformed_http2", "{records:?}");
+    assert_eq!(records[1]["outcome"], "invalid", "{records:?}");
+    assert!(records[1].get("status").is_none(), "{records:?}");
+    assert_eq!(lab.forwarded(), before);
+    lab.assert_clean(&String::from_utf8_lossy(&seen.raw));
 
     // A well-formed request on HTTP/2 is served, with one decision and one outcome.
     let from = lab.broker.audit_records().len();

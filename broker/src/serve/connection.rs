@@ -30,11 +30,11 @@
 //! - **HTTP/2 streams reset by the library.** h2 answers an agent's request that breaks the
 //!   protocol (a `content-length` that is not a number or disagrees with the DATA sent,
 //!   `transfer-encoding` or another connection-specific header, a malformed head) with
-//!   `RST_STREAM`, often before hyper hands the request to Mint at all. [`H2Resets`] follows the
-//!   frames the connection writes and audits each such reset on a stream that got no answer head
-//!   ([`crate::proxy::is_protocol_reset`]): a `deny` and an `invalid` outcome with reason
-//!   `malformed_http2` and no status, which is what the agent got. The pipeline records nothing
-//!   for a request whose stream h2 reset (`proxy.rs`), so each such request has one pair.
+//!   `RST_STREAM` (and a connection that breaks it with `GOAWAY`), often before hyper hands the
+//!   request to Mint at all. [`H2Watch`] (`h2_watch.rs`) follows the frame headers both ways,
+//!   and the connection audits each request so refused before any answer head: a `deny` and an
+//!   `invalid` outcome with reason `malformed_http2` and no status, which is what the agent got.
+//!   The pipeline records nothing for such a request (`proxy.rs`), so each has one pair.
 //!
 //! Before any of that, [`peer_has_closed`] lets the accept loop drop a connection whose agent has
 //! already closed its end (one that waited in the listen backlog while its client gave up).
@@ -56,7 +56,8 @@ use tokio::time::Sleep;
 use std::sync::Arc;
 
 use super::framing::{ConnectionHeads, RequestStream};
-use crate::proxy::{AppState, RequestIdSlot, audit_unread_refusal, error_body, is_protocol_reset};
+use super::h2_watch::H2Watch;
+use crate::proxy::{AppState, RequestIdSlot, audit_unread_refusal, error_body};
 
 /// hyper's interim answer to `Expect: 100-continue`, byte for byte.
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
@@ -105,8 +106,10 @@ pub(crate) struct ConnectionIo {
     replacement: Option<Replacement>,
     /// The connection was ended here (deadline): reads give end-of-file, writes are dropped.
     ended: bool,
-    /// The frames written on an HTTP/2 connection, followed for the library's stream resets.
-    h2: H2Resets,
+    /// The frames of an HTTP/2 connection, followed for the library's refusals.
+    h2: H2Watch,
+    /// How many bytes were read from the agent.
+    bytes_read: u64,
 }
 
 impl std::fmt::Debug for ConnectionIo {
@@ -152,7 +155,8 @@ impl ConnectionIo {
             answers_out: 0,
             replacement: None,
             ended: false,
-            h2: H2Resets::default(),
+            h2: H2Watch::default(),
+            bytes_read: 0,
         }
     }
 
@@ -174,6 +178,10 @@ impl ConnectionIo {
             overflow |= !heads.push(verdict);
         });
         self.heads_read += read;
+        if self.stream.is_h2() {
+            self.h2.read(bytes, self.bytes_read);
+        }
+        self.bytes_read = self.bytes_read.saturating_add(bytes.len() as u64);
         if overflow {
             // The requests past the queue's bound find no verdict and are refused.
             self.stream.stop();
@@ -296,15 +304,15 @@ impl ConnectionIo {
     }
 
     /// Follows the first `n` bytes of `bufs`, just written, on an HTTP/2 connection: audits each
-    /// stream the library reset for a protocol error before any answer head ([`H2Resets`]).
+    /// request the library refused for a protocol error before any answer head ([`H2Watch`]).
     fn after_write(&mut self, bufs: &[io::IoSlice<'_>], mut n: usize) {
         if !self.stream.is_h2() {
             return;
         }
         let state = &self.state;
-        let mut reset = |_stream: u32| {
+        let mut refused = || {
             let id = audit_unread_refusal(state, "malformed_http2", None);
-            tracing::info!(request.id = %id, "HTTP/2 stream reset for a protocol error");
+            tracing::info!(request.id = %id, "HTTP/2 request refused by the library for a protocol error");
         };
         for buf in bufs {
             if n == 0 {
@@ -312,7 +320,7 @@ impl ConnectionIo {
             }
             let part = buf.get(..n.min(buf.len())).unwrap_or_default();
             n -= part.len();
-            self.h2.feed(part, &mut reset);
+            self.h2.written(part, &mut refused);
         }
     }
 
@@ -329,98 +337,6 @@ impl ConnectionIo {
         }
         self.intercept(first, total);
         self.poll_replacement(cx)
-    }
-}
-
-/// The frames an HTTP/2 connection writes, followed through their 9-byte headers (no header
-/// block is decoded): which client streams got an answer head, and each `RST_STREAM` the
-/// library sends for a protocol error on a stream that got none ([`is_protocol_reset`]).
-#[derive(Debug, Default)]
-struct H2Resets {
-    /// The frame header being read.
-    head: [u8; 9],
-    /// How many bytes of `head` are read.
-    have: usize,
-    /// Payload bytes still to pass of the current frame.
-    payload: u32,
-    /// The current frame is an `RST_STREAM` on this stream: its error code is being read.
-    reset: Option<u32>,
-    code: [u8; 4],
-    code_have: usize,
-    /// Client streams that got an answer head (most recent [`MAX_ANSWERED`]): a reset on them
-    /// came after an answer the pipeline records.
-    answered: std::collections::BTreeSet<u32>,
-}
-
-/// How many answered streams are remembered: far more than the 64 a connection may have open.
-const MAX_ANSWERED: usize = 1024;
-
-// === impl H2Resets ===
-
-impl H2Resets {
-    /// Follows `bytes`, the next ones written; `reset` is called with each stream whose
-    /// protocol reset must be audited.
-    fn feed(&mut self, mut bytes: &[u8], reset: &mut impl FnMut(u32)) {
-        const HEADERS: u8 = 0x1;
-        const RST_STREAM: u8 = 0x3;
-        while !bytes.is_empty() {
-            if let Some(stream) = self.reset {
-                let take = (self.code.len() - self.code_have).min(bytes.len());
-                let (part, rest) = bytes.split_at(take);
-                if let Some(slot) = self.code.get_mut(self.code_have..self.code_have + take) {
-                    slot.copy_from_slice(part);
-                }
-                self.code_have += take;
-                self.payload = self.payload.saturating_sub(take as u32);
-                bytes = rest;
-                if self.code_have == self.code.len() {
-                    self.reset = None;
-                    let answered = self.answered.remove(&stream);
-                    if !answered && is_protocol_reset(u32::from_be_bytes(self.code)) {
-                        reset(stream);
-                    }
-                }
-                continue;
-            }
-            if self.payload > 0 {
-                let take = usize::try_from(self.payload)
-                    .unwrap_or(usize::MAX)
-                    .min(bytes.len());
-                self.payload -= take as u32;
-                bytes = bytes.get(take..).unwrap_or_default();
-                continue;
-            }
-            let take = (self.head.len() - self.have).min(bytes.len());
-            let (part, rest) = bytes.split_at(take);
-            if let Some(slot) = self.head.get_mut(self.have..self.have + take) {
-                slot.copy_from_slice(part);
-            }
-            self.have += take;
-            bytes = rest;
-            if self.have < self.head.len() {
-                continue;
-            }
-            self.have = 0;
-            let [l0, l1, l2, kind, _flags, s0, s1, s2, s3] = self.head;
-            self.payload = u32::from_be_bytes([0, l0, l1, l2]);
-            let stream = u32::from_be_bytes([s0, s1, s2, s3]) & 0x7fff_ffff;
-            // Client-initiated streams are odd; Mint pushes none.
-            if stream % 2 == 1 {
-                match kind {
-                    HEADERS => {
-                        self.answered.insert(stream);
-                        if self.answered.len() > MAX_ANSWERED {
-                            self.answered.pop_first();
-                        }
-                    }
-                    RST_STREAM if self.payload == 4 => {
-                        self.reset = Some(stream);
-                        self.code_have = 0;
-                    }
-                    _ => {}
-                }
-            }
-        }
     }
 }
 
