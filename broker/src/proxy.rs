@@ -159,6 +159,32 @@ struct RequestIds {
 #[derive(Clone, Debug)]
 struct RequestIdExt(RequestId);
 
+/// Where the id of an HTTP/1.1 connection's request in progress is left for the connection
+/// (`serve/connection.rs`), which writes it into the interim `100 Continue` that hyper sends on
+/// its own when the body is first read. One per connection, in each request's extensions; hyper
+/// serves a connection's requests one at a time, so it holds the id of the one being served.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RequestIdSlot(Arc<Mutex<Option<RequestId>>>);
+
+// === impl RequestIdSlot ===
+
+impl RequestIdSlot {
+    /// Leaves `id` as the request in progress, when `request` carries a slot.
+    fn fill<B>(request: &http::Request<B>, id: &RequestId) {
+        if let Some(slot) = request.extensions().get::<RequestIdSlot>() {
+            *slot.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(id.clone());
+        }
+    }
+
+    /// The id of the request in progress, if one was left.
+    pub(crate) fn current(&self) -> Option<RequestId> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
 /// How the request reached the proxy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -302,6 +328,7 @@ pub fn router(state: AppState) -> Router {
 /// Gives every request its id and `Mint-Request-Id`; answers CONNECT and forward-proxy requests.
 async fn front_door(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
     let id = state.next_request_id();
+    RequestIdSlot::fill(&request, &id);
     request.extensions_mut().insert(RequestIdExt(id.clone()));
     let mut response = if request.method() == Method::CONNECT {
         let mut exchange = Exchange::new(&state, id.clone(), Some(request.method()));
@@ -349,6 +376,7 @@ pub(crate) fn proxy_mode<B>(request: &http::Request<B>) -> Option<Mode> {
 /// `Mint-Request-Id` on the answer.
 pub(crate) async fn proxy_shortcut(state: &AppState, mode: Mode, request: Request) -> Response {
     let id = state.next_request_id();
+    RequestIdSlot::fill(&request, &id);
     let head = request.method() == Method::HEAD;
     let mut response = proxy(state, id.clone(), mode, request).await;
     set_request_id(&mut response, &id);
@@ -424,8 +452,44 @@ async fn proxy(state: &AppState, id: RequestId, mode: Mode, request: Request) ->
     let mut exchange = Exchange::new(state, id, Some(request.method()));
     match forward(state, &mut exchange, mode, request).await {
         Ok(response) => response,
+        Err(ProxyError::Invalid(Invalid::StreamReset)) => {
+            // The HTTP/2 library reset the agent's stream (or ended its connection) while Mint
+            // read the body, before any decision: the agent gets RST_STREAM (or GOAWAY), never
+            // an answer, and the connection audits that as it goes out (`serve/h2_watch.rs`). Recorded here too, the request
+            // would have a refusal the agent never got besides.
+            tracing::info!(request.id = %exchange.facts.id, "Agent's HTTP/2 stream reset while its body was read");
+            Response::new(Body::empty())
+        }
         Err(error) => exchange.refuse(error),
     }
+}
+
+/// Whether an HTTP/2 `RST_STREAM` error code is one the HTTP/2 library (h2) sends when an
+/// agent's request breaks the protocol (`PROTOCOL_ERROR`: a `content-length` that is not a
+/// number or disagrees with the DATA sent, a connection-specific header such as
+/// `transfer-encoding`, a malformed head; `FLOW_CONTROL_ERROR`: more DATA than the window). Such a
+/// reset is the agent's whole answer, and the connection audits it (`serve/connection.rs`).
+/// Resets hyper sends (`INTERNAL_ERROR` for an answer cut off, `CANCEL`, `NO_ERROR`) and h2's
+/// `REFUSED_STREAM` (a stream past the concurrency limit, never processed), `STREAM_CLOSED` and
+/// `ENHANCE_YOUR_CALM` are not.
+pub(crate) fn is_protocol_reset(code: u32) -> bool {
+    let reason = h2::Reason::from(code);
+    reason == h2::Reason::PROTOCOL_ERROR || reason == h2::Reason::FLOW_CONTROL_ERROR
+}
+
+/// Whether a request body error is the HTTP/2 library refusing the agent's stream for a protocol
+/// error ([`is_protocol_reset`]), found anywhere in the error's source chain: a reset of the
+/// stream, or a `GOAWAY` ending the connection (h2 reports both the same way to the body's
+/// reader); the connection audits either (`serve/h2_watch.rs`).
+pub(crate) fn is_protocol_reset_error(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if let Some(h2) = error.downcast_ref::<h2::Error>() {
+            return h2.is_library() && h2.reason().is_some_and(|r| is_protocol_reset(r.into()));
+        }
+        cause = error.source();
+    }
+    false
 }
 
 /// The audit facts of one request as they are learned, and whether its decision is recorded.
@@ -495,7 +559,7 @@ impl Exchange {
             rules,
             error.reason(),
             error.outcome(),
-            error.status(),
+            Some(error.status()),
         );
         let mut response = error.to_response(id.as_str());
         if let Some(jsonrpc) = &self.jsonrpc {
@@ -506,14 +570,15 @@ impl Exchange {
     }
 
     /// Writes the refusal's `decision` record (unless one is written already) and its `outcome`
-    /// record. A failure to write is logged: nothing is forwarded either way.
+    /// record, with the status the agent got (none for a reset HTTP/2 stream). A failure to
+    /// write is logged: nothing is forwarded either way.
     fn record_refusal(
         &mut self,
         decision: AuditDecision,
         rules: Option<Vec<RuleId>>,
         reason: &'static str,
         outcome: Outcome,
-        status: StatusCode,
+        status: Option<StatusCode>,
     ) {
         if !self.decided {
             let facts = DecisionFacts {
@@ -535,7 +600,7 @@ impl Exchange {
             received: self.received,
             bytes_up: self.bytes_up.unwrap_or(0),
         };
-        writer.write(outcome, Some(status), Some(0), Some(reason));
+        writer.write(outcome, status, Some(0), Some(reason));
     }
 
     /// Writes the `allow` decision record; the request goes nowhere if it cannot be written.
@@ -565,13 +630,14 @@ impl Exchange {
     }
 }
 
-/// Audits a request refused before it could be read at all (a head that never completed, or one
-/// hyper could not parse): a `deny` decision and an `invalid` outcome with `status`, holding no
-/// fact of the request. Returns its id, for the answer.
+/// Audits a request refused before it could be read at all (a head that never completed, one
+/// hyper could not parse, an HTTP/2 stream the HTTP/2 library reset): a `deny` decision and an
+/// `invalid` outcome with the `status` the agent got (`None`: a stream reset, no status),
+/// holding no fact of the request. Returns its id, for the answer.
 pub(crate) fn audit_unread_refusal(
     state: &AppState,
     reason: &'static str,
-    status: StatusCode,
+    status: Option<StatusCode>,
 ) -> RequestId {
     let mut exchange = Exchange::new(state, state.next_request_id(), None);
     exchange.record_refusal(AuditDecision::Deny, None, reason, Outcome::Invalid, status);
@@ -931,7 +997,14 @@ async fn read_body(
         let mut first: Option<Bytes> = None;
         let mut buffer: Vec<u8> = Vec::new();
         while let Some(frame) = body.frame().await {
-            let Ok(data) = frame.map_err(|_| Invalid::Body)?.into_data() else {
+            let frame = frame.map_err(|error| {
+                if is_protocol_reset_error(&error) {
+                    Invalid::StreamReset
+                } else {
+                    Invalid::Body
+                }
+            })?;
+            let Ok(data) = frame.into_data() else {
                 // Trailers are not forwarded.
                 continue;
             };

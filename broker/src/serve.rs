@@ -37,6 +37,7 @@ use crate::secrets::credential_store::{CredentialSources, KeyringConfig, Keyring
 
 mod connection;
 mod framing;
+mod h2_watch;
 
 use connection::ConnectionIo;
 use framing::AnswerBody;
@@ -186,15 +187,23 @@ pub async fn run(
                     continue;
                 }
                 let io = ConnectionIo::new(stream, &state);
-                // Each HTTP/1 request takes the framing verdict on its own head.
+                // Each HTTP/1 request takes the framing verdict on its own head, and leaves its
+                // id for the interim `100 Continue`.
                 let heads = io.heads();
+                let id_slot = io.id_slot();
                 let io = TokioIo::new(io);
                 let routes = routes.clone();
                 let state = state.clone();
-                let service = hyper::service::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
+                let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                    // An HTTP/2 stream the library reset before Mint got the request (a body
+                    // that broke the protocol in the head's packet): the agent gets the reset,
+                    // which the connection audits; run no pipeline that would record a refusal
+                    // the agent never gets.
+                    let (mut request, reset) = early_reset(request);
                     let ticket = matches!(request.version(), http::Version::HTTP_10 | http::Version::HTTP_11).then(|| {
                         let (framing, last) = heads.take_for(request.method(), request.headers().len());
                         request.extensions_mut().insert(framing);
+                        request.extensions_mut().insert(id_slot.clone());
                         (Arc::clone(&heads), last)
                     });
                     // Proxy requests skip the router's matching and middleware (the same
@@ -202,6 +211,9 @@ pub async fn run(
                     let mode = proxy::proxy_mode(&request);
                     let (state, mut routes) = (state.clone(), routes.clone());
                     async move {
+                        if reset {
+                            return Ok(http::Response::new(AnswerBody::new(Body::empty(), None)));
+                        }
                         let mut response = match mode {
                             Some(mode) => proxy::proxy_shortcut(&state, mode, request.map(Body::new)).await,
                             None => match routes.call(request).await {
@@ -210,6 +222,7 @@ pub async fn run(
                             },
                         };
                         let heads = ticket.map(|(heads, last)| {
+                            heads.responded();
                             if last {
                                 // No later request of this connection is followed for its
                                 // framing: hyper reads none after this answer.
@@ -253,6 +266,71 @@ pub async fn run(
     state.audit().sync().map_err(io::Error::other)?;
     tracing::info!("Audit log synced; stopped");
     Ok(())
+}
+
+/// Looks at an HTTP/2 request's body once, without waiting, as hyper hands the request over:
+/// `true` when the HTTP/2 library has already reset the stream for a protocol error
+/// ([`proxy::is_protocol_reset_error`]); otherwise the request, whose body still yields every
+/// frame (one taken by the look is handed out first). HTTP/1 requests pass untouched.
+fn early_reset(request: http::Request<hyper::body::Incoming>) -> (http::Request<Body>, bool) {
+    use hyper::body::Body as _;
+    if request.version() != http::Version::HTTP_2 {
+        return (request.map(Body::new), false);
+    }
+    let (parts, mut incoming) = request.into_parts();
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let first = match std::pin::Pin::new(&mut incoming).poll_frame(&mut cx) {
+        std::task::Poll::Ready(Some(Err(error))) if proxy::is_protocol_reset_error(&error) => {
+            return (http::Request::from_parts(parts, Body::empty()), true);
+        }
+        std::task::Poll::Ready(Some(frame)) => Some(frame),
+        std::task::Poll::Ready(None) | std::task::Poll::Pending => None,
+    };
+    let body = Body::new(Replayed {
+        first,
+        rest: incoming,
+    });
+    (http::Request::from_parts(parts, body), false)
+}
+
+/// A request body with one frame already taken from it, handed out first.
+struct Replayed {
+    first: Option<Result<hyper::body::Frame<bytes::Bytes>, hyper::Error>>,
+    rest: hyper::body::Incoming,
+}
+
+impl hyper::body::Body for Replayed {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, hyper::Error>>> {
+        let this = self.get_mut();
+        if let Some(first) = this.first.take() {
+            return std::task::Poll::Ready(Some(first));
+        }
+        std::pin::Pin::new(&mut this.rest).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.first.is_none() && self.rest.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        let rest = self.rest.size_hint();
+        let extra = match &self.first {
+            Some(Ok(frame)) => frame.data_ref().map_or(0, |data| data.len() as u64),
+            _ => 0,
+        };
+        let mut hint = hyper::body::SizeHint::new();
+        hint.set_lower(rest.lower().saturating_add(extra));
+        if let Some(upper) = rest.upper() {
+            hint.set_upper(upper.saturating_add(extra));
+        }
+        hint
+    }
 }
 
 /// Binds, serves until Ctrl-C or SIGTERM, and returns once the audit log is synced. Writes

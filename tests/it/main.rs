@@ -10,6 +10,7 @@ mod policy_findings;
 mod proxy;
 mod proxy_attacks;
 mod proxy_connections;
+mod proxy_edges;
 mod proxy_mcp;
 mod proxy_outcomes;
 mod proxy_reload;

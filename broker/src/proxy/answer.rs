@@ -32,7 +32,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use flate2::write::{GzDecoder, ZlibDecoder};
+use flate2::write::{MultiGzDecoder, ZlibDecoder};
 use http::StatusCode;
 use http::header::{self, HeaderValue};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
@@ -58,9 +58,11 @@ pub(crate) struct OutcomeWriter {
     pub(crate) bytes_up: u64,
 }
 
-/// How the answer's body is encoded, as far as Mint must undo it.
+/// How the answer's body is encoded, as far as Mint must undo it. A gzip body may hold several
+/// members one after the other (as `cat a.gz b.gz`, or a server compressing each write, makes
+/// it): every member is decoded, as receivers and Mint's own request-body decoder do.
 enum Decoder {
-    Gzip(Box<GzDecoder<Vec<u8>>>),
+    Gzip(Box<MultiGzDecoder<Vec<u8>>>),
     Zlib(Box<ZlibDecoder<Vec<u8>>>),
 }
 
@@ -153,12 +155,17 @@ pub(crate) async fn answer(
     if !transfer_codings_are_chunked(&parts.headers) {
         return Err(unscrubbable());
     }
-    // An answer without a body (HEAD, 204, 304, an empty body) has nothing to decode or bound.
+    // An answer without a body (HEAD, 204, 304, an empty body) has nothing to decode or bound;
+    // labelled with a coding Mint decodes, it loses the label below as a decoded answer does
+    // (the agent must not get an empty body labelled gzip, nor a HEAD answer that differs from
+    // its GET).
     let bodiless = incoming.is_end_stream();
-    let decoder = if bodiless {
-        None
+    let (decoder, unlabel) = if bodiless {
+        (None, decoder_for(&parts.headers).is_ok_and(|d| d.is_some()))
     } else {
-        decoder_for(&parts.headers)?
+        let decoder = decoder_for(&parts.headers)?;
+        let unlabel = decoder.is_some();
+        (decoder, unlabel)
     };
     let declared = parts
         .headers
@@ -172,7 +179,7 @@ pub(crate) async fn answer(
     }
     strip_response(&mut parts.headers);
     scrubber.scrub_headers(&mut parts.headers);
-    if decoder.is_some() {
+    if unlabel {
         parts.headers.remove(header::CONTENT_ENCODING);
         parts.headers.remove(header::CONTENT_LENGTH);
     }
@@ -236,9 +243,9 @@ fn decoder_for(headers: &http::HeaderMap) -> Result<Option<Decoder>, ProxyError>
     }
     match codings.as_slice() {
         [] => Ok(None),
-        [one] if one == "gzip" || one == "x-gzip" => {
-            Ok(Some(Decoder::Gzip(Box::new(GzDecoder::new(Vec::new())))))
-        }
+        [one] if one == "gzip" || one == "x-gzip" => Ok(Some(Decoder::Gzip(Box::new(
+            MultiGzDecoder::new(Vec::new()),
+        )))),
         [one] if one == "deflate" => {
             Ok(Some(Decoder::Zlib(Box::new(ZlibDecoder::new(Vec::new())))))
         }

@@ -155,6 +155,11 @@ pub enum Invalid {
     /// The body could not be read.
     #[error("the request body could not be read")]
     Body,
+    /// The HTTP/2 library reset the agent's stream (a protocol error) while the body was read:
+    /// the agent gets the reset, and the connection audits it (never answered or recorded by the
+    /// pipeline).
+    #[error("the HTTP/2 stream was reset for a protocol error")]
+    StreamReset,
     /// A fact the audit record cannot hold (a path longer than 4096 characters).
     #[error("the request cannot be audited: {0}")]
     Unauditable(String),
@@ -288,6 +293,7 @@ impl ProxyError {
                 Invalid::Method(_) => "invalid_method",
                 Invalid::Header(_) => "invalid_header",
                 Invalid::Body => "body_unreadable",
+                Invalid::StreamReset => "malformed_http2",
                 Invalid::Unauditable(_) => "unauditable_request",
                 Invalid::HostMismatch => "host_mismatch",
                 Invalid::Mcp(_) => "invalid_mcp_message",

@@ -10,6 +10,13 @@
 //!
 //! Response: hop-by-hop, `Proxy-*` and `Mint-*` headers from the upstream are removed (an upstream
 //! cannot forge Mint's own headers).
+//!
+//! Header names are read as CGI gateways and PHP read them, `-` and `_` alike in any case
+//! ([`reads_as`]), wherever a name is checked or stripped: `Mcp_Name` is checked as `Mcp-Name`,
+//! `Mint_Capability` and `Keep_Alive` are stripped, and the underscore spellings of the headers
+//! that frame, decode and type the body (`Content_Length`, `Transfer_Encoding`,
+//! `Content_Encoding`, `Content_Type`) are refused: Mint reads the body by the hyphen forms, and a
+//! receiver that read the other spelling would see another body.
 
 use http::Method;
 use http::header::{self, HeaderMap, HeaderName};
@@ -23,14 +30,26 @@ const METHOD_OVERRIDES: [&str; 3] = [
     "x-method-override",
 ];
 
-/// Hop-by-hop headers (RFC 9110 section 7.6.1), plus `Proxy-Connection` and `Keep-Alive`.
-const HOP_BY_HOP: [HeaderName; 6] = [
-    header::CONNECTION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-    header::PROXY_AUTHENTICATE,
+/// Hop-by-hop headers (RFC 9110 section 7.6.1), plus `Keep-Alive` (`Proxy-Connection` goes with
+/// every `Proxy-*` header).
+const HOP_BY_HOP: [&str; 7] = [
+    "connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "proxy-authenticate",
+    "keep-alive",
+];
+
+/// The headers by which Mint frames, decodes and types the request body: a request that also
+/// spells one with `_` for `-` is refused, since a receiver reading that spelling would read
+/// another body than the one Mint examined.
+const BODY_HEADERS: [&str; 4] = [
+    "content-length",
+    "transfer-encoding",
+    "content-encoding",
+    "content-type",
 ];
 
 /// Refuses a method that is not an uppercase token: the policy matches methods byte for byte,
@@ -77,6 +96,14 @@ pub(crate) fn check_request(method: &Method, headers: &HeaderMap) -> Result<(), 
     if headers.get_all(header::HOST).iter().count() > 1 {
         return Err(Invalid::Framing("several Host headers"));
     }
+    if headers
+        .keys()
+        .any(|name| is_underscore_spelling(name.as_str(), &BODY_HEADERS))
+    {
+        return Err(Invalid::Framing(
+            "a framing or coding header spelled with `_` for `-` (`Content_Length`, `Transfer_Encoding`, `Content_Encoding`, `Content_Type`)",
+        ));
+    }
     if headers.contains_key(header::UPGRADE) {
         return Err(Invalid::Header(
             "protocol upgrades (WebSocket, h2c) are not supported through Mint",
@@ -92,17 +119,26 @@ pub(crate) fn check_request(method: &Method, headers: &HeaderMap) -> Result<(), 
     Ok(())
 }
 
-/// Whether a header name is a method-override header as some receiver reads it: `-` and `_`
-/// are the same (CGI and PHP turn both into `_` of one server variable, and PHP's built-in
-/// server keeps underscore headers), in any case (`HeaderName` is lowercase already).
+/// Whether a header name is a method-override header as some receiver reads it ([`reads_as`]).
 fn is_override_header(name: &str) -> bool {
-    METHOD_OVERRIDES.iter().any(|known| {
-        name.len() == known.len()
-            && name
-                .bytes()
-                .zip(known.bytes())
-                .all(|(a, b)| a == b || (a == b'_' && b == b'-'))
-    })
+    METHOD_OVERRIDES.iter().any(|known| reads_as(name, known))
+}
+
+/// Whether header name `name` is `known` (lowercase, with `-`) as a receiver may read it: `-`
+/// and `_` are the same (CGI and PHP turn both into `_` of one server variable, and PHP's
+/// built-in server keeps underscore headers), in any case (`HeaderName` is lowercase already,
+/// and so is `name` wherever it comes from one).
+pub(crate) fn reads_as(name: &str, known: &str) -> bool {
+    name.len() == known.len()
+        && name
+            .bytes()
+            .zip(known.bytes())
+            .all(|(a, b)| a.to_ascii_lowercase() == b || (a == b'_' && b == b'-'))
+}
+
+/// Whether `name` spells one of `known` with `_` for at least one `-`.
+fn is_underscore_spelling(name: &str, known: &[&str]) -> bool {
+    name.contains('_') && known.iter().any(|known| reads_as(name, known))
 }
 
 /// Refuses a `_method` override parameter that names another method than the request's: Rails,
@@ -163,9 +199,12 @@ pub(crate) fn check_override_params(
     if overridden { refused() } else { Ok(()) }
 }
 
-/// Whether a `key=value&...` string has a `_method` key whose value is not `own`.
+/// Whether a `key=value&...` string has a `_method` key whose value is not `own`. Pairs are
+/// split on `;` as well as `&`: old Rack, PHP with `arg_separator.input = "&;"`, Python before
+/// 3.9.2 and Go before 1.17 read `a=1;_method=DELETE` as two parameters. Where a receiver does
+/// not, the `;` stays inside a value, and refusing is only stricter than needed.
 fn form_overrides(pairs: &[u8], own: &[u8]) -> bool {
-    pairs.split(|&b| b == b'&').any(|pair| {
+    pairs.split(|&b| b == b'&' || b == b';').any(|pair| {
         let (key, value) = match pair.iter().position(|&b| b == b'=') {
             Some(at) => (
                 pair.get(..at).unwrap_or_default(),
@@ -530,41 +569,56 @@ pub(crate) fn content_length(headers: &HeaderMap) -> Option<u64> {
         .ok()
 }
 
-/// Removes what must never be forwarded upstream.
+/// Removes what must never be forwarded upstream: [`strip_common`]'s, and `Host`,
+/// `Content-Length`, `Expect` and `Accept-Encoding`, which Mint sets itself (in either spelling).
 pub(crate) fn strip_request(headers: &mut HeaderMap) {
-    strip_common(headers);
-    for name in [
-        header::HOST,
-        header::CONTENT_LENGTH,
-        header::EXPECT,
-        header::ACCEPT_ENCODING,
-    ] {
-        headers.remove(name);
-    }
+    strip_common(
+        headers,
+        &["host", "content-length", "expect", "accept-encoding"],
+        &[],
+    );
 }
 
-/// Removes what must never be passed back to the agent.
+/// Removes what must never be passed back to the agent: [`strip_common`]'s, and the underscore
+/// spellings of `Content-Length` and `Content-Encoding` (Mint sets or removes the hyphen forms
+/// itself; a client reading `_` as `-` would frame or decode the body by the forged ones).
 pub(crate) fn strip_response(headers: &mut HeaderMap) {
-    strip_common(headers);
+    strip_common(headers, &[], &["content-length", "content-encoding"]);
 }
 
-fn strip_common(headers: &mut HeaderMap) {
-    let mut doomed: Vec<HeaderName> = Vec::new();
+/// Removes every `Mint-*` and `Proxy-*` header, the hop-by-hop ones, every header `Connection`
+/// names, and `also`, all in both spellings ([`reads_as`]); and the underscore spellings of
+/// `underscored`.
+fn strip_common(headers: &mut HeaderMap, also: &[&str], underscored: &[&str]) {
+    let mut named: Vec<String> = Vec::new();
     for value in headers.get_all(header::CONNECTION) {
         let Ok(text) = value.to_str() else { continue };
-        for token in text.split(',') {
-            if let Ok(name) = HeaderName::from_bytes(token.trim().as_bytes()) {
-                doomed.push(name);
-            }
-        }
+        named.extend(
+            text.split(',')
+                .map(|token| token.trim().to_ascii_lowercase().replace('_', "-"))
+                .filter(|token| !token.is_empty()),
+        );
     }
-    for (name, _) in headers.iter() {
-        let text = name.as_str();
-        if text.starts_with("proxy-") || text.starts_with("mint-") || text == "keep-alive" {
-            doomed.push(name.clone());
-        }
-    }
-    for name in doomed.into_iter().chain(HOP_BY_HOP) {
+    let doomed: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| {
+            let name = name.as_str();
+            let prefixed = |prefix: &str| {
+                name.get(..prefix.len())
+                    .is_some_and(|start| reads_as(start, prefix))
+            };
+            prefixed("proxy-")
+                || prefixed("mint-")
+                || HOP_BY_HOP
+                    .iter()
+                    .chain(also)
+                    .any(|known| reads_as(name, known))
+                || named.iter().any(|known| reads_as(name, known))
+                || is_underscore_spelling(name, underscored)
+        })
+        .cloned()
+        .collect();
+    for name in doomed {
         headers.remove(name);
     }
 }
@@ -659,6 +713,22 @@ mod tests {
             check_override_params(&post, None, &json, br#"{"a":{"_method":"DELETE"}}"#).is_ok()
         );
         assert!(check_override_params(&post, Some("_method=post"), &none, b"").is_ok());
+        // `;` separates parameters to old Rack, PHP's `arg_separator.input`, old Python and Go.
+        for pairs in [
+            "a=1;_method=DELETE",
+            ";_method=DELETE",
+            "a=1&b=2;.method=PUT",
+        ] {
+            assert!(
+                check_override_params(&post, Some(pairs), &none, b"").is_err(),
+                "{pairs}"
+            );
+            assert!(
+                check_override_params(&post, None, &form, pairs.as_bytes()).is_err(),
+                "{pairs}"
+            );
+        }
+        assert!(check_override_params(&post, Some("a=1;b=2;_method=POST"), &none, b"").is_ok());
         assert!(check_override_params(&post, Some("my_method=DELETE"), &none, b"").is_ok());
         // A JSON body is not a form: its text is not read as parameters.
         assert!(check_override_params(&post, None, &json, b"_method=DELETE").is_ok());
@@ -872,6 +942,52 @@ mod tests {
         let mut names: Vec<&str> = map.keys().map(HeaderName::as_str).collect();
         names.sort_unstable();
         assert_eq!(names, ["authorization", "x-kept"]);
+    }
+
+    /// Issue 22 (outside attack on the merged binary): underscore spellings are stripped like
+    /// the hyphen forms, and those of the body's framing and coding headers are refused.
+    #[test]
+    fn underscore_spellings_are_stripped_or_refused() {
+        let mut map = headers(&[
+            ("mint_capability", "mint_cap_x_y"),
+            ("Mint-Debug", "1"),
+            ("proxy_authorization", "Bearer t"),
+            ("proxy_connection", "keep-alive"),
+            ("keep_alive", "timeout=5"),
+            ("accept_encoding", "gzip"),
+            ("connection", "x_secret_hop, X-Other-Hop"),
+            ("x-secret-hop", "1"),
+            ("x_other_hop", "1"),
+            ("x_kept", "yes"),
+        ]);
+        strip_request(&mut map);
+        let names: Vec<&str> = map.keys().map(HeaderName::as_str).collect();
+        assert_eq!(names, ["x_kept"]);
+        let post = Method::POST;
+        for name in [
+            "content_length",
+            "transfer_encoding",
+            "Content_Encoding",
+            "content_type",
+            "content-length_",
+        ] {
+            let refused = !name.ends_with('_');
+            assert_eq!(
+                check_request(&post, &headers(&[(name, "1")])).is_err(),
+                refused,
+                "{name}"
+            );
+        }
+        let mut answer = headers(&[
+            ("mint_request_id", "forged"),
+            ("content_length", "9"),
+            ("content_encoding", "gzip"),
+            ("transfer_encoding", "chunked"),
+            ("content-length", "2"),
+        ]);
+        strip_response(&mut answer);
+        let names: Vec<&str> = answer.keys().map(HeaderName::as_str).collect();
+        assert_eq!(names, ["content-length"]);
     }
 
     #[test]

@@ -534,13 +534,14 @@ pub(crate) fn refuse_whatever_the_body(
 }
 
 /// A server may route by the `Mcp-Name` header instead of the body: it must name the tool the
-/// body calls, or the policy would have judged another tool than the one that runs.
+/// body calls, or the policy would have judged another tool than the one that runs. `Mcp_Name`
+/// counts too ([`headers::reads_as`]: a PHP or CGI server reads both as one variable).
 pub(crate) fn check_mcp_name(headers: &HeaderMap, tools: &[String]) -> Result<(), ProxyError> {
     if !tools.is_empty()
         && headers
-            .get_all("mcp-name")
             .iter()
-            .any(|value| tools.iter().any(|tool| tool.as_bytes() != value.as_bytes()))
+            .filter(|(name, _)| super::headers::reads_as(name.as_str(), "mcp-name"))
+            .any(|(_, value)| tools.iter().any(|tool| tool.as_bytes() != value.as_bytes()))
     {
         return Err(Invalid::Mcp(
             "the `Mcp-Name` header must name the tool the body calls".to_owned(),

@@ -21,6 +21,20 @@
 //!   `Mint-Request-Id`, and audited. Only an answer written while none of Mint's answers is in
 //!   progress (every answer the service started has ended and been flushed) is replaced, so an
 //!   answer body that happens to look like a status line is never touched.
+//! - **The interim `100 Continue`.** hyper writes a bare `HTTP/1.1 100 Continue` on its own when
+//!   a request with `Expect: 100-continue` has its body read first, and offers no way to add a
+//!   header. Written while the request it belongs to has no answer yet (and every earlier answer
+//!   is out), it is replaced by the same interim answer with that request's `Mint-Request-Id`
+//!   ([`RequestIdSlot`]), as every answer on the listener carries one.
+//!
+//! - **HTTP/2 streams reset by the library.** h2 answers an agent's request that breaks the
+//!   protocol (a `content-length` that is not a number or disagrees with the DATA sent,
+//!   `transfer-encoding` or another connection-specific header, a malformed head) with
+//!   `RST_STREAM` (and a connection that breaks it with `GOAWAY`), often before hyper hands the
+//!   request to Mint at all. [`H2Watch`] (`h2_watch.rs`) follows the frame headers both ways,
+//!   and the connection audits each request so refused before any answer head: a `deny` and an
+//!   `invalid` outcome with reason `malformed_http2` and no status, which is what the agent got.
+//!   The pipeline records nothing for such a request (`proxy.rs`), so each has one pair.
 //!
 //! Before any of that, [`peer_has_closed`] lets the accept loop drop a connection whose agent has
 //! already closed its end (one that waited in the listen backlog while its client gave up).
@@ -42,7 +56,11 @@ use tokio::time::Sleep;
 use std::sync::Arc;
 
 use super::framing::{ConnectionHeads, RequestStream};
-use crate::proxy::{AppState, audit_unread_refusal, error_body};
+use super::h2_watch::H2Watch;
+use crate::proxy::{AppState, RequestIdSlot, audit_unread_refusal, error_body};
+
+/// hyper's interim answer to `Expect: 100-continue`, byte for byte.
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 /// Whether the agent has already closed its end of `stream` (its FIN has arrived, or the
 /// connection was reset), whether or not data it sent is still unread: `poll(2)` for
@@ -74,6 +92,8 @@ pub(crate) struct ConnectionIo {
     state: AppState,
     stream: RequestStream,
     heads: Arc<ConnectionHeads>,
+    /// The id of the request in progress, for the interim `100 Continue`.
+    id_slot: RequestIdSlot,
     header_timeout: Duration,
     /// When the pending head must be complete.
     deadline: Option<Pin<Box<Sleep>>>,
@@ -86,6 +106,10 @@ pub(crate) struct ConnectionIo {
     replacement: Option<Replacement>,
     /// The connection was ended here (deadline): reads give end-of-file, writes are dropped.
     ended: bool,
+    /// The frames of an HTTP/2 connection, followed for the library's refusals.
+    h2: H2Watch,
+    /// How many bytes were read from the agent.
+    bytes_read: u64,
 }
 
 impl std::fmt::Debug for ConnectionIo {
@@ -107,6 +131,9 @@ struct Replacement {
     /// How many bytes of hyper's answer to report as written once ours is out.
     claimed: usize,
     done: bool,
+    /// An interim answer: once it is out, the connection goes on (a final error answer ends it,
+    /// and nothing hyper writes after it is replaced).
+    interim: bool,
 }
 
 // === impl ConnectionIo ===
@@ -121,18 +148,26 @@ impl ConnectionIo {
             state: state.clone(),
             stream: RequestStream::new(),
             heads: Arc::default(),
+            id_slot: RequestIdSlot::default(),
             header_timeout,
             deadline: Some(Box::pin(tokio::time::sleep(header_timeout))),
             heads_read: 0,
             answers_out: 0,
             replacement: None,
             ended: false,
+            h2: H2Watch::default(),
+            bytes_read: 0,
         }
     }
 
     /// The framing verdicts of this connection's heads, for its requests.
     pub(crate) fn heads(&self) -> Arc<ConnectionHeads> {
         Arc::clone(&self.heads)
+    }
+
+    /// Where this connection's requests leave their ids, for the interim `100 Continue`.
+    pub(crate) fn id_slot(&self) -> RequestIdSlot {
+        self.id_slot.clone()
     }
 
     /// Follows freshly read bytes: queues the verdict on each head they complete.
@@ -143,6 +178,10 @@ impl ConnectionIo {
             overflow |= !heads.push(verdict);
         });
         self.heads_read += read;
+        if self.stream.is_h2() {
+            self.h2.read(bytes, self.bytes_read);
+        }
+        self.bytes_read = self.bytes_read.saturating_add(bytes.len() as u64);
         if overflow {
             // The requests past the queue's bound find no verdict and are refused.
             self.stream.stop();
@@ -179,7 +218,7 @@ impl ConnectionIo {
         let id = audit_unread_refusal(
             &self.state,
             "header_read_timeout",
-            StatusCode::REQUEST_TIMEOUT,
+            Some(StatusCode::REQUEST_TIMEOUT),
         );
         tracing::info!(request.id = %id, "Request head not completed in time");
         let answer = json_answer(
@@ -195,10 +234,24 @@ impl ConnectionIo {
     /// `mint-request-id`, written while none of Mint's answers is in progress (hyper writes its
     /// own only for a head that never reached the service).
     fn intercept(&mut self, first: &[u8], total: usize) {
-        if self.replacement.is_some()
-            || self.stream.is_h2()
-            || self.heads.answering(self.answers_out)
-        {
+        if self.replacement.is_some() || self.stream.is_h2() {
+            return;
+        }
+        if first.starts_with(CONTINUE) && self.heads.awaiting_answer(self.answers_out) {
+            if let Some(id) = self.id_slot.current() {
+                let bytes =
+                    format!("HTTP/1.1 100 Continue\r\nmint-request-id: {id}\r\n\r\n").into_bytes();
+                self.replacement = Some(Replacement {
+                    bytes,
+                    written: 0,
+                    claimed: CONTINUE.len(),
+                    done: false,
+                    interim: true,
+                });
+            }
+            return;
+        }
+        if self.heads.answering(self.answers_out) {
             return;
         }
         let Some(status) = hyper_error_status(first) else {
@@ -215,7 +268,7 @@ impl ConnectionIo {
         let id = audit_unread_refusal(
             &self.state,
             reason,
-            StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
+            Some(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST)),
         );
         tracing::info!(request.id = %id, status, reason, "Request that cannot be parsed refused");
         self.replacement = Some(Replacement {
@@ -223,6 +276,7 @@ impl ConnectionIo {
             written: 0,
             claimed: total,
             done: false,
+            interim: false,
         });
     }
 
@@ -242,7 +296,32 @@ impl ConnectionIo {
             }
         }
         replacement.done = true;
-        Some(Poll::Ready(Ok(replacement.claimed)))
+        let claimed = replacement.claimed;
+        if replacement.interim {
+            self.replacement = None;
+        }
+        Some(Poll::Ready(Ok(claimed)))
+    }
+
+    /// Follows the first `n` bytes of `bufs`, just written, on an HTTP/2 connection: audits each
+    /// request the library refused for a protocol error before any answer head ([`H2Watch`]).
+    fn after_write(&mut self, bufs: &[io::IoSlice<'_>], mut n: usize) {
+        if !self.stream.is_h2() {
+            return;
+        }
+        let state = &self.state;
+        let mut refused = || {
+            let id = audit_unread_refusal(state, "malformed_http2", None);
+            tracing::info!(request.id = %id, "HTTP/2 request refused by the library for a protocol error");
+        };
+        for buf in bufs {
+            if n == 0 {
+                break;
+            }
+            let part = buf.get(..n.min(buf.len())).unwrap_or_default();
+            n -= part.len();
+            self.h2.written(part, &mut refused);
+        }
     }
 
     /// What a write of `first` (of `total` bytes) does before reaching the socket: `Some` when
@@ -337,7 +416,11 @@ impl AsyncWrite for ConnectionIo {
         if let Some(poll) = this.before_write(cx, buf, buf.len()) {
             return poll;
         }
-        Pin::new(&mut this.inner).poll_write(cx, buf)
+        let written = Pin::new(&mut this.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = written {
+            this.after_write(&[io::IoSlice::new(buf)], n);
+        }
+        written
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -372,7 +455,11 @@ impl AsyncWrite for ConnectionIo {
                 return poll;
             }
         }
-        Pin::new(&mut this.inner).poll_write_vectored(cx, bufs)
+        let written = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = written {
+            this.after_write(bufs, n);
+        }
+        written
     }
 }
 

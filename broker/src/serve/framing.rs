@@ -96,6 +96,8 @@ impl std::fmt::Debug for Stage {
 pub(crate) struct ConnectionHeads {
     verdicts: Mutex<VecDeque<HeadVerdict>>,
     started: AtomicU64,
+    /// How many requests the service has answered (handed hyper an answer for).
+    responded: AtomicU64,
     ended: AtomicU64,
 }
 
@@ -338,6 +340,20 @@ impl ConnectionHeads {
     /// How many answers have ended.
     pub(super) fn ended(&self) -> u64 {
         self.ended.load(Ordering::Acquire)
+    }
+
+    /// Counts the answer of the request in progress as handed to hyper.
+    pub(crate) fn responded(&self) {
+        self.responded.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Whether a request is being served whose answer has not been handed to hyper yet, with
+    /// every earlier answer ended and flushed by `answers_out` (a reading of
+    /// [`ConnectionHeads::ended`] at the last flush): what hyper writes now can only be its
+    /// interim `100 Continue` or its own error answer, never a byte of an answer's body.
+    pub(super) fn awaiting_answer(&self, answers_out: u64) -> bool {
+        let started = self.started.load(Ordering::Acquire);
+        started == self.responded.load(Ordering::Acquire) + 1 && answers_out + 1 == started
     }
 }
 
