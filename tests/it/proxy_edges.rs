@@ -24,48 +24,38 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use mint_tests::EchoPeer;
-use mint_tests::broker::{
-    Broker, CurlResponse, MintHome, ScriptedUpstream, curl, parse_raw_answer,
-};
-use mint_tests::echo_peer;
-use mint_tests::echo_upstream::EchoConfig;
+use mint_tests::broker::{Broker, CurlResponse, ScriptedUpstream, curl, parse_raw_answer};
+use mint_tests::lab::{self, LabConfig};
 use serde_json::Value;
 
 /// The secret of alias `echo` (header site), bound to `127.0.0.1`.
 const CANARY: &str = "canary-edge22-Kv4p/Wm7+Qs2=Hx9";
 
-const ALIASES: &str = "aliases:\n  - name: echo\n    hosts: [127.0.0.1]\n    sites: [header]\n    source: file:$SECRETS/echo\n";
+/// The shared lab in front of an echo upstream, with a policy that allows `GET`, `POST` and
+/// `DELETE` to `/echo` and MCP calls to `/echo/mcp` (any tool but `drop*`), and denies `DELETE`;
+/// with this file's curl (the canary's placeholder on every request) and refusal check.
+struct Lab(lab::Lab);
 
-/// A broker in front of an echo upstream, with a policy that allows `GET`, `POST` and `DELETE`
-/// to `/echo` and MCP calls to `/echo/mcp` (any tool but `drop*`), and denies `DELETE`.
-struct Lab {
-    peer: EchoPeer,
-    _home: MintHome,
-    cap: String,
-    broker: Broker,
-    _dir: tempfile::TempDir,
+impl std::ops::Deref for Lab {
+    type Target = lab::Lab;
+
+    fn deref(&self) -> &lab::Lab {
+        &self.0
+    }
 }
 
 impl Lab {
     #[track_caller]
     fn start() -> Lab {
-        let dir = tempfile::tempdir().unwrap();
-        let peer = echo_peer(dir.path(), EchoConfig::default());
-        let port = peer.server.port();
-        let policy = format!(
-            "version: 1\ndefault: deny\nrules:\n  - id: echo\n    effect: allow\n    match:\n      alias: [echo]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [GET, POST, DELETE]\n      path: [/echo, /echo/mcp]\n  - id: mcp-tools\n    effect: allow\n    match:\n      alias: [echo]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [POST]\n      path: [/echo/mcp]\n      tool: [\"*\"]\n  - id: no-drop\n    effect: deny\n    match:\n      tool: [\"drop*\"]\n  - id: no-deletes\n    effect: deny\n    match:\n      method: [DELETE]\n"
-        );
-        let home = MintHome::new(&policy, ALIASES, &[("echo", CANARY)]);
-        let cap = home.issue_capability("mino", &[]);
-        let broker = home.serve(&peer.ca_file, &[]);
-        Lab {
-            peer,
-            _home: home,
-            cap,
-            broker,
-            _dir: dir,
-        }
+        let config = LabConfig {
+            secrets: &[("echo", CANARY)],
+            ..LabConfig::default()
+        };
+        Lab(lab::Lab::start(config, |port| {
+            format!(
+                "  - id: echo\n    effect: allow\n    match:\n      alias: [echo]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [GET, POST, DELETE]\n      path: [/echo, /echo/mcp]\n  - id: mcp-tools\n    effect: allow\n    match:\n      alias: [echo]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [POST]\n      path: [/echo/mcp]\n      tool: [\"*\"]\n  - id: no-drop\n    effect: deny\n    match:\n      tool: [\"drop*\"]\n  - id: no-deletes\n    effect: deny\n    match:\n      method: [DELETE]\n"
+            )
+        }))
     }
 
     fn path(&self, path_and_query: &str) -> String {
@@ -77,10 +67,6 @@ impl Lab {
 
     fn url(&self, path_and_query: &str) -> String {
         format!("{}{}", self.broker.base, self.path(path_and_query))
-    }
-
-    fn forwarded(&self) -> usize {
-        self.peer.server.requests().len()
     }
 
     /// curl with the capability and the canary's placeholder, plus `args` (the URL among them).
@@ -96,15 +82,6 @@ impl Lab {
         ];
         all.extend_from_slice(args);
         curl(&all)
-    }
-
-    /// No canary and no capability in `seen`, in the audit log or in Mint's stderr.
-    #[track_caller]
-    fn assert_clean(&self, seen: &str) {
-        assert!(!seen.contains(CANARY), "the agent saw the secret: {seen}");
-        assert!(!seen.contains(&self.cap), "the agent saw the capability");
-        self.broker.assert_secret_absent(CANARY);
-        self.broker.assert_secret_absent(&self.cap);
     }
 
     /// Refused with `status`, Mint's `code` (or a JSON-RPC error carrying it) and audit
@@ -130,7 +107,7 @@ impl Lab {
         assert_eq!(decision["reason"], reason, "{what}: {decision}");
         let outcome = self.broker.outcome_of(id);
         assert_eq!(outcome["status"], status, "{what}: {outcome}");
-        self.assert_clean(&response.everything());
+        self.assert_clean(response.everything());
     }
 }
 
@@ -190,7 +167,7 @@ fn issue_22_underscore_header_spellings_are_read_as_their_hyphen_forms() {
         &lab.url("/echo/mcp"),
     ]);
     assert_eq!(response.status, 200, "{}", response.body);
-    lab.assert_clean(&response.everything());
+    lab.assert_clean(response.everything());
 
     // Framing and coding headers spelled with `_`: refused, nothing forwarded.
     for header in [
@@ -263,22 +240,22 @@ fn issue_22_underscore_header_spellings_are_read_as_their_hyphen_forms() {
         !seen.contains(&lab.cap),
         "the capability reached the upstream"
     );
-    lab.assert_clean(&response.everything());
+    lab.assert_clean(response.everything());
 
     // Answers: an upstream cannot forge Mint's headers, or label framing and coding, with `_`.
     let upstream = ScriptedUpstream::start(Box::new(|_, _| {
         b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nMint_Request_Id: forged\r\nMint_Outcome: completed\r\nProxy_Authenticate: Basic\r\nKeep_Alive: timeout=5\r\nContent_Length: 999\r\nTransfer_Encoding: chunked\r\nContent_Encoding: gzip\r\nX_Kept: yes\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
             .to_vec()
     }));
-    let broker = scripted_broker(&upstream);
+    let lab = scripted_broker(&upstream);
     let response = curl(&[
         "-H",
-        &format!("Mint-Capability: {}", broker.1),
+        &lab.cap_header(),
         "-H",
         "Authorization: Bearer {{mint:echo}}",
         &format!(
             "{}/v1/proxy/http/127.0.0.1:{}/answer",
-            broker.0.base,
+            lab.broker.base,
             upstream.port()
         ),
     ]);
@@ -302,23 +279,26 @@ fn issue_22_underscore_header_spellings_are_read_as_their_hyphen_forms() {
     assert_eq!(response.header("x_kept"), Some("yes"));
     assert_ne!(response.header("mint-request-id"), Some("forged"));
     assert!(!response.everything().contains(CANARY));
-    broker.0.assert_secret_absent(CANARY);
+    lab.broker.assert_secret_absent(CANARY);
 }
 
-/// A broker allowing `GET` and `HEAD` through alias `echo` to the scripted upstream (plain
-/// `http` on loopback), with its capability.
-fn scripted_broker(upstream: &ScriptedUpstream) -> (Broker, String, MintHome, tempfile::TempDir) {
+/// A lab whose broker allows `GET` and `HEAD` through alias `echo` to the scripted upstream
+/// (plain `http` on loopback); its echo upstream goes unused.
+fn scripted_broker(upstream: &ScriptedUpstream) -> lab::Lab {
     let port = upstream.port();
-    let dir = tempfile::tempdir().unwrap();
-    let peer = echo_peer(dir.path(), EchoConfig::default());
-    let policy = format!(
-        "version: 1\ndefault: deny\nrules:\n  - id: scripted\n    effect: allow\n    match:\n      alias: [echo]\n      scheme: [http]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [GET, HEAD]\n"
-    );
-    let home = MintHome::new(&policy, ALIASES, &[("echo", CANARY)]);
-    let cap = home.issue_capability("mino", &[]);
-    let broker = home.serve(&peer.ca_file, &[]);
-    drop(peer);
-    (broker, cap, home, dir)
+    let config = LabConfig {
+        secrets: &[("echo", CANARY)],
+        ..LabConfig::default()
+    };
+    lab::Lab::start(config, |_| {
+        lab::allow(
+            "scripted",
+            "echo",
+            port,
+            "GET, HEAD",
+            "      scheme: [http]\n",
+        )
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -354,7 +334,7 @@ fn issue_22_semicolon_separated_method_overrides_are_refused() {
         assert_eq!(response.status, 200, "{body}: {}", response.body);
         let seen = lab.peer.server.requests().last().unwrap();
         assert_eq!(seen.body, body.as_bytes());
-        lab.assert_clean(&response.everything());
+        lab.assert_clean(response.everything());
     }
 }
 
@@ -603,7 +583,7 @@ fn issue_22_http2_requests_reset_by_the_library_are_audited_as_the_agent_got_the
             assert_eq!(outcome["reason"], "malformed_http2", "{what}: {outcome}");
             assert!(outcome.get("status").is_none(), "{what}: {outcome}");
             assert_eq!(lab.forwarded(), before, "{what}: forwarded");
-            lab.assert_clean(&String::from_utf8_lossy(&seen.raw));
+            lab.assert_clean(&seen.raw);
         }
     }
 
@@ -643,7 +623,7 @@ fn issue_22_http2_requests_reset_by_the_library_are_audited_as_the_agent_got_the
             assert_eq!(decision["reason"], "malformed_http2", "{records:?}");
             assert!(outcome.get("status").is_none(), "{records:?}");
         }
-        lab.assert_clean(&String::from_utf8_lossy(&seen.raw));
+        lab.assert_clean(&seen.raw);
     }
 
     // A request whose body is still arriving when the agent breaks the whole connection (DATA
@@ -670,7 +650,7 @@ fn issue_22_http2_requests_reset_by_the_library_are_audited_as_the_agent_got_the
     assert_eq!(records[1]["outcome"], "invalid", "{records:?}");
     assert!(records[1].get("status").is_none(), "{records:?}");
     assert_eq!(lab.forwarded(), before);
-    lab.assert_clean(&String::from_utf8_lossy(&seen.raw));
+    lab.assert_clean(&seen.raw);
 
     // A well-formed request on HTTP/2 is served, with one decision and one outcome.
     let from = written_records(&lab.broker).len();
@@ -689,7 +669,7 @@ fn issue_22_http2_requests_reset_by_the_library_are_audited_as_the_agent_got_the
     assert_eq!(records.len(), 2, "{records:?}");
     assert_eq!(records[0]["decision"], "allow", "{records:?}");
     assert_eq!(records[1]["outcome"], "completed", "{records:?}");
-    lab.assert_clean(&String::from_utf8_lossy(&seen.raw));
+    lab.assert_clean(&seen.raw);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -735,7 +715,7 @@ fn issue_22_the_interim_100_continue_carries_the_request_id() {
         assert_eq!(parsed.header("mint-request-id"), Some(id.as_str()));
         assert_eq!(lab.broker.decision_of(&id)["decision"], "allow");
         assert_eq!(lab.broker.outcome_of(&id)["status"], 200);
-        lab.assert_clean(&format!(
+        lab.assert_clean(format!(
             "{interim_text}{}",
             String::from_utf8_lossy(&answer)
         ));
@@ -814,7 +794,8 @@ fn issue_22_compressed_answers_decode_every_member_and_lose_an_empty_label() {
         }
         answer
     }));
-    let (broker, cap, _home, _dir) = scripted_broker(&upstream);
+    let lab = scripted_broker(&upstream);
+    let (broker, cap) = (&lab.broker, &lab.cap);
     let url = |path: &str| {
         format!(
             "{}/v1/proxy/http/127.0.0.1:{}{path}",
@@ -842,7 +823,7 @@ fn issue_22_compressed_answers_decode_every_member_and_lose_an_empty_label() {
     assert_eq!(outcome["outcome"], "completed", "{outcome}");
     assert_eq!(outcome["status"], 200, "{outcome}");
     assert_eq!(outcome["bytes_down"], expected.len(), "{outcome}");
-    assert!(!response.everything().contains(&cap));
+    assert!(!response.everything().contains(cap.as_str()));
     assert!(!response.everything().contains(CANARY));
 
     for (what, args) in [("GET", vec![]), ("HEAD", vec!["-I"])] {
@@ -864,5 +845,5 @@ fn issue_22_compressed_answers_decode_every_member_and_lose_an_empty_label() {
         assert!(!response.everything().contains(CANARY));
     }
     broker.assert_secret_absent(CANARY);
-    broker.assert_secret_absent(&cap);
+    broker.assert_secret_absent(cap);
 }

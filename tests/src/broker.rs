@@ -250,9 +250,12 @@ impl Broker {
         std::fs::read_to_string(&self.audit_log).unwrap_or_default()
     }
 
-    /// The audit log's records, parsed as JSON.
+    /// The audit log's records, parsed as JSON: whole lines only, since the broker may be writing
+    /// the last one as this reads.
     pub fn audit_records(&self) -> Vec<serde_json::Value> {
-        self.audit_text()
+        let text = self.audit_text();
+        let whole = text.rfind('\n').map_or("", |end| &text[..end]);
+        whole
             .lines()
             .map(|line| serde_json::from_str(line).unwrap())
             .collect()
