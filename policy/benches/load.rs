@@ -49,11 +49,12 @@ fn files() -> Vec<(&'static str, String)> {
         ));
     }
     // One allow rule and one deny rule, each with half the file of hosts; the deny rule covers
-    // them all (a shadowed rule found only after comparing every host).
+    // them all (a shadowed rule found only after comparing every host). The rules are block
+    // mappings: a flow list this long inside a flow mapping is refused (E016, below).
     let half = (MAX_FILE_BYTES / 2 - 200) / "h000000.x.example.com, ".len();
     let all = hosts("x", half);
     let long_lists = format!(
-        "version: 1\nrules:\n  - {{ id: a, effect: allow, match: {{ host: [{all}] }} }}\n  - {{ id: d, effect: deny, match: {{ host: [{all}] }} }}\n"
+        "version: 1\nrules:\n  - id: a\n    effect: allow\n    match:\n      host: [{all}]\n  - id: d\n    effect: deny\n    match:\n      host: [{all}]\n"
     );
     let mut out = vec![
         (
@@ -87,6 +88,22 @@ fn files() -> Vec<(&'static str, String)> {
                 "]\n",
                 |_| "*a, ".to_owned(),
             ),
+        ),
+        (
+            // Refused at the flow lookahead bound (E016) after 16,384 entries.
+            "flow_list_in_flow_mapping",
+            fill(
+                "version: 1\nrules:\n  - { id: a, effect: allow, match: { host: [".to_owned(),
+                "a] } }\n",
+                |_| "a,".to_owned(),
+            ),
+        ),
+        (
+            // Two million scalars: the most nodes a 4 MiB file holds.
+            "scalars_in_one_list",
+            fill("version: 1\nrules: []\nx: [".to_owned(), "1]\n", |_| {
+                "1,".to_owned()
+            }),
         ),
         (
             "deep_nesting",
