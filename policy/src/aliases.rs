@@ -390,7 +390,7 @@ fn read_alias(
         hosts,
         sites,
         source: source?,
-        pos: node.pos,
+        pos: node.pos(),
     })
 }
 

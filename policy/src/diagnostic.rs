@@ -76,6 +76,8 @@ codes! {
     InvalidDefault = "E014", "invalid default";
     /// A list that must not be empty is empty.
     EmptyList = "E015", "empty list";
+    /// A flow collection (`[...]`, `{...}`) too long for the loader to read in bounded memory.
+    FlowTooLong = "E016", "flow collection too long";
     /// A host wildcard that is not a whole leading label.
     WildcardNotLeadingLabel = "E020", "wildcard must be a whole leading label";
     /// A host wildcard that would cover a whole top-level domain or everything.

@@ -143,13 +143,22 @@ impl CompiledPolicy {
             match &rule.matcher.host {
                 None => index.any.push(i),
                 Some(patterns) => {
+                    // A host listed twice in one rule is indexed once: rules are indexed in
+                    // order, so a repeat is the list's last entry. Every entry costs each request
+                    // to that host a test of the rule (which scans the rule's hosts again), so a
+                    // rule of 100,000 copies of one host made each such request quadratic.
+                    let add = |rules: &mut Vec<u32>| {
+                        if rules.last() != Some(&i) {
+                            rules.push(i);
+                        }
+                    };
                     for pattern in patterns {
                         match pattern {
                             HostPattern::Exact(host) => {
-                                index.exact.entry(host.clone()).or_default().push(i)
+                                add(index.exact.entry(host.clone()).or_default());
                             }
                             HostPattern::Wildcard { suffix } => {
-                                index.wildcard.entry(suffix.clone()).or_default().push(i);
+                                add(index.wildcard.entry(suffix.clone()).or_default());
                             }
                         }
                     }
@@ -601,3 +610,19 @@ fn rule_charges(rule: &Rule, heads: &[String], request: &Request<'_>, out: &mut 
 
 /// Matching rules held without allocating; a request rarely matches more.
 const INLINE_MATCHES: usize = 16;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_listed_twice_in_a_rule_is_indexed_once() {
+        let text = "version: 1\nrules:\n  - id: a\n    effect: allow\n    match:\n      host: [a.example.com, '*.example.com', a.example.com, '*.example.com']\n  - id: b\n    effect: deny\n    match:\n      host: [a.example.com]\n";
+        let load = crate::policy::load_policy(text.as_bytes(), "t");
+        let compiled = CompiledPolicy::new(load.policy.unwrap());
+        let exact: Vec<&Vec<u32>> = compiled.index.exact.values().collect();
+        assert_eq!(exact, [&vec![0, 1]]);
+        let wildcard: Vec<&Vec<u32>> = compiled.index.wildcard.values().collect();
+        assert_eq!(wildcard, [&vec![0]]);
+    }
+}

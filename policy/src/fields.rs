@@ -27,7 +27,7 @@ impl Sink<'_> {
 
     /// Whether a finding about `node` could still be shown (see `Findings::shows`).
     pub(crate) fn shows(&self, node: &Node) -> bool {
-        self.diagnostics.shows(node.pos)
+        self.diagnostics.shows(node.pos())
     }
 
     /// Counts a finding that `shows` said cannot be shown.
@@ -42,7 +42,7 @@ impl Sink<'_> {
         path: &str,
         message: impl Into<String>,
     ) {
-        self.push(Diagnostic::new(code, node.pos, path, message));
+        self.push(Diagnostic::new(code, node.pos(), path, message));
     }
 
     /// Records a "wrong type" finding: `expected a list of strings, found an integer`.
@@ -179,10 +179,11 @@ pub(crate) fn entry_key(
             if let Some(first) = seen.get(text) {
                 let (code, what, fix) = key.duplicate;
                 let message = format!("{what} at line {}; {fix}", first.line);
-                sink.diagnostics
-                    .push(Diagnostic::new(code, node.pos, key.field, message).in_rule(Some(text)));
+                sink.diagnostics.push(
+                    Diagnostic::new(code, node.pos(), key.field, message).in_rule(Some(text)),
+                );
             } else {
-                seen.insert(text.to_owned(), node.pos);
+                seen.insert(text.to_owned(), node.pos());
             }
             Some(text.to_owned())
         }

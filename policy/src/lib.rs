@@ -30,4 +30,4 @@ pub mod usage;
 mod yaml;
 
 pub use diagnostic::{Code, Diagnostic, Pos, Severity};
-pub use yaml::{MAX_DEPTH, MAX_FILE_BYTES};
+pub use yaml::{MAX_DEPTH, MAX_FILE_BYTES, MAX_FLOW_LOOKAHEAD};

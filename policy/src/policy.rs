@@ -278,6 +278,8 @@ pub fn load_policy(bytes: &[u8], origin: &str) -> PolicyLoad {
             &mut load.legacy_call_limit_count,
         )
     };
+    // The tree is read: free it before the warnings' indexes are built, so the two never add up.
+    drop(root);
     if let Some(policy) = &policy {
         load.default = policy.default;
     }
@@ -598,7 +600,7 @@ fn read_rule(
         inject,
         allow_private,
         limits,
-        pos: node.pos,
+        pos: node.pos(),
     })
 }
 
@@ -607,7 +609,7 @@ fn child<'n>(node: &'n Node, key: &str) -> Option<&'n Node> {
     match &node.kind {
         NodeKind::Map(entries) => entries
             .iter()
-            .find(|(k, _)| matches!(&k.kind, NodeKind::Scalar { text, .. } if text == key))
+            .find(|(k, _)| matches!(&k.kind, NodeKind::Scalar { text, .. } if &**text == key))
             .map(|(_, v)| v),
         _ => None,
     }

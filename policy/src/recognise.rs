@@ -33,10 +33,10 @@ fn top_level_is(bytes: &[u8], required: &str, known: &[&str]) -> bool {
         let NodeKind::Scalar { text, .. } = &key.kind else {
             return false;
         };
-        if !known.contains(&text.as_str()) {
+        if !known.contains(&&**text) {
             return false;
         }
-        has_required |= text == required;
+        has_required |= &**text == required;
     }
     has_required
 }

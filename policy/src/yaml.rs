@@ -3,11 +3,21 @@
 //!
 //! First step of every file load (policy, aliases); the typed readers in `fields` walk the tree.
 //! Refused here: files over the size bound, non-UTF-8 bytes, anchors and aliases, explicit tags,
-//! duplicate keys, nesting past the depth bound, and anything but exactly one document. Errors
-//! never quote the file's text: a scalar could be a secret pasted into the wrong file.
+//! duplicate keys, nesting past the depth bound, flow collections past the lookahead bound, and
+//! anything but exactly one document. Errors never quote the file's text: a scalar could be a
+//! secret pasted into the wrong file.
+//!
+//! Memory: yaml-rust2's scanner holds every token of a flow collection (`[a, b, ...]`,
+//! `{a: 1, ...}`) until the collection ends, since the whole collection could still turn out to be
+//! a mapping key; about 80 bytes a token, so a 4 MiB file of `[a,a,a,...]` cost over 300 MB before
+//! one event came out. The parser's input counts the flow indicators it reads past the last event
+//! and ends early at [`MAX_FLOW_LOOKAHEAD`], which bounds that queue; the file is then refused
+//! (E016), never loaded as the prefix read.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
+use std::rc::Rc;
 
 use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
 use yaml_rust2::scanner::{Marker, ScanError, TScalarStyle};
@@ -20,11 +30,19 @@ pub const MAX_FILE_BYTES: usize = 4 * 1024 * 1024;
 /// Deepest nesting of sequences and mappings the loader accepts.
 pub const MAX_DEPTH: usize = 32;
 
-/// A node of the loaded document with its position.
+/// The most flow indicators (`,`, `[`, `]`, `{`, `}`) the parser may read ahead of the last event
+/// it produced. A flow collection is read whole before any of it comes out, so this bounds the
+/// entries of one flow collection (and the commas of a comment or a quoted scalar, which no
+/// declaration needs by the thousand); block lists (`- item` per line) have no such bound.
+pub const MAX_FLOW_LOOKAHEAD: usize = 16_384;
+
+/// A node of the loaded document with its position. Kept small (32 bytes, with no spare
+/// capacity in its text or lists): an agent-written file can hold two million of them.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Node {
     pub(crate) kind: NodeKind,
-    pub(crate) pos: Pos,
+    line: u32,
+    column: u32,
 }
 
 /// What a node holds.
@@ -33,12 +51,12 @@ pub(crate) enum NodeKind {
     /// A scalar with its text; `plain` is false for quoted and block scalars, which are always
     /// strings.
     Scalar {
-        text: String,
+        text: Box<str>,
         plain: bool,
     },
-    Seq(Vec<Node>),
+    Seq(Box<[Node]>),
     /// Entries in file order; keys are scalars (anything else was refused while loading).
-    Map(Vec<(Node, Node)>),
+    Map(Box<[(Node, Node)]>),
 }
 
 /// A scalar resolved by the YAML 1.2 core schema.
@@ -54,6 +72,24 @@ pub(crate) enum Value<'a> {
 // === impl Node ===
 
 impl Node {
+    fn new(kind: NodeKind, pos: Pos) -> Node {
+        // A file holds at most `MAX_FILE_BYTES` characters, so its lines and columns fit.
+        let narrow = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        Node {
+            kind,
+            line: narrow(pos.line),
+            column: narrow(pos.column),
+        }
+    }
+
+    /// Where the node starts.
+    pub(crate) fn pos(&self) -> Pos {
+        Pos {
+            line: self.line as usize,
+            column: self.column as usize,
+        }
+    }
+
     /// The core-schema reading of a scalar node; `None` for sequences and mappings.
     pub(crate) fn value(&self) -> Option<Value<'_>> {
         match &self.kind {
@@ -113,8 +149,28 @@ pub(crate) fn load(bytes: &[u8]) -> Result<Node, Findings> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
 
     let mut builder = Builder::default();
-    let mut parser = Parser::new_from_str(text);
-    if let Err(e) = feed(&mut parser, &mut builder) {
+    let meter = Rc::new(Lookahead::default());
+    let mut parser = Parser::new(Input {
+        chars: text.chars(),
+        meter: Rc::clone(&meter),
+    });
+    let fed = feed(&mut parser, &mut builder, &meter);
+    if meter.cut.get() {
+        // The parser saw the input end early: whatever it made of the prefix (an error, or even
+        // a well-formed document) is not the file.
+        builder.problems.push(Diagnostic::new(
+            Code::FlowTooLong,
+            builder.last_pos,
+            "",
+            format!(
+                "a flow list or mapping (`[...]`, `{{...}}`) after this point holds more than \
+                 {MAX_FLOW_LOOKAHEAD} commas and brackets; write long lists as block lists, one \
+                 `- item` per line"
+            ),
+        ));
+        return Err(builder.problems);
+    }
+    if let Err(e) = fed {
         // Past the depth bound the scanner's own recursion limit may fire: the depth problem
         // already explains it.
         if !builder.too_deep {
@@ -156,14 +212,61 @@ pub(crate) fn load(bytes: &[u8]) -> Result<Node, Findings> {
 /// Passes the parser's events to the builder one by one. Not `Parser::load`: that recurses once
 /// per level of nesting, and a block sequence (`- - - - x`) has no depth bound in yaml-rust2, so a
 /// deep file would overflow the stack. Stops at the depth bound: the rest cannot be read anyway.
-fn feed(parser: &mut Parser<std::str::Chars<'_>>, builder: &mut Builder) -> Result<(), ScanError> {
+fn feed(
+    parser: &mut Parser<Input<'_>>,
+    builder: &mut Builder,
+    meter: &Lookahead,
+) -> Result<(), ScanError> {
     loop {
         let (event, mark) = parser.next_token()?;
+        if meter.cut.get() {
+            // What comes out now is the queue the cut input left; the file is refused anyway, at
+            // the last event before it.
+            return Ok(());
+        }
+        meter.emitted.set(meter.read.get());
         let end = event == Event::StreamEnd;
         builder.on_event(event, mark);
         if end || builder.too_deep {
             return Ok(());
         }
+    }
+}
+
+/// The text as the parser reads it, one character at a time, metered by [`Lookahead`].
+struct Input<'a> {
+    chars: std::str::Chars<'a>,
+    meter: Rc<Lookahead>,
+}
+
+/// How far the parser has read ahead of what it produced, in flow indicators.
+#[derive(Default)]
+struct Lookahead {
+    /// Flow indicators read so far.
+    read: Cell<usize>,
+    /// `read` when the last event came out.
+    emitted: Cell<usize>,
+    /// Set once the input was ended early: past [`MAX_FLOW_LOOKAHEAD`].
+    cut: Cell<bool>,
+}
+
+impl Iterator for Input<'_> {
+    type Item = char;
+
+    fn next(&mut self) -> Option<char> {
+        if self.meter.cut.get() {
+            return None;
+        }
+        let c = self.chars.next()?;
+        if matches!(c, ',' | '[' | ']' | '{' | '}') {
+            let read = self.meter.read.get() + 1;
+            self.meter.read.set(read);
+            if read - self.meter.emitted.get() > MAX_FLOW_LOOKAHEAD {
+                self.meter.cut.set(true);
+                return None;
+            }
+        }
+        Some(c)
     }
 }
 
@@ -182,6 +285,8 @@ struct Builder {
     skipped_depth: usize,
     /// Hashes the keys of every mapping for the duplicate check.
     hasher: RandomState,
+    /// Where the last event was: what an E016 points at.
+    last_pos: Pos,
 }
 
 enum Frame {
@@ -203,6 +308,7 @@ enum Frame {
 impl MarkedEventReceiver for Builder {
     fn on_event(&mut self, ev: Event, mark: Marker) {
         let pos = pos_of_marker(mark);
+        self.last_pos = pos;
         if self.too_deep {
             match ev {
                 Event::SequenceStart(..) | Event::MappingStart(..) => self.skipped_depth += 1,
@@ -224,21 +330,24 @@ impl MarkedEventReceiver for Builder {
                 self.problems
                     .push(anchor_problem(pos, "an alias (`*name`)"));
                 // Stand-in so the surrounding structure stays well formed.
-                self.push_node(Node {
-                    kind: NodeKind::Scalar {
-                        text: String::new(),
+                self.push_node(Node::new(
+                    NodeKind::Scalar {
+                        text: Box::from(""),
                         plain: true,
                     },
                     pos,
-                });
+                ));
             }
             Event::Scalar(text, style, anchor, tag) => {
                 self.check_anchor_and_tag(pos, anchor, tag.is_some());
                 let plain = matches!(style, TScalarStyle::Plain);
-                self.push_node(Node {
-                    kind: NodeKind::Scalar { text, plain },
+                self.push_node(Node::new(
+                    NodeKind::Scalar {
+                        text: text.into_boxed_str(),
+                        plain,
+                    },
                     pos,
-                });
+                ));
             }
             Event::SequenceStart(anchor, tag) => {
                 self.check_anchor_and_tag(pos, anchor, tag.is_some());
@@ -261,15 +370,14 @@ impl MarkedEventReceiver for Builder {
                 }
             }
             Event::SequenceEnd | Event::MappingEnd => {
+                // Boxed slices drop the lists' spare capacity (up to half of each).
                 let node = match self.stack.pop() {
-                    Some(Frame::Seq { pos, items }) => Node {
-                        kind: NodeKind::Seq(items),
-                        pos,
-                    },
-                    Some(Frame::Map { pos, entries, .. }) => Node {
-                        kind: NodeKind::Map(entries),
-                        pos,
-                    },
+                    Some(Frame::Seq { pos, items }) => {
+                        Node::new(NodeKind::Seq(items.into_boxed_slice()), pos)
+                    }
+                    Some(Frame::Map { pos, entries, .. }) => {
+                        Node::new(NodeKind::Map(entries.into_boxed_slice()), pos)
+                    }
                     None => return,
                 };
                 self.push_node(node);
@@ -336,15 +444,15 @@ impl Builder {
                                     .filter(|(k, _)| same_key(k, &node))
                                     // Two keys with one 64-bit hash: look the slow way.
                                     .or_else(|| entries.iter().find(|(k, _)| same_key(k, &node)))
-                                    .map(|(k, _)| k.pos),
+                                    .map(|(k, _)| k.pos()),
                             };
                             if let Some(first) = first {
-                                if self.problems.shows(node.pos) {
+                                if self.problems.shows(node.pos()) {
                                     // The key is not quoted: it could be a secret pasted in
                                     // the wrong place. Both positions say which one it is.
                                     self.problems.push(Diagnostic::new(
                                         Code::DuplicateKey,
-                                        node.pos,
+                                        node.pos(),
                                         "",
                                         format!(
                                             "this key appears twice in this mapping (first at \
@@ -360,7 +468,7 @@ impl Builder {
                         NodeKind::Seq(_) | NodeKind::Map(_) => {
                             self.problems.push(Diagnostic::new(
                                 Code::WrongType,
-                                node.pos,
+                                node.pos(),
                                 "",
                                 "a mapping key must be a plain name, not a list or mapping",
                             ));
@@ -527,12 +635,12 @@ mod tests {
         let NodeKind::Map(entries) = &root.kind else {
             panic!("not a map")
         };
-        assert_eq!(entries[0].0.pos, Pos { line: 1, column: 1 });
-        assert_eq!(entries[0].1.pos, Pos { line: 1, column: 4 });
+        assert_eq!(entries[0].0.pos(), Pos { line: 1, column: 1 });
+        assert_eq!(entries[0].1.pos(), Pos { line: 1, column: 4 });
         let NodeKind::Seq(items) = &entries[1].1.kind else {
             panic!("not a seq")
         };
-        assert_eq!(items[0].pos, Pos { line: 3, column: 5 });
+        assert_eq!(items[0].pos(), Pos { line: 3, column: 5 });
     }
 
     #[test]
@@ -585,6 +693,32 @@ mod tests {
                 .map(|i| format!("{}- x:\n", "  ".repeat(i)))
                 .collect::<String>();
         assert_eq!(codes(block.as_bytes()), vec![("E006", 17, 36)]);
+    }
+
+    #[test]
+    fn refuses_a_flow_collection_past_the_lookahead_bound_never_its_prefix() {
+        let n = MAX_FLOW_LOOKAHEAD;
+        // A flow list inside a flow mapping is read whole before any of it comes out (the
+        // scanner keeps every token). Within the bound: loaded.
+        let within = format!("{{x: [{}a]}}\n", "a,".repeat(n / 2 - 8));
+        assert_eq!(codes(within.as_bytes()), vec![]);
+        // Past it: refused (E016), and nothing else is said about the file.
+        let past = format!("{{x: [{}a]}}\n", "a,".repeat(n + 1));
+        assert_eq!(codes(past.as_bytes()), vec![("E016", 1, 1)]);
+        // Never loaded as the prefix read, even when that prefix is a whole document.
+        let comment = format!("{{x: 1}} # {}\n", ",".repeat(n + 10));
+        assert_eq!(codes(comment.as_bytes()), vec![("E016", 1, 1)]);
+        // Lists read in pieces (block lists, or a flow list as a block mapping's value) have no
+        // such bound.
+        let block = format!("x:\n{}", "  - a\n".repeat(n * 2));
+        assert_eq!(codes(block.as_bytes()), vec![]);
+        let flow = format!("x: [{}a]\n", "a,".repeat(n * 2));
+        assert_eq!(codes(flow.as_bytes()), vec![]);
+    }
+
+    #[test]
+    fn nodes_stay_small() {
+        assert!(std::mem::size_of::<Node>() <= 32);
     }
 
     #[test]

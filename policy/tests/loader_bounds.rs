@@ -111,8 +111,9 @@ fn issue_24_shadowed_rules_are_found_in_long_lists() {
     // other hosts: the index must still find the one deny rule that shadows it.
     let hosts: Vec<String> = (0..20_000).map(|i| format!("h{i}.x.example.com")).collect();
     let others: Vec<String> = (0..20_000).map(|i| format!("o{i}.y.example.com")).collect();
+    // Block mappings: a flow list of 20,000 inside a flow mapping is refused (E016).
     let text = format!(
-        "version: 1\nrules:\n  - {{ id: narrow, effect: deny, match: {{ host: [{}], method: GET }} }}\n  - {{ id: wide, effect: deny, match: {{ host: [{}, '*.x.example.com'] }} }}\n  - {{ id: all, effect: allow, match: {{ host: [{}], method: [GET, POST] }} }}\n",
+        "version: 1\nrules:\n  - id: narrow\n    effect: deny\n    match:\n      host: [{}]\n      method: GET\n  - id: wide\n    effect: deny\n    match:\n      host: [{}, '*.x.example.com']\n  - id: all\n    effect: allow\n    match:\n      host: [{}]\n      method: [GET, POST]\n",
         hosts.join(", "),
         others.join(", "),
         hosts.join(", ")

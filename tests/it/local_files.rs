@@ -343,6 +343,220 @@ fn issue_24_files_in_a_home_another_user_owns_are_refused() {
     assert!(!stderr.contains(CANARY), "{stderr}");
 }
 
+/// `mint` run in `cwd` with no `MINT_*` variable inherited: every file at its default place,
+/// `cwd/.mint/...`, as a user without the variables runs it.
+fn mint_in(cwd: &Path) -> Command {
+    let mut command = Command::new(mint_bin());
+    for (key, _) in std::env::vars() {
+        if key.starts_with("MINT_") {
+            command.env_remove(key);
+        }
+    }
+    command
+        .env_remove("RUST_LOG")
+        .current_dir(cwd)
+        .stdin(Stdio::null());
+    command
+}
+
+/// A policy allowing `GET https://api.example.com/items/**` to agent `bot` with alias `api`; its
+/// description holds the canary, which no output may quote.
+fn explained_policy() -> String {
+    format!(
+        "version: 1\ndefault: deny\nrules:\n  - id: read\n    description: {CANARY}\n    effect: allow\n    match:\n      agent: bot\n      alias: api\n      host: api.example.com\n      method: GET\n      path: /items/**\n"
+    )
+}
+
+/// `mint policy explain` of an allowed request, in `cwd`, with `args` added.
+fn explain_in(cwd: &Path, args: &[&str]) -> Output {
+    mint_in(cwd)
+        .args([
+            "policy",
+            "explain",
+            "--agent",
+            "bot",
+            "--method",
+            "GET",
+            "--url",
+            "https://api.example.com/items/1",
+            "--header",
+            "Authorization: Bearer {{mint:api}}",
+        ])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[track_caller]
+fn assert_canary_absent(output: &Output) {
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        stderr_of(output)
+    );
+    assert!(!all.contains(CANARY), "{all}");
+}
+
+#[test]
+fn issue_24_policy_explain_reads_files_as_serve_does_and_check_says_when_serve_would_refuse() {
+    if !running_as_root(
+        "issue_24_policy_explain_reads_files_as_serve_does_and_check_says_when_serve_would_refuse",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let theirs = subdir(dir.path(), "theirs", 0o755);
+    let home = subdir(&theirs, ".mint", 0o700);
+    write_file(&home.join("policy.yaml"), &explained_policy(), 0o600);
+    write_file(
+        &home.join("aliases.yaml"),
+        "aliases:\n  - name: api\n    hosts: [api.example.com]\n",
+        0o600,
+    );
+    // In a working directory only Mint's user can change: explained (allowed, exit 0).
+    let output = explain_in(&theirs, &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr_of(&output));
+    assert_canary_absent(&output);
+
+    // uid 65534 owns the working directory: that user could rename `.mint` away and put a policy
+    // of theirs in its place, so `mint serve` would refuse the default files, and so does explain.
+    std::os::unix::fs::chown(&theirs, Some(65_534), Some(65_534)).unwrap();
+    let output = explain_in(&theirs, &[]);
+    let stderr = stderr_of(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(output.stdout.is_empty(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("`{}` is owned by uid 65534", theirs.display()))
+            && stderr.contains("`mint serve` would refuse this policy file")
+            && stderr.contains("nothing was explained"),
+        "{stderr}"
+    );
+    assert_canary_absent(&output);
+
+    // `mint policy check` is a linter: it still reports on the file's contents, and says on
+    // stderr that the broker would refuse it; stdout stays the report alone.
+    for json in [false, true] {
+        let mut check = mint_in(&theirs);
+        check.args(["policy", "check"]);
+        if json {
+            check.arg("--json");
+        }
+        let output = check.output().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let stderr = stderr_of(&output);
+        assert_eq!(output.status.code(), Some(0), "{stdout}{stderr}");
+        assert!(
+            stderr.contains("note:")
+                && stderr.contains(&format!("`{}` is owned by uid 65534", theirs.display()))
+                && stderr.contains("`mint serve` would refuse this file"),
+            "{stderr}"
+        );
+        assert!(!stdout.contains("uid 65534"), "{stdout}");
+        if json {
+            let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+            assert_eq!(report["valid"], true, "{stdout}");
+        }
+        assert_canary_absent(&output);
+    }
+
+    // An explicit `--policy` through a link (Mint's own) into a directory others may write: the
+    // file really lives there, so explain refuses it as the broker would.
+    std::os::unix::fs::chown(&theirs, Some(0), Some(0)).unwrap();
+    let open = subdir(dir.path(), "open", 0o777);
+    write_file(&open.join("policy.yaml"), &explained_policy(), 0o600);
+    std::os::unix::fs::symlink(open.join("policy.yaml"), home.join("draft.yaml")).unwrap();
+    let output = explain_in(&theirs, &["--policy", ".mint/draft.yaml"]);
+    let stderr = stderr_of(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "`{}` is writable by group or others",
+            open.display()
+        )) && stderr.contains("chmod go-w"),
+        "{stderr}"
+    );
+    // The same for the alias file.
+    std::os::unix::fs::symlink(open.join("policy.yaml"), home.join("aliases-draft.yaml")).unwrap();
+    let output = explain_in(&theirs, &["--aliases", ".mint/aliases-draft.yaml"]);
+    let stderr = stderr_of(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("`mint serve` would refuse this alias file"),
+        "{stderr}"
+    );
+    assert_canary_absent(&output);
+}
+
+/// Runs `mint audit rotate` on the log at `log`; returns the output.
+fn rotate(cwd: &Path, log: &Path) -> Output {
+    mint_in(cwd)
+        .env("MINT_AUDIT_LOG_PATH", log)
+        .args(["audit", "rotate"])
+        .output()
+        .unwrap()
+}
+
+/// Asserts that `rotate` was refused and left the log's directory as it was.
+#[track_caller]
+fn assert_not_rotated(output: &Output, log: &Path, names: &[&str]) {
+    let stderr = stderr_of(output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    for name in names {
+        assert!(stderr.contains(name), "`{name}` not in: {stderr}");
+    }
+    let mut left: Vec<String> = std::fs::read_dir(log.parent().unwrap())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["audit.log"], "{stderr}");
+}
+
+#[test]
+fn issue_24_audit_rotate_refuses_a_log_in_a_shared_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    // Sticky and open to all, as /tmp: others cannot rename the log, but they can plant files at
+    // the lock's and the rotated file's names, which `mint serve` refuses to open the log among.
+    let shared = subdir(dir.path(), "shared", 0o1777);
+    let log = shared.join("audit.log");
+    write_file(&log, "{}\n", 0o600);
+    let output = rotate(dir.path(), &log);
+    assert_not_rotated(
+        &output,
+        &log,
+        &[&format!("`{}`", shared.display()), "chmod 700"],
+    );
+}
+
+#[test]
+fn issue_24_audit_rotate_refuses_a_log_under_a_directory_another_user_owns() {
+    if !running_as_root("issue_24_audit_rotate_refuses_a_log_under_a_directory_another_user_owns") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // The log's own directory is Mint's, but uid 65534 owns the one above it: that user could
+    // rename `logs` away, with the rotated records, and put a directory of theirs in its place.
+    let theirs = subdir(dir.path(), "theirs", 0o755);
+    let logs = subdir(&theirs, "logs", 0o700);
+    let log = logs.join("audit.log");
+    write_file(&log, "{}\n", 0o600);
+    std::os::unix::fs::chown(&theirs, Some(65_534), Some(65_534)).unwrap();
+    let output = rotate(dir.path(), &log);
+    assert_not_rotated(
+        &output,
+        &log,
+        &[
+            &format!("`{}` is owned by uid 65534", theirs.display()),
+            "chown 0",
+        ],
+    );
+    // Given back to Mint's user, the same log rotates.
+    std::os::unix::fs::chown(&theirs, Some(0), Some(0)).unwrap();
+    let output = rotate(dir.path(), &log);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr_of(&output));
+    assert!(logs.join("audit.log.1").is_file());
+}
+
 // ---------------------------------------------------------------------------------------------
 // Finding 5: a policy rewritten in place is never loaded half-written
 // ---------------------------------------------------------------------------------------------

@@ -127,7 +127,7 @@ pub(super) fn unsafe_file(error: &io::Error) -> Option<UnsafeFile> {
 /// audit files there. Follows symbolic links: what matters is the directory the log's name
 /// resolves in. Its parents and the links on the way are checked next by
 /// `secure_file::check_private_dir`, the walk every file of Mint goes through.
-pub(super) fn check_log_dir(dir: &Path) -> io::Result<()> {
+fn check_log_dir(dir: &Path) -> io::Result<()> {
     let meta = fs::metadata(dir)?;
     if !meta.is_dir() {
         return Err(refused(UnsafeFile::NotRegular {
@@ -147,6 +147,26 @@ pub(super) fn check_log_dir(dir: &Path) -> io::Result<()> {
         }));
     }
     Ok(())
+}
+
+/// Why the log's directory was refused by [`check_log_location`].
+#[derive(Debug)]
+pub(super) enum LogDirRefused {
+    /// The directory itself ([`check_log_dir`]): an [`io::Error`] that may carry an
+    /// [`UnsafeFile`].
+    Dir(io::Error),
+    /// A directory above it or a symbolic link on the way (`secure_file`'s walk from `/`).
+    Walk(crate::config::secure_file::SecureFileError),
+}
+
+/// The checks made before anything is created, renamed or locked in the directory `dir` that
+/// holds a log: by the writer when `mint serve` opens the log and by `mint audit rotate`, so the
+/// two can never accept different places. The directory itself must pass [`check_log_dir`], and
+/// every directory above it and every symbolic link on the way
+/// `secure_file::check_private_dir`, the walk every file of Mint goes through.
+pub(super) fn check_log_location(dir: &Path) -> Result<(), LogDirRefused> {
+    check_log_dir(dir).map_err(LogDirRefused::Dir)?;
+    crate::config::secure_file::check_private_dir(dir).map_err(LogDirRefused::Walk)
 }
 
 /// Opens (or creates, 0600) the log for appending and positioned reads, and checks it.

@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 
 use rustix::fs::{CWD, FlockOperation, RenameFlags};
 
-use super::file::{UnsafeFile, open_lock, open_read, unsafe_file};
+use super::file::{
+    LogDirRefused, UnsafeFile, check_log_location, open_lock, open_read, unsafe_file,
+};
 
 /// The lock file next to `log` (`audit.log.lock`): the writer holds an exclusive `flock` on it
 /// for as long as the log is open, so two processes can never append to one chain.
@@ -127,6 +129,10 @@ pub enum RotateError {
         /// What is wrong with it.
         problem: UnsafeFile,
     },
+    /// A directory above the log's, or a symbolic link on the way to it, could be changed by
+    /// another user: the same refusal as when `mint serve` opens the log.
+    #[error(transparent)]
+    UnsafeDirectory(#[from] crate::config::secure_file::SecureFileError),
     /// An I/O failure.
     #[error("cannot {action} `{}`", path.display())]
     Io {
@@ -154,6 +160,18 @@ pub fn rotate(log: &Path, wait: Duration) -> Result<RotateOutcome, RotateError> 
             },
         }
     };
+    // The directory is checked as the writer checks it when `mint serve` opens the log: a
+    // rename (and a lock file created) in a directory another user may write, or under a parent
+    // another user owns, could hand the rotated records to that user.
+    let dir = parent(log);
+    match check_log_location(dir) {
+        Ok(()) => {}
+        Err(LogDirRefused::Dir(source)) if source.kind() == io::ErrorKind::NotFound => {
+            return Ok(RotateOutcome::NothingToRotate);
+        }
+        Err(LogDirRefused::Dir(source)) => return Err(io_error("check", dir)(source)),
+        Err(LogDirRefused::Walk(source)) => return Err(RotateError::UnsafeDirectory(source)),
+    }
     let file = match open_read(log) {
         Ok(file) => file,
         Err(error) if error.kind() == io::ErrorKind::NotFound => {

@@ -111,9 +111,10 @@ impl Shared {
             Some(dir) if !dir.as_os_str().is_empty() => dir,
             _ => Path::new("."),
         };
-        file::check_log_dir(dir).map_err(|source| AuditError::open(dir, source))?;
-        // And every directory above it, and every link on the way, as for Mint's other files.
-        crate::config::secure_file::check_private_dir(dir)?;
+        file::check_log_location(dir).map_err(|refused| match refused {
+            file::LogDirRefused::Dir(source) => AuditError::open(dir, source),
+            file::LogDirRefused::Walk(source) => AuditError::UnsafeDirectory(source),
+        })?;
         let lock = take_lock(path)?;
         let file = file::open_log(path).map_err(|source| AuditError::open(path, source))?;
         let meta = file

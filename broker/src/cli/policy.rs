@@ -59,7 +59,18 @@ pub fn run(
             } else {
                 ReportFormat::Human
             };
-            Ok(match check_policy_file(&file, format, out)? {
+            let verdict = check_policy_file(&file, format, out)?;
+            if let Some(refusal) = check::broker_refusal(&file) {
+                // Stderr only: stdout stays the report alone, in either format.
+                let mut err = std::io::stderr().lock();
+                writeln!(
+                    err,
+                    "mint: note: {refusal}; `mint serve` would refuse this file whatever it \
+                     holds (the report is about its contents only)"
+                )
+                .map_err(CommandError::Output)?;
+            }
+            Ok(match verdict {
                 Verdict::Valid => ExitStatus::Success,
                 Verdict::Invalid => ExitStatus::Failure,
             })

@@ -143,8 +143,9 @@ fn issue_24_worst_case_files_are_answered_and_ping_after_them() {
     }
     let all: Vec<String> = (0..90_000).map(|i| format!("h{i}.x.example.com")).collect();
     let all = all.join(", ");
+    // Block mappings: a flow list this long inside a flow mapping is refused (E016) early.
     let long_lists = format!(
-        "version: 1\nrules:\n  - {{ id: a, effect: allow, match: {{ host: [{all}] }} }}\n  - {{ id: d, effect: deny, match: {{ host: [{all}] }} }}\n"
+        "version: 1\nrules:\n  - id: a\n    effect: allow\n    match:\n      host: [{all}]\n  - id: d\n    effect: deny\n    match:\n      host: [{all}]\n"
     );
     let alias_hosts = fill(
         "aliases:\n  - name: gh\n    hosts: [api.github.com".to_owned(),
@@ -185,5 +186,101 @@ fn issue_24_worst_case_files_are_answered_and_ping_after_them() {
             started.elapsed() - answered
         );
     }
+    assert!(mcp.finish().status.success());
+}
+
+/// The peak resident set a `mint-mcp` may reach answering `policy_check` on the worst 4 MiB
+/// policy files: each one, in one process, one after the other. Measured 190 MB (debug build),
+/// the tree of two million small nodes; the old loader took 534 MB for a flow list of two million
+/// hosts (yaml-rust2's scanner held every token of the list) and 348 MB for flow mappings.
+const POLICY_PEAK_BOUND: u64 = 320 << 20;
+
+/// The same for `alias_list` on one alias with two million hosts, after the policies above:
+/// measured 340 MB (the tree, then a host pattern per host while the tree is still read).
+const ALIAS_PEAK_BOUND: u64 = 448 << 20;
+
+#[test]
+fn issue_24_peak_memory_of_the_worst_files_stays_bounded() {
+    let home = tempfile::tempdir().unwrap();
+    let h = |name: &str| home.path().join(name);
+    fs::write(h("aliases.yaml"), "aliases: []\n").unwrap();
+    let policies = [
+        // Two million hosts in one flow list: cut at the lookahead bound (E016).
+        (
+            "flow-hosts.yaml",
+            fill(
+                "version: 1\nrules:\n  - { id: a, effect: allow, match: { host: [".to_owned(),
+                12,
+                |_| "a,".to_owned(),
+            ) + "a] } }\n",
+        ),
+        // The tree's worst shapes: two million scalars, a million one-item lists, 700k flow
+        // mappings, 330k rules.
+        (
+            "scalars.yaml",
+            fill("version: 1\nrules: []\nx: [".to_owned(), 3, |_| {
+                "1,".to_owned()
+            }) + "1]\n",
+        ),
+        (
+            "lists.yaml",
+            fill("version: 1\nrules: []\nx: [".to_owned(), 3, |_| {
+                "[1],".to_owned()
+            }) + "1]\n",
+        ),
+        (
+            "mappings.yaml",
+            fill("version: 1\nrules: []\nx: [".to_owned(), 4, |_| {
+                "{a: },".to_owned()
+            }) + "{}]\n",
+        ),
+        (
+            "rules.yaml",
+            fill("version: 1\nrules:\n".to_owned(), 0, |i| {
+                format!("- {{id: r{i}}}\n")
+            }),
+        ),
+    ];
+    let mut mcp = Mcp::start(&[("MINT_HOME", home.path().as_os_str().to_owned())]);
+    let ask = |mcp: &mut Mcp, tool: &str, key: &str, name: &str| {
+        mcp.send(
+            &json!({
+                "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": tool, "arguments": { key: h(name) }},
+            })
+            .to_string(),
+        );
+        let answer = mcp.recv_within(WORST_CASE_DEADLINE);
+        assert!(
+            answer.get("result").is_some() || answer.get("error").is_some(),
+            "{name}: {answer}"
+        );
+        let peak = mcp.peak_rss();
+        // Reported, not asserted one by one: the figures for docs/security.md.
+        eprintln!("{name}: peak resident set {} MB", peak >> 20);
+        peak
+    };
+    for (name, text) in &policies {
+        assert!(text.len() <= mint_policy::MAX_FILE_BYTES, "{name}");
+        assert!(text.len() > mint_policy::MAX_FILE_BYTES - 64, "{name}");
+        fs::write(h(name), text).unwrap();
+        let peak = ask(&mut mcp, "policy_check", "file", name);
+        assert!(
+            peak < POLICY_PEAK_BOUND,
+            "{name}: peak resident set {peak} bytes, bound {POLICY_PEAK_BOUND}"
+        );
+    }
+    // Two million hosts of one alias, in a flow list (read in pieces: its key is on its line).
+    let alias_hosts = fill("aliases:\n  - name: gh\n    hosts: [".to_owned(), 3, |_| {
+        "a,".to_owned()
+    }) + "a]\n";
+    fs::write(h("alias-hosts.yaml"), &alias_hosts).unwrap();
+    let peak = ask(&mut mcp, "alias_list", "path", "alias-hosts.yaml");
+    assert!(
+        peak < ALIAS_PEAK_BOUND,
+        "alias-hosts.yaml: peak resident set {peak} bytes, bound {ALIAS_PEAK_BOUND}"
+    );
+    let ping = mcp.request(json!({"jsonrpc": "2.0", "id": "after", "method": "ping"}));
+    assert_eq!(ping, json!({"jsonrpc": "2.0", "id": "after", "result": {}}));
     assert!(mcp.finish().status.success());
 }

@@ -126,6 +126,18 @@ impl Mcp {
         self.input.as_ref().unwrap().send(bytes).unwrap();
     }
 
+    /// `VmHWM` (peak resident set) of the server so far, in bytes, from `/proc/<pid>/status`.
+    pub(crate) fn peak_rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        let kib: u64 = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmHWM:"))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap();
+        kib * 1024
+    }
+
     /// Sends one line (a line feed is added).
     pub(crate) fn send(&mut self, line: &str) {
         self.send_raw(format!("{line}\n").into_bytes());

@@ -12,6 +12,7 @@ use mint_policy::MAX_FILE_BYTES;
 use mint_policy::check::{PolicyReport, check_policy};
 
 use crate::config::declaration_file::{ReadError, read_declaration_file};
+use crate::config::secure_file::{SecureFileError, open_trusted};
 
 /// How the report is printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,6 +77,23 @@ pub fn check_policy_file(
     } else {
         Verdict::Invalid
     })
+}
+
+/// Why `mint serve` would refuse the file at `path` whatever it holds (another user could change
+/// it, by its owner or mode or through a directory or link on its way), if it would. The check is
+/// a linter's: it reads any file, also drafts others may write, since nothing in the report is
+/// acted upon; this says when the file checked is not one the broker would load. Problems the
+/// read itself reports (missing, not a regular file) give `None`.
+pub fn broker_refusal(path: &Path) -> Option<SecureFileError> {
+    match open_trusted(path) {
+        Ok(_) => None,
+        Err(
+            SecureFileError::Io { .. }
+            | SecureFileError::NotRegularFile { .. }
+            | SecureFileError::Changed { .. },
+        ) => None,
+        Err(refusal) => Some(refusal),
+    }
 }
 
 fn write_report(

@@ -9,8 +9,9 @@
 //! the call limits counted. It reports the decision, the deciding rules, every alias with where
 //! it sits and where it may go, and each applicable limit's remaining budget.
 //!
-//! Reads the policy and alias files, the body file, and (only when a limit applies) the audit
-//! log; never a secret, the capabilities or the network. Output names headers, query parameters,
+//! Reads the policy and alias files exactly as `mint serve` does (through `read_config_file`, so
+//! a file the broker would refuse is refused here too, never explained), the body file, and (only
+//! when a limit applies) the audit log; never a secret, the capabilities or the network. Output names headers, query parameters,
 //! positions and aliases, never a header value, a query value or the body: a value may be a real
 //! token typed by mistake. What it cannot see: the capability (its alias narrowing is checked by
 //! the broker only), DNS (address refusals happen at connect time), and the running broker's
@@ -34,8 +35,11 @@ use mint_policy::site::SiteSet;
 use mint_policy::{Diagnostic, MAX_FILE_BYTES, Severity};
 
 use crate::cli::ExitStatus;
-use crate::config::declaration_file::{ReadError, read_declaration_file};
+use crate::config::declaration_file::{
+    ConfigFileError, ReadError, read_config_file, read_declaration_file,
+};
 use crate::config::env::Paths;
+use crate::config::secure_file::SecureFileError;
 use crate::proxy::pipeline::{self, JsonRpcIds, RawTarget};
 use crate::proxy::{ProxyError, ProxyLimits, headers};
 use crate::secrets::placeholder::{Part, Place, Placeholders};
@@ -247,6 +251,17 @@ pub enum ExplainError {
         path: PathBuf,
         /// What went wrong.
         problem: ReadError,
+    },
+    /// A policy or alias file that `mint serve` would refuse whatever it holds: another user
+    /// could change it, by its own owner or mode or through a directory or link on its way.
+    /// Explain reads both files exactly as the broker does, so it never describes what the broker
+    /// would not load.
+    #[error("{refusal}; `mint serve` would refuse this {what}, so nothing was explained")]
+    Untrusted {
+        /// `policy file` or `alias file`.
+        what: &'static str,
+        /// Why the broker would refuse it (names the path and the fix).
+        refusal: SecureFileError,
     },
     /// A policy or alias file with errors.
     #[error("{what} `{}` has {}; nothing was explained", path.display(), count_errors(diagnostics.len()))]
@@ -711,12 +726,19 @@ fn load_aliases_at(path: &Path) -> Result<AliasFile, ExplainError> {
     }
 }
 
+/// Reads a policy or alias file as `mint serve` reads it (`read_config_file`: one open through
+/// `secure_file::open_trusted`, every directory and link on the way checked, the file judged on
+/// its descriptor, refused when caught changing).
 fn read_file(path: &Path, what: &'static str) -> Result<Vec<u8>, ExplainError> {
-    read_declaration_file(path, MAX_FILE_BYTES).map_err(|problem| ExplainError::Unreadable {
-        what,
-        path: path.to_path_buf(),
-        problem,
-    })
+    match read_config_file(path, MAX_FILE_BYTES) {
+        Ok(file) => Ok(file.bytes),
+        Err(ConfigFileError::Insecure(refusal)) => Err(ExplainError::Untrusted { what, refusal }),
+        Err(ConfigFileError::Unreadable(problem)) => Err(ExplainError::Unreadable {
+            what,
+            path: path.to_path_buf(),
+            problem,
+        }),
+    }
 }
 
 fn has_errors(diagnostics: &[Diagnostic]) -> bool {
