@@ -847,3 +847,84 @@ fn issue_22_compressed_answers_decode_every_member_and_lose_an_empty_label() {
     broker.assert_secret_absent(CANARY);
     broker.assert_secret_absent(cap);
 }
+
+/// An outside review of the merged binary: an upstream that returns what it stored (here: the
+/// `Authorization` value it received) and honours `Range` handed the agent the secret in pieces
+/// (`bytes=8-23`, then `bytes=24-39`, each a 206 the scrubber could not recognise). Was: both
+/// halves came back in clear. Now `Range` and `If-Range` never reach the upstream, which answers
+/// whole, and the whole secret is redacted.
+#[test]
+fn issue_22_range_requests_cannot_cut_a_secret_into_pieces() {
+    let upstream = ScriptedUpstream::start(Box::new(|request, _| {
+        let text = String::from_utf8_lossy(request).into_owned();
+        let header = |name: &str| {
+            text.lines().find_map(|line| {
+                let (key, value) = line.split_once(':')?;
+                key.trim()
+                    .eq_ignore_ascii_case(name)
+                    .then(|| value.trim().to_owned())
+            })
+        };
+        let stored = header("authorization").unwrap_or_default().into_bytes();
+        let range = header("range").and_then(|range| {
+            let (from, to) = range.strip_prefix("bytes=")?.split_once('-')?;
+            let (from, to): (usize, usize) = (from.parse().ok()?, to.parse().ok()?);
+            stored.get(from..=to.min(stored.len().saturating_sub(1)))
+        });
+        let (status, body) = match range {
+            Some(part) => ("206 Partial Content", part.to_vec()),
+            None => ("200 OK", stored.clone()),
+        };
+        let mut answer = format!(
+            "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        answer.extend_from_slice(&body);
+        answer
+    }));
+    let lab = scripted_broker(&upstream);
+    let url = format!(
+        "{}/v1/proxy/http/127.0.0.1:{}/stored",
+        lab.broker.base,
+        upstream.port()
+    );
+    let cap = lab.cap_header();
+    let mut seen = String::new();
+    for range in ["bytes=7-18", "bytes=19-40"] {
+        for extra in [None, Some("If-Range: \"v1\"")] {
+            let range_header = format!("Range: {range}");
+            let mut args = vec![
+                "-H",
+                cap.as_str(),
+                "-H",
+                "Authorization: Bearer {{mint:echo}}",
+                "-H",
+                range_header.as_str(),
+            ];
+            if let Some(extra) = extra {
+                args.extend(["-H", extra]);
+            }
+            args.push(url.as_str());
+            let response = curl(&args);
+            assert_eq!(response.status, 200, "{}", response.body);
+            assert_eq!(response.body, "Bearer [mint:redacted]");
+            seen.push_str(&response.everything());
+        }
+    }
+    for request in upstream.requests() {
+        let text = String::from_utf8_lossy(&request).to_ascii_lowercase();
+        assert!(!text.contains("\r\nrange:"), "{text}");
+        assert!(!text.contains("\r\nif-range:"), "{text}");
+    }
+    // No piece of the secret either: every 8-byte window of it is absent from what came back.
+    let secret = CANARY.as_bytes();
+    for piece in secret.windows(8) {
+        let piece = String::from_utf8_lossy(piece);
+        assert!(
+            !seen.contains(piece.as_ref()),
+            "a piece of the secret came back: {piece}"
+        );
+    }
+    lab.assert_clean(&seen);
+}
