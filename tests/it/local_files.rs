@@ -832,6 +832,157 @@ fn review_a_policy_that_never_settles_is_audited_as_waiting() {
     assert_no_canary(&broker);
 }
 
+/// A process of uid 65534 running `python3 -c code`, with the directory `home` open as its
+/// descriptor 3 (the directories above it may be closed to others: it opens `policy.yaml`
+/// relative to that descriptor); it prints `open` once it has opened the policy. Killed when dropped.
+struct Nobody(Child);
+
+impl Nobody {
+    fn start(code: &str, home: &Path) -> Nobody {
+        let child = Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "/bin/sh",
+                "-c",
+                "exec 3<&0 </dev/null && exec /usr/bin/python3 -c \"$1\"",
+                "sh",
+                code,
+            ])
+            .stdin(std::fs::File::open(home).unwrap())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut nobody = Nobody(child);
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(nobody.0.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        assert_eq!(
+            line.trim(),
+            "open",
+            "the other user could not open the policy"
+        );
+        nobody
+    }
+}
+
+impl Drop for Nobody {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Makes the home and its policy readable by others (Mint refuses only write bits for them),
+/// and waits for the reload the change of mode causes.
+fn share_policy_read_only(home: &MintHome, broker: &Broker) -> PathBuf {
+    let path = home.path().join("policy.yaml");
+    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    // No SIGHUP: one sent before the broker listens for it would end it.
+    assert!(
+        wait_for_events(broker, "policy_reloaded", 1, Duration::from_secs(20)),
+        "the policy was not reloaded after its mode changed: {}",
+        broker.stderr()
+    );
+    path
+}
+
+/// Outside attack O1: another user floods open and close (read-only) on a policy readable by
+/// others while the operator's in-place writer pauses after a prefix that is a wider policy.
+/// The old watcher forgot every open descriptor when the inotify queue overflowed, so it no
+/// longer waited for the writer and loaded the prefix after two polls.
+#[test]
+fn attack_a_read_only_open_flood_does_not_release_a_paused_writer() {
+    if !running_as_root("attack_a_read_only_open_flood_does_not_release_a_paused_writer") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let peer = echo_peer(dir.path(), EchoConfig::default());
+    let port = peer.server.port();
+    let home = MintHome::new(&policy(port, "GET", ""), ALIASES, &[("echo", CANARY)]);
+    let cap = home.issue_capability("mino", &[]);
+    let broker = home.serve(&peer.ca_file, &[]);
+    let path = share_policy_read_only(&home, &broker);
+    assert_eq!(send(&broker, &cap, port, "DELETE", "probe").0, 403);
+    // The operator's writer: a prefix that is a whole policy allowing DELETE, then a pause.
+    let mut writer = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap();
+    writer
+        .write_all(policy(port, "GET, DELETE", "").as_bytes())
+        .unwrap();
+    writer.flush().unwrap();
+    let flood = Nobody::start(
+        "import os\nos.close(os.open('policy.yaml', os.O_RDONLY, dir_fd=3))\nprint('open', flush=True)\nwhile True:\n  os.close(os.open('policy.yaml', os.O_RDONLY, dir_fd=3))\n",
+        home.path(),
+    );
+    // Twelve polls of flooding: the old watcher loaded the prefix within a few.
+    std::thread::sleep(Duration::from_secs(6));
+    let (status, body) = send(&broker, &cap, port, "DELETE", "probe");
+    drop(flood);
+    assert_eq!(status, 403, "the writer's prefix was loaded: {body}");
+    assert_eq!(count_events(&broker, "policy_reloaded"), 1);
+    // The flood has stopped and the queue drained (a close lost in an overflow would leave the
+    // file to the long stable spell); the writer finishes and closes: the whole policy loads.
+    std::thread::sleep(Duration::from_secs(1));
+    writer.write_all(no_probe_rule(port).as_bytes()).unwrap();
+    drop(writer);
+    assert!(
+        wait_for_events(&broker, "policy_reloaded", 2, Duration::from_secs(20)),
+        "the finished policy was not loaded"
+    );
+    assert_eq!(send(&broker, &cap, port, "DELETE", "probe").0, 403);
+    assert_eq!(send(&broker, &cap, port, "DELETE", "other").0, 200);
+    assert_eq!(count_events(&broker, "policy_reload_unconfirmed"), 0);
+    assert_no_canary(&broker);
+}
+
+/// Outside attack O2: another user keeps a policy readable by others open read-only; the
+/// operator tightens it in place. The old watcher took any open descriptor for a writer's and
+/// kept the old policy in force for as long as that descriptor stayed open.
+#[test]
+fn attack_a_read_only_descriptor_held_open_does_not_hold_a_reload_back() {
+    if !running_as_root("attack_a_read_only_descriptor_held_open_does_not_hold_a_reload_back") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let peer = echo_peer(dir.path(), EchoConfig::default());
+    let port = peer.server.port();
+    let home = MintHome::new(
+        &policy(port, "GET, DELETE", ""),
+        ALIASES,
+        &[("echo", CANARY)],
+    );
+    let cap = home.issue_capability("mino", &[]);
+    let broker = home.serve(&peer.ca_file, &[]);
+    let path = share_policy_read_only(&home, &broker);
+    assert_eq!(send(&broker, &cap, port, "DELETE", "probe").0, 200);
+    let reader = Nobody::start(
+        "import os, time\nfd = os.open('policy.yaml', os.O_RDONLY, dir_fd=3)\nprint('open', flush=True)\ntime.sleep(120)\n",
+        home.path(),
+    );
+    // The operator tightens the policy in place (`cat new > policy.yaml`).
+    let tightened = policy(port, "GET, DELETE", &no_probe_rule(port));
+    std::fs::write(&path, tightened).unwrap();
+    let loaded = wait_for_events(&broker, "policy_reloaded", 2, Duration::from_secs(8));
+    let (status, body) = send(&broker, &cap, port, "DELETE", "probe");
+    drop(reader);
+    assert!(loaded, "the reader held the reload back");
+    assert_eq!(status, 403, "the old policy stayed in force: {body}");
+    assert_eq!(send(&broker, &cap, port, "DELETE", "other").0, 200);
+    assert_eq!(count_events(&broker, "policy_reload_waiting"), 0);
+    assert_eq!(count_events(&broker, "policy_reload_unconfirmed"), 0);
+    assert_no_canary(&broker);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Finding 6: `mint cap revoke` and locks held by others
 // ---------------------------------------------------------------------------------------------

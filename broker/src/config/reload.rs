@@ -12,20 +12,29 @@
 //! Change detection polls each file's identity (device, inode, size, modification and change
 //! times) every [`POLL_INTERVAL`]: editors that write in place and tools that rename a new file
 //! over the old one are both seen. A file is never loaded while it is still changing: a change
-//! is loaded only once the file's identity stayed the same across two polls, and (where the
-//! kernel's inotify is available) no writer is at work on it: inotify counts the descriptors
-//! opened on the file and closed again, and a file that was modified while some were open waits
-//! until all are closed, so an editor that writes in several pieces and pauses between them is
-//! waited for, even when another program opens and closes the file meanwhile (`touch`); a
-//! stamp that moves while descriptors are open is a write too (stores through `mmap` send no
-//! `IN_MODIFY`). A change
-//! made with no descriptor open that Mint saw opened (`truncate(2)` by path, a writer that opened
-//! the file before Mint watched it) is left to the two-poll rule. The descriptor read from must
-//! show the version seen at the poll, before and after reading. SIGHUP reloads whatever the files
-//! hold, changed or not, under the same rule: while a file is being written, the reload waits for
-//! it, and a wait longer than [`WAIT_WARNING`] (for a writer, or for a file that never stays
-//! unchanged for two polls) is logged and audited once (`policy_reload_waiting`): the last good
-//! version stays in force until the writer closes.
+//! is loaded only once the file's identity stayed the same across two polls and (where the
+//! kernel's inotify is available) the file is not *dirty*. A change of content (`IN_MODIFY`,
+//! or a stamp that moves with no event to explain it: stores through `mmap` send none) makes it
+//! dirty; it is clean again when a descriptor opened for writing is closed after that change
+//! (`IN_CLOSE_WRITE`), or when every descriptor Mint counted open on it is closed (a change by
+//! path with nothing open: `truncate(2)`). Only a descriptor that can write can leave a file
+//! half-written, and inotify tells its close from a read-only one (`IN_CLOSE_NOWRITE`): so
+//! another user who may read the file (Mint refuses only write bits for others) can neither
+//! release a writer's half-written file (by flooding opens until the queue overflows) nor hold
+//! a finished one back (by keeping a descriptor open). A change of attributes only (`touch`)
+//! after the content changed makes the next close for writing that program's: it releases
+//! nothing, so `touch` while an editor writes does not load the editor's prefix. When inotify's
+//! queue overflows, a dirty file stays dirty and the open count of that inode is no longer
+//! trusted; since the writer's own close may have been lost, a dirty file that then stays
+//! unchanged for [`LOST_EVENTS_SETTLE`] is loaded as it is (logged, audited as
+//! `policy_reload_unconfirmed`). The descriptor read from must show the version seen at the
+//! poll, before and after reading. SIGHUP reloads whatever the files hold, changed or not,
+//! under the same rule: while a file is being written, the reload waits for it, and a wait
+//! longer than [`WAIT_WARNING`] (for a writer, or for a file that never stays unchanged for two
+//! polls) is logged and audited once (`policy_reload_waiting`). A SIGHUP sent after that report
+//! is the operator's word: the files are loaded as they are once unchanged for two polls
+//! (logged, audited as `policy_reload_unconfirmed`), the escape from a wait no writer will end
+//! (a `truncate(2)` by path while another program holds the file open).
 
 use std::mem::MaybeUninit;
 use std::os::fd::OwnedFd;
@@ -46,6 +55,10 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
 
 /// How long a reload waits for a file being written before it says so.
 pub const WAIT_WARNING: Duration = Duration::from_secs(10);
+
+/// How long a file being written must stay unchanged, once inotify events were lost (the
+/// queue overflowed), before it is loaded as it is: its writer's close may have been lost.
+pub const LOST_EVENTS_SETTLE: Duration = Duration::from_secs(30);
 
 /// What a reload reads.
 #[derive(Clone, Debug)]
@@ -132,6 +145,10 @@ impl Reloader {
         let mut owed = false;
         // Since when a reload owed has waited for a writer, and whether that was reported.
         let mut waiting: Option<(tokio::time::Instant, bool)> = None;
+        // When a file last changed (for the long stable spell after lost events), and whether
+        // the operator's SIGHUP, sent after a wait was reported, loads the files as they are.
+        let mut changed_at = tokio::time::Instant::now();
+        let mut hangup_forces = false;
         let mut ticks = tokio::time::interval(POLL_INTERVAL);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -142,25 +159,37 @@ impl Reloader {
             if forced {
                 tracing::info!("SIGHUP: reloading policy and aliases");
                 owed = true;
+                if waiting.is_some_and(|(_, reported)| reported) {
+                    hangup_forces = true;
+                }
             }
             writers.follow(&paths);
             writers.drain();
             let now = stamps(&paths);
-            // A change since the previous poll to a file that descriptors still hold open is a
-            // write even without an IN_MODIFY event: stores through a shared mapping (`mmap`)
-            // send none.
-            writers.changed_while_open(polled, now);
+            writers.settle(polled, now);
             let being_written = writers.being_written();
             if now != loaded {
                 owed = true;
             }
-            // Still changing: since the previous poll, or a writer has not closed it yet.
-            let still = now == polled && !being_written;
+            let stable = now == polled;
+            if !stable {
+                changed_at = tokio::time::Instant::now();
+            }
             polled = now;
             if !owed {
                 waiting = None;
+                hangup_forces = false;
                 continue;
             }
+            // A file still being written is loaded as it is only on the operator's word (a
+            // SIGHUP after the wait was reported), or when events were lost and it has not
+            // changed for a long time (its writer's close may have been among them).
+            let unconfirmed = being_written
+                && stable
+                && (hangup_forces
+                    || (writers.only_lost() && changed_at.elapsed() >= LOST_EVENTS_SETTLE));
+            // Still changing: since the previous poll, or a writer has not closed it yet.
+            let still = stable && (!being_written || unconfirmed);
             if !still {
                 // Whatever holds the reload back (a writer that keeps the file open, or changes
                 // that never stop for two polls), a long wait is said once.
@@ -172,7 +201,7 @@ impl Reloader {
                             policy.file = %self.policy.display(),
                             aliases.file = %self.aliases.display(),
                             waited_s = since.elapsed().as_secs(),
-                            "Reload waits: a program still holds the policy or alias file open after changing it; the last good version stays in force until it closes the file"
+                            "Reload waits: the policy or alias file was changed and the program that changed it has not closed it yet; the last good version stays in force until it does (or until a SIGHUP from now on loads the file as it is)"
                         );
                     } else {
                         tracing::warn!(
@@ -185,6 +214,15 @@ impl Reloader {
                     audit_event(&state, "policy_reload_waiting");
                 }
                 continue;
+            }
+            if unconfirmed {
+                tracing::warn!(
+                    policy.file = %self.policy.display(),
+                    aliases.file = %self.aliases.display(),
+                    on_sighup = hangup_forces,
+                    "Reload of a file no writer was seen to finish: loading it as it is (SIGHUP after a reported wait, or inotify events lost and the file unchanged since)"
+                );
+                audit_event(&state, "policy_reload_unconfirmed");
             }
             waiting = None;
             let reloader = self.clone();
@@ -199,7 +237,11 @@ impl Reloader {
                 // Loaded, or failed (logged and audited inside): either way this version is done.
                 Ok(Ok(true) | Err(_)) | Err(_) => {
                     owed = false;
+                    hangup_forces = false;
                     loaded = now;
+                    if unconfirmed {
+                        writers.clean();
+                    }
                 }
             }
         }
@@ -213,12 +255,20 @@ fn stamps([policy, aliases]: &[PathBuf; 2]) -> Stamps {
     (FileStamp::at(policy).ok(), FileStamp::at(aliases).ok())
 }
 
-/// Which watched files are being written, from the kernel's inotify events: the descriptors
-/// opened on each (`IN_OPEN`) and not closed since (`IN_CLOSE_WRITE`, `IN_CLOSE_NOWRITE`), and
-/// whether it was modified (`IN_MODIFY`) while one was open. Events do not say which descriptor
-/// wrote, so any open one counts as its writer's: a file modified while descriptors were open
-/// is being written until all of them are closed. Without inotify (an old kernel, a file system
-/// that does not report, a limit reached) it knows nothing and the two-poll rule alone applies.
+/// Which watched files are being written, from the kernel's inotify events and the files'
+/// stamps. A file is *dirty* from a change of its content (`IN_MODIFY`, or a stamp that moved
+/// with no event to explain it: stores through a shared mapping send none) until a writer
+/// confirms it finished: a close of a descriptor opened for writing (`IN_CLOSE_WRITE`) after
+/// that change, or every descriptor counted open on it closed. Read-only descriptors (another
+/// user's, when the file is readable by others) therefore neither release a dirty file (their
+/// close is `IN_CLOSE_NOWRITE`, and the open count is only trusted while no event was lost)
+/// nor hold one (a writer's `IN_CLOSE_WRITE` releases it whatever else is open). A change of
+/// attributes only (`IN_ATTRIB`: `touch`) after the content changed means the next close for
+/// writing is that program's, not the content writer's, so it releases nothing. When the queue
+/// overflows, what was lost is unknown: a dirty file stays dirty, the open count is no longer
+/// trusted for this inode, and the caller may load it after a long stable spell
+/// ([`LOST_EVENTS_SETTLE`]). Without inotify (an old kernel, a file system that does not
+/// report, a limit reached) it knows nothing and the two-poll rule alone applies.
 struct Writers {
     inotify: Option<OwnedFd>,
     files: [Watched; 2],
@@ -234,20 +284,16 @@ struct Watched {
     /// Descriptors seen opened and not closed since (a close of one opened before the watch
     /// counts for nothing).
     open: u32,
-    /// Whether it was modified while `open` was above 0, since `open` was last 0.
-    written: bool,
-}
-
-impl Watched {
-    fn being_written(&self) -> bool {
-        self.open > 0 && self.written
-    }
-
-    /// What was known is lost (events dropped): from here on, the two-poll rule.
-    fn forget(&mut self) {
-        self.open = 0;
-        self.written = false;
-    }
+    /// Changed, and no writer has confirmed finishing since.
+    dirty: bool,
+    /// Whether the last change of a dirty file was to its content (not only its attributes):
+    /// only then does a close for writing confirm the writer finished.
+    content_last: bool,
+    /// Events of this inode were lost (queue overflow): `open` is not to be trusted.
+    lost: bool,
+    /// Whether an event that moves the stamp (`IN_MODIFY`, `IN_ATTRIB`, `IN_CLOSE_WRITE`) was
+    /// read since the last poll.
+    explained: bool,
 }
 
 // === impl Writers ===
@@ -291,6 +337,7 @@ impl Writers {
                 fd,
                 path.as_path(),
                 inotify::WatchFlags::MODIFY
+                    | inotify::WatchFlags::ATTRIB
                     | inotify::WatchFlags::OPEN
                     | inotify::WatchFlags::CLOSE_WRITE
                     | inotify::WatchFlags::CLOSE_NOWRITE,
@@ -303,28 +350,52 @@ impl Writers {
         }
     }
 
-    /// Marks as being written each file whose stamp moved between `before` and `now` (the same
-    /// inode) while descriptors are open on it: writes through a shared mapping change the
-    /// file's times but send no IN_MODIFY. Call after [`Writers::drain`], with the
-    /// descriptors open now.
-    fn changed_while_open(&mut self, before: Stamps, now: Stamps) {
+    /// Completes a poll, after [`Writers::drain`]: a file whose stamp moved between `before`
+    /// and `now` (the same inode) with no event read to explain it was changed through a
+    /// shared mapping (no `IN_MODIFY`), and counts as changed after every event read so far; a
+    /// dirty file with no descriptor open is done being written, while the count is trusted.
+    fn settle(&mut self, before: Stamps, now: Stamps) {
+        if self.inotify.is_none() {
+            return;
+        }
         for (file, (before, now)) in self
             .files
             .iter_mut()
             .zip([(before.0, now.0), (before.1, now.1)])
         {
-            let (Some(before), Some(now)) = (before, now) else {
+            let explained = std::mem::take(&mut file.explained);
+            if file.wd.is_none() {
                 continue;
-            };
-            if file.open > 0 && before != now && before.same_file(&now) {
-                file.written = true;
+            }
+            if let (Some(before), Some(now)) = (before, now)
+                && before != now
+                && before.same_file(&now)
+                && !explained
+            {
+                file.dirty = true;
+                file.content_last = true;
+            }
+            if file.open == 0 && !file.lost {
+                file.dirty = false;
             }
         }
     }
 
-    /// Whether a file is being written, as far as the events drained tell.
+    /// Whether a file is being written, as far as the events and stamps tell.
     fn being_written(&self) -> bool {
-        self.files.iter().any(Watched::being_written)
+        self.files.iter().any(|f| f.dirty)
+    }
+
+    /// Whether every file being written lost events (so no writer's close may ever be seen).
+    fn only_lost(&self) -> bool {
+        self.files.iter().all(|f| !f.dirty || f.lost)
+    }
+
+    /// Forgets that the files are being written (they were loaded as they are).
+    fn clean(&mut self) {
+        for file in &mut self.files {
+            file.dirty = false;
+        }
     }
 
     /// Reads the events queued since the last call.
@@ -341,11 +412,17 @@ impl Writers {
                     // that is both files counts for both.
                     let events = event.events();
                     if events.contains(inotify::ReadFlags::QUEUE_OVERFLOW) {
-                        // Events were lost, a close among them perhaps: forget what is known,
-                        // and let the two-poll rule alone decide until the next write is seen.
+                        // Events were lost, a writer's close among them perhaps, or a read-only
+                        // opener's flood: a dirty file stays dirty, and the count of open
+                        // descriptors is no longer known (it must not release anything).
+                        // Changes lost show in the stamps at the next polls.
                         for file in &mut self.files {
-                            file.forget();
+                            file.lost = true;
+                            file.open = 0;
                         }
+                        tracing::debug!(
+                            "inotify queue overflow: reload waits for a writer's close or a long stable spell"
+                        );
                         continue;
                     }
                     for file in self.files.iter_mut().filter(|f| f.wd == Some(event.wd())) {
@@ -354,16 +431,26 @@ impl Writers {
                         if events.contains(inotify::ReadFlags::OPEN) {
                             file.open = file.open.saturating_add(1);
                         }
-                        if events.contains(inotify::ReadFlags::MODIFY) && file.open > 0 {
-                            file.written = true;
+                        if events.contains(inotify::ReadFlags::MODIFY) {
+                            file.dirty = true;
+                            file.content_last = true;
+                            file.explained = true;
+                        }
+                        if events.contains(inotify::ReadFlags::ATTRIB) {
+                            // `touch` while an editor writes: its close confirms nothing.
+                            file.content_last = false;
+                            file.explained = true;
+                        }
+                        if events.contains(inotify::ReadFlags::CLOSE_WRITE) {
+                            file.explained = true;
+                            if file.dirty && file.content_last {
+                                file.dirty = false;
+                            }
                         }
                         if events.intersects(
                             inotify::ReadFlags::CLOSE_WRITE | inotify::ReadFlags::CLOSE_NOWRITE,
                         ) {
                             file.open = file.open.saturating_sub(1);
-                            if file.open == 0 {
-                                file.written = false;
-                            }
                         }
                     }
                 }
