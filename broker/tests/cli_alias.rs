@@ -940,3 +940,23 @@ fn issue_24_alias_list_prints_no_terminal_control_from_the_file() {
     let rows: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
     assert_eq!(rows[0]["description"], description);
 }
+
+/// An outside review: `mint alias list` panicked ("Formatting argument out of range") on an
+/// alias with 150,000 hosts, whose cell is wider than `format!` pads (65,535). Now the table is
+/// printed whatever a cell's width.
+#[test]
+fn issue_24_alias_list_prints_a_host_list_of_any_length() {
+    let home = Home::new();
+    let mut yaml =
+        String::from("aliases:\n  - name: wide\n    source: env:WIDE_TOKEN\n    hosts:\n");
+    for n in 0..20_000 {
+        yaml.push_str(&format!("      - h{n}.example.com\n"));
+    }
+    yaml.push_str("  - name: next\n    source: env:NEXT_TOKEN\n    hosts: [api.example.com]\n");
+    std::fs::write(home.aliases(), yaml).unwrap();
+    let table = ok(home.mint().args(["alias", "list"]));
+    let lines: Vec<&str> = table.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", &table.stdout[..200.min(table.stdout.len())]);
+    assert!(lines[1].starts_with("wide ") && lines[1].contains("h19999.example.com"));
+    assert!(lines[2].starts_with("next "), "{}", &lines[2][..80.min(lines[2].len())]);
+}

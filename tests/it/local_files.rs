@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use mint_tests::broker::{Broker, MintHome, capability_id, curl, mint_bin};
 use mint_tests::echo_peer;
 use mint_tests::echo_upstream::EchoConfig;
+use mint_tests::lab::{self, LabConfig};
 
 const CANARY: &str = "canary-files-Qm4Zt8Wc2Lp6Vx9R";
 
@@ -31,9 +32,27 @@ const ALIASES: &str =
 /// A policy allowing `methods` on `/echo/**` of the echo upstream with the alias, plus `extra`
 /// rules.
 fn policy(port: u16, methods: &str, extra: &str) -> String {
-    format!(
-        "version: 1\ndefault: deny\nrules:\n  - id: echo-read\n    effect: allow\n    match:\n      alias: [echo]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [{methods}]\n      path: [\"/echo/**\"]\n{extra}"
-    )
+    lab::policy(&format!(
+        "  - id: echo-read\n    effect: allow\n    match:\n      alias: [echo]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [{methods}]\n      path: [\"/echo/**\"]\n{extra}"
+    ))
+}
+
+/// The shared lab with [`policy`]'s rule for `GET`, alias `echo` and the canary.
+fn echo_lab() -> lab::Lab {
+    let config = LabConfig {
+        aliases: ALIASES,
+        secrets: &[("echo", CANARY)],
+        ..LabConfig::default()
+    };
+    lab::Lab::start(config, |port| {
+        lab::allow(
+            "echo-read",
+            "echo",
+            port,
+            "GET",
+            "      path: [\"/echo/**\"]\n",
+        )
+    })
 }
 
 /// A rule denying `/echo/probe` on the echo peer's port, to append to [`policy`]'s rules.
@@ -197,12 +216,16 @@ fn issue_24_serve_refuses_a_policy_linked_into_a_directory_others_may_write() {
 
 #[test]
 fn issue_24_a_reload_refuses_a_policy_swapped_for_a_link_into_an_open_directory() {
-    let dir = tempfile::tempdir().unwrap();
-    let peer = echo_peer(dir.path(), EchoConfig::default());
+    // Bindings drop in reverse order: the broker stops first, its home and directory go last.
+    let lab::Lab {
+        dir,
+        peer,
+        home,
+        cap,
+        broker,
+        ..
+    } = echo_lab();
     let port = peer.server.port();
-    let home = MintHome::new(&policy(port, "GET", ""), ALIASES, &[("echo", CANARY)]);
-    let cap = home.issue_capability("mino", &[]);
-    let broker = home.serve(&peer.ca_file, &[]);
     assert_eq!(send(&broker, &cap, port, "GET", "x").0, 200);
     assert_eq!(send(&broker, &cap, port, "POST", "x").0, 403);
 
@@ -563,12 +586,15 @@ fn issue_24_audit_rotate_refuses_a_log_under_a_directory_another_user_owns() {
 
 #[test]
 fn issue_24_a_policy_written_in_pieces_is_never_decided_by_a_prefix() {
-    let dir = tempfile::tempdir().unwrap();
-    let peer = echo_peer(dir.path(), EchoConfig::default());
+    let lab::Lab {
+        dir: _dir,
+        peer,
+        home,
+        cap,
+        broker,
+        ..
+    } = echo_lab();
     let port = peer.server.port();
-    let home = MintHome::new(&policy(port, "GET", ""), ALIASES, &[("echo", CANARY)]);
-    let cap = home.issue_capability("mino", &[]);
-    let broker = home.serve(&peer.ca_file, &[]);
     // The probe: DELETE /echo/probe. The policy in force denies it, and so does the final one
     // (its last rule); only the prefix without that rule allows it.
     assert_eq!(send(&broker, &cap, port, "DELETE", "probe").0, 403);
@@ -635,12 +661,15 @@ fn issue_24_a_policy_written_in_pieces_is_never_decided_by_a_prefix() {
 
 #[test]
 fn issue_24_a_touch_while_a_writer_holds_the_policy_does_not_load_its_prefix() {
-    let dir = tempfile::tempdir().unwrap();
-    let peer = echo_peer(dir.path(), EchoConfig::default());
+    let lab::Lab {
+        dir: _dir,
+        peer,
+        home,
+        cap,
+        broker,
+        ..
+    } = echo_lab();
     let port = peer.server.port();
-    let home = MintHome::new(&policy(port, "GET", ""), ALIASES, &[("echo", CANARY)]);
-    let cap = home.issue_capability("mino", &[]);
-    let broker = home.serve(&peer.ca_file, &[]);
     assert_eq!(send(&broker, &cap, port, "DELETE", "probe").0, 403);
     let path = home.path().join("policy.yaml");
     // A writer has written a prefix that is a whole, valid policy allowing DELETE, and holds
@@ -902,12 +931,15 @@ fn attack_a_read_only_open_flood_does_not_release_a_paused_writer() {
     if !running_as_root("attack_a_read_only_open_flood_does_not_release_a_paused_writer") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let peer = echo_peer(dir.path(), EchoConfig::default());
+    let lab::Lab {
+        dir: _dir,
+        peer,
+        home,
+        cap,
+        broker,
+        ..
+    } = echo_lab();
     let port = peer.server.port();
-    let home = MintHome::new(&policy(port, "GET", ""), ALIASES, &[("echo", CANARY)]);
-    let cap = home.issue_capability("mino", &[]);
-    let broker = home.serve(&peer.ca_file, &[]);
     let path = share_policy_read_only(&home, &broker);
     assert_eq!(send(&broker, &cap, port, "DELETE", "probe").0, 403);
     // The operator's writer: a prefix that is a whole policy allowing DELETE, then a pause.
@@ -1078,12 +1110,15 @@ fn wait_refused(broker: &Broker, cap: &str, port: u16) -> bool {
 
 #[test]
 fn issue_24_revoke_ignores_a_lock_held_on_the_directory_and_takes_effect() {
-    let dir = tempfile::tempdir().unwrap();
-    let peer = echo_peer(dir.path(), EchoConfig::default());
+    let lab::Lab {
+        dir: _dir,
+        peer,
+        home,
+        cap,
+        broker,
+        ..
+    } = echo_lab();
     let port = peer.server.port();
-    let home = MintHome::new(&policy(port, "GET", ""), ALIASES, &[("echo", CANARY)]);
-    let cap = home.issue_capability("mino", &[]);
-    let broker = home.serve(&peer.ca_file, &[]);
     assert_eq!(send(&broker, &cap, port, "GET", "x").0, 200);
 
     // Another process holds an flock on the home directory, where the old lock was taken.
@@ -1109,12 +1144,15 @@ fn issue_24_revoke_ignores_a_lock_held_on_the_directory_and_takes_effect() {
 
 #[test]
 fn issue_24_revoke_waits_a_bounded_time_for_its_lock_and_says_it_did_not_revoke() {
-    let dir = tempfile::tempdir().unwrap();
-    let peer = echo_peer(dir.path(), EchoConfig::default());
+    let lab::Lab {
+        dir: _dir,
+        peer,
+        home,
+        cap,
+        broker,
+        ..
+    } = echo_lab();
     let port = peer.server.port();
-    let home = MintHome::new(&policy(port, "GET", ""), ALIASES, &[("echo", CANARY)]);
-    let cap = home.issue_capability("mino", &[]);
-    let broker = home.serve(&peer.ca_file, &[]);
     let lock = home.path().join(".capabilities.yaml.lock");
     assert!(lock.is_file(), "issuing left no lock file");
 

@@ -772,7 +772,7 @@ fn render_table<const N: usize>(header: &[String; N], rows: &[[String; N]]) -> S
             if i + 1 == N {
                 line.push_str(cell);
             } else {
-                line.push_str(&format!("{cell:<width$}  "));
+                crate::cli::terminal::push_padded(&mut line, cell, width);
             }
         }
         text.push_str(line.trim_end());

@@ -412,7 +412,7 @@ fn column_widths(rows: &[[String; COLUMNS]]) -> [usize; COLUMNS] {
     let mut widths = HEADER.map(str::len);
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.len());
+            *width = (*width).max(cell.chars().count());
         }
     }
     widths
@@ -428,7 +428,7 @@ fn write_row(
         if index + 1 == COLUMNS {
             line.push_str(cell);
         } else {
-            line.push_str(&format!("{cell:<width$}  "));
+            crate::cli::terminal::push_padded(&mut line, cell, *width);
         }
     }
     writeln!(out, "{}", line.trim_end()).map_err(AuditCommandError::Output)

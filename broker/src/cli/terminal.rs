@@ -61,6 +61,16 @@ pub fn read_hidden(prompt: &str, max_bytes: usize) -> io::Result<Zeroizing<Vec<u
     Ok(line)
 }
 
+/// Appends `cell` to `line`, left-aligned in a column `width` characters wide, then the two
+/// spaces that separate columns. A cell as wide as the column or wider is not cut. (Not
+/// `format!("{cell:<width$}")`: a width past 65,535 panics there, and a field from a file, such
+/// as an alias's host list, can be that long.)
+pub fn push_padded(line: &mut String, cell: &str, width: usize) {
+    line.push_str(cell);
+    let pad = width.saturating_sub(cell.chars().count()) + 2;
+    line.extend(std::iter::repeat_n(' ', pad));
+}
+
 /// `text` with every character a terminal could take as a command replaced by a space: the C0
 /// controls (tab, line feed and escape included), DEL, the C1 controls, and the
 /// bidirectional-text controls. Borrowed when there is none.
@@ -236,6 +246,19 @@ fn watch_signals() -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn push_padded_aligns_and_takes_any_width() {
+        let mut line = String::new();
+        push_padded(&mut line, "ab", 4);
+        push_padded(&mut line, "wider than its column", 3);
+        assert_eq!(line, "ab    wider than its column  ");
+        // `format!("{:<w$}")` panics past 65,535; a host list from a file can be longer.
+        let long = "h".repeat(150_000);
+        let mut line = String::new();
+        push_padded(&mut line, "x", long.len());
+        assert_eq!(line.len(), 150_002);
+    }
 
     #[test]
     fn printable_replaces_every_terminal_control() {
