@@ -53,6 +53,7 @@ use crate::audit::facts::{DecisionFacts, RequestFacts, decision_record};
 use crate::audit::{AuditError, AuditLog, now};
 use crate::capability::{CapabilityGrant, CapabilityStore};
 use crate::config::declarations::{Declarations, DeclarationsError};
+use crate::net::ca::LeafCache;
 use crate::net::upstream::{ConnectError, UpstreamClient, connect_error};
 use crate::secrets::inject::{self, InjectError};
 
@@ -146,6 +147,8 @@ struct Inner {
     upstream: UpstreamClient,
     started: Instant,
     ids: RequestIds,
+    /// The leaves of intercepted `CONNECT` tunnels; `None` when this broker has no CA.
+    interception: Option<Arc<LeafCache>>,
 }
 
 /// Request ids: a random prefix per broker run and a counter.
@@ -196,8 +199,23 @@ impl AppState {
                     prefix: hex::encode(random),
                     next: AtomicU64::new(1),
                 },
+                interception: None,
             }),
         }
+    }
+
+    /// This state, intercepting `CONNECT` tunnels with leaves from `leaves`. Call before the
+    /// state is shared.
+    pub fn with_interception(mut self, leaves: Arc<LeafCache>) -> AppState {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.interception = Some(leaves);
+        }
+        self
+    }
+
+    /// The leaves of intercepted tunnels, when this broker has a CA.
+    pub fn interception(&self) -> Option<&Arc<LeafCache>> {
+        self.inner.interception.as_ref()
     }
 
     /// The declarations in force.

@@ -15,7 +15,7 @@ use std::future::Future;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use axum::body::Body;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -27,9 +27,11 @@ use tower::Service as _;
 
 use crate::audit::{AuditConfig, AuditConfigError, AuditError, AuditLog};
 use crate::capability::{CapabilityFileError, CapabilityStore};
+use crate::config::ca_files::{self, CaFileError};
 use crate::config::declarations::DeclarationsError;
 use crate::config::env::Paths;
 use crate::config::reload::Reloader;
+use crate::net::ca::LeafCache;
 use crate::net::tls::{TlsConfigError, upstream_client_config};
 use crate::net::upstream::UpstreamClient;
 use crate::proxy::{self, AppState, ProxyLimits, router};
@@ -47,18 +49,34 @@ const H2_MAX_STREAMS: u32 = 64;
 /// How often an idle HTTP/2 connection is pinged, and how long the answer may take.
 const H2_KEEP_ALIVE: Duration = Duration::from_secs(20);
 
+/// A CA closer than this to its end is warned about at start.
+const CA_EXPIRY_WARNING: Duration = Duration::from_secs(30 * 24 * 3600);
+
 /// How often call-limit history is pruned.
 const PRUNE_INTERVAL: Duration = Duration::from_secs(60);
 
 /// What `mint serve` is configured with besides the files of [`Paths`].
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ServeConfig {
     /// An operator CA file (PEM) trusted for upstreams besides the webpki roots.
     pub upstream_ca: Option<PathBuf>,
+    /// How many hosts' intercepted-TLS leaves are kept.
+    pub leaf_cache: usize,
     /// Limits and timeouts.
     pub limits: ProxyLimits,
     /// How the audit log writes.
     pub audit: AuditConfig,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            upstream_ca: None,
+            leaf_cache: crate::net::ca::LEAF_CACHE_CAPACITY,
+            limits: ProxyLimits::default(),
+            audit: AuditConfig::default(),
+        }
+    }
 }
 
 /// Why the broker could not start.
@@ -83,6 +101,9 @@ pub enum ServeError {
     /// The upstream TLS configuration.
     #[error(transparent)]
     Tls(#[from] TlsConfigError),
+    /// The interception CA.
+    #[error("the interception CA: {0}")]
+    Ca(#[from] CaFileError),
     /// The listen address.
     #[error("cannot listen on `{addr}`")]
     Bind {
@@ -113,9 +134,20 @@ pub fn load_state(paths: &Paths, config: &ServeConfig) -> Result<(AppState, Relo
     let declarations = reloader.load()?;
     let capabilities = CapabilityStore::open(&paths.capabilities)?;
     let audit = AuditLog::open(&paths.audit_log, config.audit)?;
-    let tls = upstream_client_config(config.upstream_ca.as_deref())?;
+    let (ca, created) = ca_files::load_or_create(paths, SystemTime::now())?;
+    if created {
+        tracing::info!(ca.cert = %paths.ca_cert.display(), "Created the interception CA; agents trust it with `mint ca export`");
+    }
+    let expires = humantime::format_rfc3339_seconds(ca.not_after());
+    tracing::info!(ca.cert = %paths.ca_cert.display(), ca.expires = %expires, "Interception CA loaded");
+    if ca.not_after() < SystemTime::now() + CA_EXPIRY_WARNING {
+        tracing::warn!(ca.expires = %expires, "The interception CA expires within 30 days; run `mint ca rotate` and trust the new one");
+    }
+    let tls = upstream_client_config(config.upstream_ca.as_deref(), Some(ca.cert_der()))?;
     let upstream = UpstreamClient::new(tls, config.limits.connect_timeout);
-    let state = AppState::new(config.limits, declarations, capabilities, audit, upstream);
+    let leaves = LeafCache::new(Arc::new(ca), config.leaf_cache);
+    let state = AppState::new(config.limits, declarations, capabilities, audit, upstream)
+        .with_interception(Arc::new(leaves));
     Ok((state, reloader))
 }
 
