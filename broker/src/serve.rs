@@ -22,7 +22,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::Service as _;
 
 use crate::audit::{AuditConfig, AuditConfigError, AuditError, AuditLog};
@@ -33,12 +33,13 @@ use crate::config::env::Paths;
 use crate::config::reload::Reloader;
 use crate::net::ca::LeafCache;
 use crate::net::tls::{TlsConfigError, upstream_client_config};
-use crate::net::upstream::UpstreamClient;
+use crate::net::upstream::{ResolvePins, UpstreamClient};
 use crate::proxy::{self, AppState, ProxyLimits, router};
 use crate::secrets::credential_store::{CredentialSources, KeyringConfig, KeyringConfigError};
 
 mod connection;
 mod framing;
+pub(crate) mod tunnel;
 
 use connection::ConnectionIo;
 use framing::AnswerBody;
@@ -55,6 +56,14 @@ const CA_EXPIRY_WARNING: Duration = Duration::from_secs(30 * 24 * 3600);
 /// How often call-limit history is pruned.
 const PRUNE_INTERVAL: Duration = Duration::from_secs(60);
 
+/// One of the `--max-connections` slots, held by an agent connection and, once it opened an
+/// intercepted tunnel, by that tunnel: the slot frees when both are over. In the extensions of
+/// every request of the connection.
+#[derive(Clone, Debug)]
+pub(crate) struct ConnectionSlot(
+    #[expect(dead_code, reason = "held for its drop")] Arc<OwnedSemaphorePermit>,
+);
+
 /// What `mint serve` is configured with besides the files of [`Paths`].
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
@@ -62,6 +71,8 @@ pub struct ServeConfig {
     pub upstream_ca: Option<PathBuf>,
     /// How many hosts' intercepted-TLS leaves are kept.
     pub leaf_cache: usize,
+    /// The operator's `--resolve` pins.
+    pub resolve: ResolvePins,
     /// Limits and timeouts.
     pub limits: ProxyLimits,
     /// How the audit log writes.
@@ -73,6 +84,7 @@ impl Default for ServeConfig {
         ServeConfig {
             upstream_ca: None,
             leaf_cache: crate::net::ca::LEAF_CACHE_CAPACITY,
+            resolve: ResolvePins::default(),
             limits: ProxyLimits::default(),
             audit: AuditConfig::default(),
         }
@@ -101,6 +113,9 @@ pub enum ServeError {
     /// The upstream TLS configuration.
     #[error(transparent)]
     Tls(#[from] TlsConfigError),
+    /// A `--resolve` pin.
+    #[error(transparent)]
+    Resolve(crate::net::upstream::ResolvePinError),
     /// The interception CA.
     #[error("the interception CA: {0}")]
     Ca(#[from] CaFileError),
@@ -144,7 +159,11 @@ pub fn load_state(paths: &Paths, config: &ServeConfig) -> Result<(AppState, Relo
         tracing::warn!(ca.expires = %expires, "The interception CA expires within 30 days; run `mint ca rotate` and trust the new one");
     }
     let tls = upstream_client_config(config.upstream_ca.as_deref(), Some(ca.cert_der()))?;
-    let upstream = UpstreamClient::new(tls, config.limits.connect_timeout);
+    for pin in config.resolve.describe() {
+        tracing::info!(resolve = %pin, "Pinned upstream address (--resolve): used for this host and port only, without the address checks");
+    }
+    let upstream =
+        UpstreamClient::with_pins(tls, config.limits.connect_timeout, config.resolve.clone());
     let leaves = LeafCache::new(Arc::new(ca), config.leaf_cache);
     let state = AppState::new(config.limits, declarations, capabilities, audit, upstream)
         .with_interception(Arc::new(leaves));
@@ -161,19 +180,7 @@ pub async fn run(
 ) -> io::Result<()> {
     let limits = *state.limits();
     let routes = router(state.clone());
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    // The head deadline is `ConnectionIo`'s (with a JSON 408); hyper's own, at twice the time,
-    // only backs it up.
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout * 2);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(H2_MAX_STREAMS)
-        .keep_alive_interval(Some(H2_KEEP_ALIVE))
-        .keep_alive_timeout(H2_KEEP_ALIVE);
+    let builder = agent_builder(&limits);
     let connections = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = GracefulShutdown::new();
     let pruner = {
@@ -217,52 +224,39 @@ pub async fn run(
                     tracing::debug!(peer = %peer, "Agent closed the connection before it was accepted; not served");
                     continue;
                 }
+                let _ = stream.set_nodelay(true);
                 let io = ConnectionIo::new(stream, &state);
                 // Each HTTP/1 request takes the framing verdict on its own head.
                 let heads = io.heads();
                 let io = TokioIo::new(io);
                 let routes = routes.clone();
                 let state = state.clone();
-                let service = hyper::service::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
-                    let ticket = matches!(request.version(), http::Version::HTTP_10 | http::Version::HTTP_11).then(|| {
-                        let (framing, last) = heads.take_for(request.method(), request.headers().len());
-                        request.extensions_mut().insert(framing);
-                        (Arc::clone(&heads), last)
-                    });
+                let slot = ConnectionSlot(Arc::new(permit));
+                let held = slot.clone();
+                let service = agent_service(heads, move |mut request: http::Request<hyper::body::Incoming>| {
+                    request.extensions_mut().insert(slot.clone());
                     // Proxy requests skip the router's matching and middleware (the same
                     // destination, by `proxy::proxy_mode`); everything else goes through it.
                     let mode = proxy::proxy_mode(&request);
                     let (state, mut routes) = (state.clone(), routes.clone());
                     async move {
-                        let mut response = match mode {
+                        match mode {
                             Some(mode) => proxy::proxy_shortcut(&state, mode, request.map(Body::new)).await,
                             None => match routes.call(request).await {
                                 Ok(response) => response,
                                 Err(never) => match never {},
                             },
-                        };
-                        let heads = ticket.map(|(heads, last)| {
-                            if last {
-                                // No later request of this connection is followed for its
-                                // framing: hyper reads none after this answer.
-                                response.headers_mut().insert(
-                                    http::header::CONNECTION,
-                                    http::HeaderValue::from_static("close"),
-                                );
-                            }
-                            heads
-                        });
-                        Ok::<_, std::convert::Infallible>(response.map(|body| AnswerBody::new(body, heads)))
+                        }
                     }
                 });
-                let connection = builder.serve_connection(io, service).into_owned();
+                let connection = builder.serve_connection_with_upgrades(io, service).into_owned();
                 let connection = graceful.watch(connection);
                 tokio::spawn(async move {
                     if let Err(error) = connection.await {
                         // Refusals were answered and audited by `ConnectionIo`.
                         tracing::debug!(client = %peer, error = %error, "Connection ended with an error");
                     }
-                    drop(permit);
+                    drop(held);
                 });
             }
         }
@@ -285,6 +279,77 @@ pub async fn run(
     state.audit().sync().map_err(io::Error::other)?;
     tracing::info!("Audit log synced; stopped");
     Ok(())
+}
+
+/// The hyper connection builder of agent connections (HTTP/1.1 and HTTP/2, with the bounds
+/// above); also serves the requests inside intercepted tunnels.
+pub(crate) fn agent_builder(limits: &ProxyLimits) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // The head deadline is `ConnectionIo`'s (with a JSON 408); hyper's own, at twice the time,
+    // only backs it up.
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout * 2);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(H2_MAX_STREAMS)
+        .keep_alive_interval(Some(H2_KEEP_ALIVE))
+        .keep_alive_timeout(H2_KEEP_ALIVE);
+    builder
+}
+
+/// The service of one agent connection: each HTTP/1 request takes the framing verdict on its own
+/// head from `heads` (an answer after which no head is followed closes the connection, except a
+/// `CONNECT` that opened a tunnel), and `handle` answers it.
+pub(crate) fn agent_service<H, F>(
+    heads: Arc<framing::ConnectionHeads>,
+    handle: H,
+) -> impl hyper::service::Service<
+    http::Request<hyper::body::Incoming>,
+    Response = http::Response<AnswerBody>,
+    Error = std::convert::Infallible,
+    Future = impl Future<Output = Result<http::Response<AnswerBody>, std::convert::Infallible>>
+             + Send
+             + 'static,
+> + Clone
++ Send
++ 'static
+where
+    H: Fn(http::Request<hyper::body::Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = axum::response::Response> + Send + 'static,
+{
+    hyper::service::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
+        let ticket = matches!(
+            request.version(),
+            http::Version::HTTP_10 | http::Version::HTTP_11
+        )
+        .then(|| {
+            let (framing, last) = heads.take_for(request.method(), request.headers().len());
+            request.extensions_mut().insert(framing);
+            (Arc::clone(&heads), last)
+        });
+        let connect = request.method() == http::Method::CONNECT;
+        let answer = handle(request);
+        async move {
+            let mut response = answer.await;
+            let heads = ticket.map(|(heads, last)| {
+                // A tunnel opened: hyper hands the connection over, nothing is read after it.
+                let tunnel = connect && response.status().is_success();
+                if last && !tunnel {
+                    // No later request of this connection is followed for its framing: hyper
+                    // reads none after this answer.
+                    response.headers_mut().insert(
+                        http::header::CONNECTION,
+                        http::HeaderValue::from_static("close"),
+                    );
+                }
+                heads
+            });
+            Ok::<_, std::convert::Infallible>(response.map(|body| AnswerBody::new(body, heads)))
+        }
+    })
 }
 
 /// Binds, serves until Ctrl-C or SIGTERM, and returns once the audit log is synced. Writes

@@ -33,6 +33,12 @@ pub struct ServeArgs {
     #[arg(long)]
     pub ca_key: Option<PathBuf>,
 
+    /// Pin HOST:PORT to ADDRESS (curl's syntax; repeatable; ADDRESS may be a comma-separated
+    /// list): for tests and split-horizon DNS. A pinned address may be loopback or private; it
+    /// is used for that host and port only, and written to the start-up log.
+    #[arg(long = "resolve", value_name = "HOST:PORT:ADDRESS")]
+    pub resolve: Vec<String>,
+
     /// Resolving, connecting and the TLS handshake to an upstream, together.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
     pub connect_timeout: Duration,
@@ -78,7 +84,12 @@ pub fn run(args: ServeArgs, paths: &Paths, out: &mut dyn Write) -> Result<(), Se
     if let Some(key) = args.ca_key {
         paths.ca_key = key;
     }
+    let mut resolve = crate::net::upstream::ResolvePins::default();
+    for pin in &args.resolve {
+        resolve.add(pin).map_err(ServeError::Resolve)?;
+    }
     let config = ServeConfig {
+        resolve,
         upstream_ca: args.upstream_ca,
         leaf_cache: crate::net::ca::LEAF_CACHE_CAPACITY,
         limits: ProxyLimits {
