@@ -6,7 +6,7 @@
 //! themselves: they return them.
 //!
 //! One module per subcommand holds its flags and calls the engine: [`init`], [`alias`], [`cap`],
-//! [`audit`], [`policy`] (`check`, `explain`), [`serve`], [`demo`], [`usage`]; [`terminal`] is the
+//! [`audit`], [`ca`], [`policy`] (`check`, `explain`), [`serve`], [`demo`], [`usage`]; [`terminal`] is the
 //! hidden secret prompt and the escaping of what is printed to a terminal. Every command
 //! DESIGN.md lists is a variant of [`Command`] or [`PolicyCommand`]. None of these modules
 //! decides a request: `policy explain` runs the proxy's own checks (`proxy::pipeline`).
@@ -22,6 +22,7 @@ use crate::serve::ServeError;
 
 pub mod alias;
 pub mod audit;
+pub mod ca;
 pub mod cap;
 pub mod demo;
 pub mod init;
@@ -33,6 +34,7 @@ pub mod usage;
 
 use alias::AliasCommandError;
 use audit::{AuditCommand, AuditCommandError};
+use ca::{CaCommand, CaCommandError};
 use cap::{CapCommand, CapCommandError};
 use init::InitError;
 use policy::PolicyCommand;
@@ -74,6 +76,9 @@ pub enum Command {
     /// Read, verify and rotate the audit log.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Export or rotate the interception CA that agents trust for HTTPS through Mint.
+    #[command(subcommand)]
+    Ca(CaCommand),
     /// Explain how an agent uses Mint: the proxy route, the capability header, the placeholder
     /// syntax and the read-only MCP tools (the same text as the `mint_usage` MCP tool).
     Usage(usage::UsageArgs),
@@ -128,6 +133,9 @@ pub enum CommandError {
     /// `mint audit ...` failed.
     #[error(transparent)]
     Audit(#[from] AuditCommandError),
+    /// `mint ca ...` failed.
+    #[error(transparent)]
+    Ca(#[from] CaCommandError),
     /// `mint serve` could not start or stopped on an error.
     #[error(transparent)]
     Serve(#[from] ServeError),
@@ -149,9 +157,10 @@ impl CommandError {
             CommandError::Init(_) | CommandError::Alias(_) | CommandError::Cap(_) => {
                 ExitStatus::UsageOrConfig
             }
-            CommandError::Audit(_) | CommandError::Output(_) | CommandError::Serve(_) => {
-                ExitStatus::UsageOrConfig
-            }
+            CommandError::Audit(_)
+            | CommandError::Ca(_)
+            | CommandError::Output(_)
+            | CommandError::Serve(_) => ExitStatus::UsageOrConfig,
             CommandError::Demo(DemoError::Check(_)) => ExitStatus::Failure,
             CommandError::Demo(_) => ExitStatus::UsageOrConfig,
         }
@@ -189,6 +198,10 @@ pub fn run(cli: Cli, paths: &Paths, out: &mut dyn Write) -> Result<ExitStatus, C
             out,
             &mut std::io::stderr().lock(),
         )?),
+        Command::Ca(command) => {
+            ca::run(command, paths, out)?;
+            Ok(ExitStatus::Success)
+        }
         Command::Usage(args) => {
             usage::run(&args, out).map_err(CommandError::Output)?;
             Ok(ExitStatus::Success)

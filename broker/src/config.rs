@@ -8,6 +8,7 @@
 //! puts a file's contents in an error or a log line, and leaves what the files mean to
 //! `mint-policy`.
 
+pub mod ca_files;
 pub mod declaration_file;
 pub mod declarations;
 pub mod env;

@@ -6,5 +6,6 @@
 //! target's host name, and never follows a redirect: the proxy returns answers as they come.
 
 pub mod address;
+pub mod ca;
 pub mod tls;
 pub mod upstream;

@@ -53,10 +53,12 @@ use crate::audit::facts::{DecisionFacts, RequestFacts, decision_record};
 use crate::audit::{AuditError, AuditLog, now};
 use crate::capability::{CapabilityGrant, CapabilityStore};
 use crate::config::declarations::{Declarations, DeclarationsError};
+use crate::net::ca::LeafCache;
 use crate::net::upstream::{ConnectError, UpstreamClient, connect_error};
 use crate::secrets::inject::{self, InjectError};
 
 mod answer;
+pub(crate) mod connect;
 mod error;
 pub(crate) mod headers;
 pub mod mcp_call;
@@ -146,6 +148,8 @@ struct Inner {
     upstream: UpstreamClient,
     started: Instant,
     ids: RequestIds,
+    /// The leaves of intercepted `CONNECT` tunnels; `None` when this broker has no CA.
+    interception: Option<Arc<LeafCache>>,
 }
 
 /// Request ids: a random prefix per broker run and a counter.
@@ -192,6 +196,8 @@ pub(crate) enum Mode {
     Route,
     /// An absolute-form request, as `HTTP_PROXY` clients send them.
     Forward,
+    /// A request inside an intercepted `CONNECT` tunnel (its [`connect::TunnelExt`] says which).
+    Intercept,
 }
 
 // === impl AppState ===
@@ -222,8 +228,23 @@ impl AppState {
                     prefix: hex::encode(random),
                     next: AtomicU64::new(1),
                 },
+                interception: None,
             }),
         }
+    }
+
+    /// This state, intercepting `CONNECT` tunnels with leaves from `leaves`. Call before the
+    /// state is shared.
+    pub fn with_interception(mut self, leaves: Arc<LeafCache>) -> AppState {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.interception = Some(leaves);
+        }
+        self
+    }
+
+    /// The leaves of intercepted tunnels, when this broker has a CA.
+    pub fn interception(&self) -> Option<&Arc<LeafCache>> {
+        self.inner.interception.as_ref()
     }
 
     /// The declarations in force.
@@ -291,7 +312,7 @@ impl AppState {
 
     fn authenticate(&self, token: Option<&str>, mode: Mode) -> Result<CapabilityGrant, ProxyError> {
         let invalid = ProxyError::CapabilityInvalid {
-            forward: mode == Mode::Forward,
+            forward: mode != Mode::Route,
         };
         let Some(token) = token else {
             return Err(invalid);
@@ -331,8 +352,7 @@ async fn front_door(State(state): State<AppState>, mut request: Request, next: N
     RequestIdSlot::fill(&request, &id);
     request.extensions_mut().insert(RequestIdExt(id.clone()));
     let mut response = if request.method() == Method::CONNECT {
-        let mut exchange = Exchange::new(&state, id.clone(), Some(request.method()));
-        exchange.refuse(ProxyError::ConnectUnsupported)
+        connect::connect(&state, id.clone(), request).await
     } else if is_forward_proxy_request(&request) {
         proxy(&state, id.clone(), Mode::Forward, request).await
     } else {
@@ -370,6 +390,19 @@ pub(crate) fn proxy_mode<B>(request: &http::Request<B>) -> Option<Mode> {
     }
     let target = request.uri().path().strip_prefix("/v1/proxy/")?;
     (!target.is_empty()).then_some(Mode::Route)
+}
+
+/// Proxies a request from inside the intercepted tunnel `tunnel`: the pipeline of `/v1/proxy/`
+/// ([`proxy_shortcut`], then `forward`), with the tunnel's target as the upstream authority.
+pub(crate) async fn intercepted(
+    state: &AppState,
+    tunnel: &Arc<connect::Tunnel>,
+    mut request: Request,
+) -> Response {
+    request
+        .extensions_mut()
+        .insert(connect::TunnelExt(Arc::clone(tunnel)));
+    proxy_shortcut(state, Mode::Intercept, request).await
 }
 
 /// Proxies a request [`proxy_mode`] classified, as the router would: a fresh id, the pipeline,
@@ -685,6 +718,8 @@ fn single_header<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a str
 fn capability_token(headers: &http::HeaderMap, mode: Mode) -> Option<String> {
     match mode {
         Mode::Route => single_header(headers, CAPABILITY_HEADER).map(str::to_owned),
+        // The tunnel's token, never a header of the request inside.
+        Mode::Intercept => None,
         Mode::Forward => {
             let value = single_header(headers, header::PROXY_AUTHORIZATION.as_str())?;
             let (scheme, credentials) = value.split_once(' ')?;
@@ -716,16 +751,37 @@ async fn forward(
     let (parts, body) = request.into_parts();
     let method = parts.method;
 
-    // 1. Authenticate.
-    let token = capability_token(&parts.headers, mode);
+    // 1. Authenticate (inside a tunnel: the `CONNECT`'s capability, checked again now).
+    let tunnel = match mode {
+        Mode::Intercept => Some(
+            parts
+                .extensions
+                .get::<connect::TunnelExt>()
+                .map(|ext| Arc::clone(&ext.0))
+                .ok_or_else(|| {
+                    ProxyError::Internal("a tunnel request without its tunnel".to_owned())
+                })?,
+        ),
+        Mode::Route | Mode::Forward => None,
+    };
+    let token = match &tunnel {
+        Some(tunnel) => Some(tunnel.token().to_owned()),
+        None => capability_token(&parts.headers, mode),
+    };
     let grant = state.authenticate(token.as_deref(), mode)?;
+    drop(token);
     exchange.facts.agent = AgentName::new(grant.agent.as_str()).ok();
     exchange.facts.capability = CapabilityId::new(grant.id.as_str()).ok();
 
     // 2. The target, the method, framing and headers, the body.
-    let raw = match mode {
-        Mode::Route => RawTarget::from_route(&parts.uri)?,
-        Mode::Forward => RawTarget::from_absolute(&parts.uri, &parts.headers)?,
+    let raw = match (mode, &tunnel) {
+        (Mode::Intercept, Some(tunnel)) => {
+            RawTarget::from_tunnel(&parts.uri, &parts.headers, &tunnel.target)?
+        }
+        (Mode::Route, _) => RawTarget::from_route(&parts.uri)?,
+        (Mode::Forward | Mode::Intercept, _) => {
+            RawTarget::from_absolute(&parts.uri, &parts.headers)?
+        }
     };
     let (target, target_facts) = raw.canonicalize()?;
     exchange.facts.target = Some(target_facts);

@@ -15,29 +15,32 @@ use std::future::Future;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use axum::body::Body;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::Service as _;
 
 use crate::audit::{AuditConfig, AuditConfigError, AuditError, AuditLog};
 use crate::capability::{CapabilityFileError, CapabilityStore};
+use crate::config::ca_files::{self, CaFileError};
 use crate::config::declarations::DeclarationsError;
 use crate::config::env::Paths;
 use crate::config::reload::Reloader;
+use crate::net::ca::LeafCache;
 use crate::net::tls::{TlsConfigError, upstream_client_config};
-use crate::net::upstream::UpstreamClient;
-use crate::proxy::{self, AppState, ProxyLimits, router};
+use crate::net::upstream::{ResolvePins, UpstreamClient};
+use crate::proxy::{self, AppState, ProxyLimits, RequestIdSlot, router};
 use crate::secrets::credential_store::{CredentialSources, KeyringConfig, KeyringConfigError};
 
 mod connection;
 mod framing;
 mod h2_watch;
+pub(crate) mod tunnel;
 
 use connection::ConnectionIo;
 use framing::AnswerBody;
@@ -48,18 +51,45 @@ const H2_MAX_STREAMS: u32 = 64;
 /// How often an idle HTTP/2 connection is pinged, and how long the answer may take.
 const H2_KEEP_ALIVE: Duration = Duration::from_secs(20);
 
+/// A CA closer than this to its end is warned about at start.
+const CA_EXPIRY_WARNING: Duration = Duration::from_secs(30 * 24 * 3600);
+
 /// How often call-limit history is pruned.
 const PRUNE_INTERVAL: Duration = Duration::from_secs(60);
 
+/// One of the `--max-connections` slots, held by an agent connection and, once it opened an
+/// intercepted tunnel, by that tunnel: the slot frees when both are over. In the extensions of
+/// every request of the connection.
+#[derive(Clone, Debug)]
+pub(crate) struct ConnectionSlot(
+    #[expect(dead_code, reason = "held for its drop")] Arc<OwnedSemaphorePermit>,
+);
+
 /// What `mint serve` is configured with besides the files of [`Paths`].
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ServeConfig {
     /// An operator CA file (PEM) trusted for upstreams besides the webpki roots.
     pub upstream_ca: Option<PathBuf>,
+    /// How many hosts' intercepted-TLS leaves are kept.
+    pub leaf_cache: usize,
+    /// The operator's `--resolve` pins.
+    pub resolve: ResolvePins,
     /// Limits and timeouts.
     pub limits: ProxyLimits,
     /// How the audit log writes.
     pub audit: AuditConfig,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            upstream_ca: None,
+            leaf_cache: crate::net::ca::LEAF_CACHE_CAPACITY,
+            resolve: ResolvePins::default(),
+            limits: ProxyLimits::default(),
+            audit: AuditConfig::default(),
+        }
+    }
 }
 
 /// Why the broker could not start.
@@ -84,6 +114,12 @@ pub enum ServeError {
     /// The upstream TLS configuration.
     #[error(transparent)]
     Tls(#[from] TlsConfigError),
+    /// A `--resolve` pin.
+    #[error(transparent)]
+    Resolve(crate::net::upstream::ResolvePinError),
+    /// The interception CA.
+    #[error("the interception CA: {0}")]
+    Ca(#[from] CaFileError),
     /// The listen address.
     #[error("cannot listen on `{addr}`")]
     Bind {
@@ -114,9 +150,24 @@ pub fn load_state(paths: &Paths, config: &ServeConfig) -> Result<(AppState, Relo
     let declarations = reloader.load()?;
     let capabilities = CapabilityStore::open(&paths.capabilities)?;
     let audit = AuditLog::open(&paths.audit_log, config.audit)?;
-    let tls = upstream_client_config(config.upstream_ca.as_deref())?;
-    let upstream = UpstreamClient::new(tls, config.limits.connect_timeout);
-    let state = AppState::new(config.limits, declarations, capabilities, audit, upstream);
+    let (ca, created) = ca_files::load_or_create(paths, SystemTime::now())?;
+    if created {
+        tracing::info!(ca.cert = %paths.ca_cert.display(), "Created the interception CA; agents trust it with `mint ca export`");
+    }
+    let expires = humantime::format_rfc3339_seconds(ca.not_after());
+    tracing::info!(ca.cert = %paths.ca_cert.display(), ca.expires = %expires, "Interception CA loaded");
+    if ca.not_after() < SystemTime::now() + CA_EXPIRY_WARNING {
+        tracing::warn!(ca.expires = %expires, "The interception CA expires within 30 days; run `mint ca rotate` and trust the new one");
+    }
+    let tls = upstream_client_config(config.upstream_ca.as_deref(), Some(ca.cert_der()))?;
+    for pin in config.resolve.describe() {
+        tracing::info!(resolve = %pin, "Pinned upstream address (--resolve): used for this host and port only, without the address checks");
+    }
+    let upstream =
+        UpstreamClient::with_pins(tls, config.limits.connect_timeout, config.resolve.clone());
+    let leaves = LeafCache::new(Arc::new(ca), config.leaf_cache);
+    let state = AppState::new(config.limits, declarations, capabilities, audit, upstream)
+        .with_interception(Arc::new(leaves));
     Ok((state, reloader))
 }
 
@@ -130,19 +181,7 @@ pub async fn run(
 ) -> io::Result<()> {
     let limits = *state.limits();
     let routes = router(state.clone());
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    // The head deadline is `ConnectionIo`'s (with a JSON 408); hyper's own, at twice the time,
-    // only backs it up.
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout * 2);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(H2_MAX_STREAMS)
-        .keep_alive_interval(Some(H2_KEEP_ALIVE))
-        .keep_alive_timeout(H2_KEEP_ALIVE);
+    let builder = agent_builder(&limits);
     let connections = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = GracefulShutdown::new();
     let pruner = {
@@ -186,6 +225,7 @@ pub async fn run(
                     tracing::debug!(peer = %peer, "Agent closed the connection before it was accepted; not served");
                     continue;
                 }
+                let _ = stream.set_nodelay(true);
                 let io = ConnectionIo::new(stream, &state);
                 // Each HTTP/1 request takes the framing verdict on its own head, and leaves its
                 // id for the interim `100 Continue`.
@@ -194,56 +234,32 @@ pub async fn run(
                 let io = TokioIo::new(io);
                 let routes = routes.clone();
                 let state = state.clone();
-                let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
-                    // An HTTP/2 stream the library reset before Mint got the request (a body
-                    // that broke the protocol in the head's packet): the agent gets the reset,
-                    // which the connection audits; run no pipeline that would record a refusal
-                    // the agent never gets.
-                    let (mut request, reset) = early_reset(request);
-                    let ticket = matches!(request.version(), http::Version::HTTP_10 | http::Version::HTTP_11).then(|| {
-                        let (framing, last) = heads.take_for(request.method(), request.headers().len());
-                        request.extensions_mut().insert(framing);
-                        request.extensions_mut().insert(id_slot.clone());
-                        (Arc::clone(&heads), last)
-                    });
+                let slot = ConnectionSlot(Arc::new(permit));
+                let held = slot.clone();
+                let service = agent_service(heads, id_slot, move |mut request: http::Request<Body>| {
+                    request.extensions_mut().insert(slot.clone());
                     // Proxy requests skip the router's matching and middleware (the same
                     // destination, by `proxy::proxy_mode`); everything else goes through it.
                     let mode = proxy::proxy_mode(&request);
                     let (state, mut routes) = (state.clone(), routes.clone());
                     async move {
-                        if reset {
-                            return Ok(http::Response::new(AnswerBody::new(Body::empty(), None)));
-                        }
-                        let mut response = match mode {
-                            Some(mode) => proxy::proxy_shortcut(&state, mode, request.map(Body::new)).await,
+                        match mode {
+                            Some(mode) => proxy::proxy_shortcut(&state, mode, request).await,
                             None => match routes.call(request).await {
                                 Ok(response) => response,
                                 Err(never) => match never {},
                             },
-                        };
-                        let heads = ticket.map(|(heads, last)| {
-                            heads.responded();
-                            if last {
-                                // No later request of this connection is followed for its
-                                // framing: hyper reads none after this answer.
-                                response.headers_mut().insert(
-                                    http::header::CONNECTION,
-                                    http::HeaderValue::from_static("close"),
-                                );
-                            }
-                            heads
-                        });
-                        Ok::<_, std::convert::Infallible>(response.map(|body| AnswerBody::new(body, heads)))
+                        }
                     }
                 });
-                let connection = builder.serve_connection(io, service).into_owned();
+                let connection = builder.serve_connection_with_upgrades(io, service).into_owned();
                 let connection = graceful.watch(connection);
                 tokio::spawn(async move {
                     if let Err(error) = connection.await {
                         // Refusals were answered and audited by `ConnectionIo`.
                         tracing::debug!(client = %peer, error = %error, "Connection ended with an error");
                     }
-                    drop(permit);
+                    drop(held);
                 });
             }
         }
@@ -331,6 +347,89 @@ impl hyper::body::Body for Replayed {
         }
         hint
     }
+}
+
+/// The hyper connection builder of agent connections (HTTP/1.1 and HTTP/2, with the bounds
+/// above); also serves the requests inside intercepted tunnels.
+pub(crate) fn agent_builder(limits: &ProxyLimits) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // The head deadline is `ConnectionIo`'s (with a JSON 408); hyper's own, at twice the time,
+    // only backs it up.
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout * 2);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(H2_MAX_STREAMS)
+        .keep_alive_interval(Some(H2_KEEP_ALIVE))
+        .keep_alive_timeout(H2_KEEP_ALIVE);
+    builder
+}
+
+/// The service of one agent connection: each HTTP/1 request takes the framing verdict on its own
+/// head from `heads` (an answer after which no head is followed closes the connection, except a
+/// `CONNECT` that opened a tunnel) and leaves its id in `id_slot` for the interim
+/// `100 Continue`; an HTTP/2 stream the library already reset for a protocol error is not handed
+/// on ([`early_reset`]: the connection audits it); `handle` answers every other request.
+pub(crate) fn agent_service<H, F>(
+    heads: Arc<framing::ConnectionHeads>,
+    id_slot: RequestIdSlot,
+    handle: H,
+) -> impl hyper::service::Service<
+    http::Request<hyper::body::Incoming>,
+    Response = http::Response<AnswerBody>,
+    Error = std::convert::Infallible,
+    Future = impl Future<Output = Result<http::Response<AnswerBody>, std::convert::Infallible>>
+             + Send
+             + 'static,
+> + Clone
++ Send
++ 'static
+where
+    H: Fn(http::Request<Body>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = axum::response::Response> + Send + 'static,
+{
+    hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+        // An HTTP/2 stream the library reset before Mint got the request (a body that broke the
+        // protocol in the head's packet): the agent gets the reset, which the connection
+        // audits; run no pipeline that would record a refusal the agent never gets.
+        let (mut request, reset) = early_reset(request);
+        let ticket = matches!(
+            request.version(),
+            http::Version::HTTP_10 | http::Version::HTTP_11
+        )
+        .then(|| {
+            let (framing, last) = heads.take_for(request.method(), request.headers().len());
+            request.extensions_mut().insert(framing);
+            request.extensions_mut().insert(id_slot.clone());
+            (Arc::clone(&heads), last)
+        });
+        let connect = request.method() == http::Method::CONNECT;
+        let answer = (!reset).then(|| handle(request));
+        async move {
+            let Some(answer) = answer else {
+                return Ok(http::Response::new(AnswerBody::new(Body::empty(), None)));
+            };
+            let mut response = answer.await;
+            let heads = ticket.map(|(heads, last)| {
+                heads.responded();
+                // A tunnel opened: hyper hands the connection over, nothing is read after it.
+                let tunnel = connect && response.status().is_success();
+                if last && !tunnel {
+                    // No later request of this connection is followed for its framing: hyper
+                    // reads none after this answer.
+                    response.headers_mut().insert(
+                        http::header::CONNECTION,
+                        http::HeaderValue::from_static("close"),
+                    );
+                }
+                heads
+            });
+            Ok::<_, std::convert::Infallible>(response.map(|body| AnswerBody::new(body, heads)))
+        }
+    })
 }
 
 /// Binds, serves until Ctrl-C or SIGTERM, and returns once the audit log is synced. Writes

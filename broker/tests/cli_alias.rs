@@ -956,7 +956,16 @@ fn issue_24_alias_list_prints_a_host_list_of_any_length() {
     std::fs::write(home.aliases(), yaml).unwrap();
     let table = ok(home.mint().args(["alias", "list"]));
     let lines: Vec<&str> = table.stdout.lines().collect();
-    assert_eq!(lines.len(), 3, "{}", &table.stdout[..200.min(table.stdout.len())]);
+    assert_eq!(
+        lines.len(),
+        3,
+        "{}",
+        &table.stdout[..200.min(table.stdout.len())]
+    );
     assert!(lines[1].starts_with("wide ") && lines[1].contains("h19999.example.com"));
-    assert!(lines[2].starts_with("next "), "{}", &lines[2][..80.min(lines[2].len())]);
+    assert!(
+        lines[2].starts_with("next "),
+        "{}",
+        &lines[2][..80.min(lines[2].len())]
+    );
 }

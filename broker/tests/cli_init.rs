@@ -20,18 +20,27 @@ fn listing(dir: &Path) -> Vec<String> {
 }
 
 #[test]
-fn creates_a_private_home_with_three_private_files() {
+fn creates_a_private_home_with_three_private_files_and_the_ca() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join(".mint");
     let out = ok(mint(dir.path()).arg("init"));
     assert_eq!(mode(&home), 0o700);
     assert_eq!(
         listing(&home),
-        ["aliases.yaml", "capabilities.yaml", "policy.yaml"]
+        [
+            "aliases.yaml",
+            "ca.key",
+            "ca.pem",
+            "capabilities.yaml",
+            "policy.yaml"
+        ]
     );
-    for file in ["aliases.yaml", "capabilities.yaml", "policy.yaml"] {
+    for file in ["aliases.yaml", "capabilities.yaml", "policy.yaml", "ca.key"] {
         assert_eq!(mode(&home.join(file)), 0o600, "{file}");
     }
+    // The CA certificate is for agents to read.
+    assert_eq!(mode(&home.join("ca.pem")), 0o644);
+    assert!(out.stdout.contains("mint ca export"), "{}", out.stdout);
     assert!(out.stdout.contains("policy.yaml"), "{}", out.stdout);
     assert!(out.stdout.contains("Next steps:"), "{}", out.stdout);
     assert!(out.stdout.contains("mint alias add"), "{}", out.stdout);
@@ -69,14 +78,21 @@ fn never_overwrites() {
     ok(mint(dir.path()).arg("init"));
     let home = dir.path().join(".mint");
     std::fs::write(home.join("policy.yaml"), "version: 1\nrules: []\n# mine\n").unwrap();
-    let before: Vec<Vec<u8>> = ["aliases.yaml", "capabilities.yaml", "policy.yaml"]
+    let files = [
+        "aliases.yaml",
+        "capabilities.yaml",
+        "policy.yaml",
+        "ca.pem",
+        "ca.key",
+    ];
+    let before: Vec<Vec<u8>> = files
         .iter()
         .map(|f| std::fs::read(home.join(f)).unwrap())
         .collect();
     let out = fails(mint(dir.path()).arg("init"));
     assert!(out.stderr.contains("already exists"), "{}", out.stderr);
     assert!(out.stderr.contains("never overwrites"), "{}", out.stderr);
-    let after: Vec<Vec<u8>> = ["aliases.yaml", "capabilities.yaml", "policy.yaml"]
+    let after: Vec<Vec<u8>> = files
         .iter()
         .map(|f| std::fs::read(home.join(f)).unwrap())
         .collect();
@@ -115,6 +131,34 @@ fn a_failure_part_way_removes_what_it_created() {
 }
 
 #[test]
+fn an_existing_ca_file_stops_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = dir.path().join("shared-ca.pem");
+    std::fs::write(&cert, "-----BEGIN CERTIFICATE-----\n").unwrap();
+    let out = fails(mint(dir.path()).arg("init").env("MINT_CA_CERT", &cert));
+    assert!(
+        out.stderr
+            .contains(&format!("`{}` already exists", cert.display())),
+        "{}",
+        out.stderr
+    );
+    assert!(!dir.path().join(".mint").exists(), "nothing was created");
+}
+
+#[test]
+fn a_ca_that_cannot_be_written_removes_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    // The CA is written last, into a directory that does not exist.
+    let out = fails(
+        mint(dir.path())
+            .arg("init")
+            .env("MINT_CA_KEY", dir.path().join("missing/ca.key")),
+    );
+    assert!(out.stderr.contains("nothing was created"), "{}", out.stderr);
+    assert_eq!(listing(dir.path()), Vec::<String>::new());
+}
+
+#[test]
 fn uses_an_existing_private_home_and_refuses_an_open_one() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
@@ -133,7 +177,7 @@ fn uses_an_existing_private_home_and_refuses_an_open_one() {
     std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
     let out = ok(mint(dir.path()).arg("init").env("MINT_HOME", &home));
     assert!(out.stdout.starts_with("Initialized"), "{}", out.stdout);
-    assert_eq!(listing(&home).len(), 3);
+    assert_eq!(listing(&home).len(), 5);
 }
 
 #[test]
@@ -171,7 +215,8 @@ fn modes_do_not_depend_on_the_umask() {
     let home = dir.path().join("open");
     assert_eq!(mode(&home), 0o700);
     for file in listing(&home) {
-        assert_eq!(mode(&home.join(&file)), 0o600, "{file}");
+        let expected = if file == "ca.pem" { 0o644 } else { 0o600 };
+        assert_eq!(mode(&home.join(&file)), expected, "{file}");
     }
 }
 

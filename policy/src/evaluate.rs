@@ -274,6 +274,34 @@ impl CompiledPolicy {
         }
     }
 
+    /// Whether some request of `agent` over `https` to `host:port` could be allowed, whatever its
+    /// method, path, aliases and tool: an allow rule whose agent, scheme, port and host could all
+    /// match it, or `default: allow` for a host that is not loopback. What a `CONNECT` needs
+    /// before a tunnel is opened: a `false` here means every request inside would be denied, so
+    /// none is worth a TLS handshake. Deny rules are not consulted (one could always spare some
+    /// path); each request inside the tunnel is evaluated in full.
+    pub fn could_allow_host(&self, agent: &str, host: &Host, port: u16) -> bool {
+        if self.policy.default == DefaultEffect::Allow && !host.is_loopback() {
+            return true;
+        }
+        self.policy.rules.iter().any(|rule| {
+            let m = &rule.matcher;
+            rule.effect == Effect::Allow
+                && m.scheme
+                    .as_ref()
+                    .is_none_or(|schemes| schemes.contains(&Scheme::Https))
+                && m.port
+                    .as_ref()
+                    .map_or(port == 443, |ports| ports.contains(&port))
+                && m.agent
+                    .as_ref()
+                    .is_none_or(|globs| globs.iter().any(|g| g.matches(agent)))
+                && m.host
+                    .as_ref()
+                    .is_none_or(|patterns| patterns.iter().any(|p| p.matches(host)))
+        })
+    }
+
     /// The denial every evaluation of `request` ends in, whatever MCP tool it calls, or none
     /// (`request.tool` is ignored), and whatever aliases (or sites of its aliases) are added to
     /// `request.aliases`; `None` when some call could be allowed. The broker asks before it reads

@@ -762,3 +762,23 @@ fn denial_for_any_call_only_when_no_body_could_be_allowed() {
     assert!(any_open(&req("POST", "https://example.com/").alias("github")).is_some());
     assert!(any_open(&req("POST", "http://127.0.0.1/")).is_some());
 }
+
+/// Issue 15: a `CONNECT` is refused before its tunnel when no allow rule could match the host.
+#[test]
+fn could_allow_host_looks_at_agent_scheme_port_and_host_only() {
+    use mint_policy::host::Host;
+    let host = |text: &str| Host::parse_request(text).unwrap();
+    let policy = compile(
+        "  - id: gh\n    effect: allow\n    match:\n      agent: [mino]\n      host: [\"*.github.com\"]\n      method: [GET]\n      path: [/user]\n  - id: local\n    effect: allow\n    match:\n      host: [api.example.test]\n      port: [8443]\n  - id: no-gh\n    effect: deny\n    match:\n      host: [api.github.com]\n",
+    );
+    assert!(policy.could_allow_host("mino", &host("api.github.com"), 443));
+    assert!(!policy.could_allow_host("other", &host("api.github.com"), 443));
+    assert!(!policy.could_allow_host("mino", &host("api.github.com"), 8443));
+    assert!(!policy.could_allow_host("mino", &host("github.com"), 443));
+    assert!(policy.could_allow_host("any", &host("api.example.test"), 8443));
+    assert!(!policy.could_allow_host("any", &host("api.example.test"), 443));
+    assert!(!compile("  []").could_allow_host("mino", &host("api.github.com"), 443));
+    let open = compile_with_default("allow", "  []");
+    assert!(open.could_allow_host("mino", &host("api.github.com"), 443));
+    assert!(!open.could_allow_host("mino", &host("127.0.0.1"), 443));
+}

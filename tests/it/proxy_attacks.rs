@@ -1664,8 +1664,8 @@ fn forward_proxy_mode_authenticates_and_strips() {
 }
 
 /// Forward-proxy mode: a `Host` header that differs from the absolute target's authority is
-/// refused (400), as are userinfo and a fragment in the absolute target; `CONNECT` is 405
-/// `connect_unsupported`. Nothing is forwarded.
+/// refused (400), as are userinfo and a fragment in the absolute target; a `CONNECT` to a host no
+/// rule or alias names is 403 before any tunnel (issue 15). Nothing is forwarded.
 #[test]
 fn forward_proxy_host_mismatch_userinfo_and_connect_are_refused() {
     let lab = forward_lab();
@@ -1701,9 +1701,10 @@ fn forward_proxy_host_mismatch_userinfo_and_connect_are_refused() {
         ),
         (
             "CONNECT",
-            format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"),
-            405,
-            "connect_unsupported",
+            "CONNECT unnamed.example.test:443 HTTP/1.1\r\nHost: unnamed.example.test:443\r\n"
+                .to_owned(),
+            403,
+            "policy_denied",
         ),
     ];
     for (what, head, status, code) in cases {

@@ -730,29 +730,25 @@ fn refused_addresses_are_403_address_refused_after_an_allow_decision() {
 // 405, 413, 429
 // ------------------------------------------------------------------------------------------
 
+/// Issue 15: CONNECT is intercepted (tests/it/interception.rs); one to a host no allow rule could
+/// match and no alias is bound to is refused 403 before any tunnel.
 #[test]
-fn connect_is_405_connect_unsupported() {
+fn connect_to_a_host_no_rule_names_is_403_before_the_tunnel() {
     let env = start(allow_echo, ALIASES, &[]);
-    let authority = format!("127.0.0.1:{}", env.port());
+    let authority = "unnamed.example.test:443".to_owned();
     let request = format!(
         "CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\nProxy-Authorization: Bearer {}\r\nConnection: close\r\n\r\n",
         env.cap
     );
     let raw = raw_exchange(env.broker.addr(), request.as_bytes(), false);
     let response = parse_raw_answer(&raw);
-    let (id, error) = assert_mint_error(&response, 405, "connect_unsupported", "invalid");
+    let (id, error) = assert_mint_error(&response, 403, "policy_denied", "denied");
     assert!(
-        error["message"].as_str().unwrap().contains("/v1/proxy/"),
+        error["message"].as_str().unwrap().contains("no allow rule"),
         "{error}"
     );
-    let (decision, _) = assert_refused_audit(
-        &env.broker,
-        &id,
-        "deny",
-        "invalid",
-        405,
-        "connect_unsupported",
-    );
+    let (decision, _) =
+        assert_refused_audit(&env.broker, &id, "deny", "denied", 403, "no_allow_rule");
     assert_eq!(decision["method"], "CONNECT", "{decision}");
 
     // curl as an HTTPS client through Mint as its proxy (https_proxy): the tunnel is refused.
@@ -777,7 +773,7 @@ fn connect_is_405_connect_unsupported() {
         .output()
         .unwrap();
     assert!(!output.status.success());
-    assert_eq!(String::from_utf8_lossy(&output.stdout), "405");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "403");
     assert_eq!(env.forwarded(), 0);
     env.assert_clean(&raw);
 }

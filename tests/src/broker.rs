@@ -847,24 +847,39 @@ fn serve_scripted(
 /// `--noproxy`, which would override `-x`. `--http1.1`, 30 s bound.
 #[track_caller]
 pub fn curl_via_proxy(proxy: &str, args: &[&str]) -> CurlResponse {
+    curl_via_proxy_as("--http1.1", proxy, args)
+}
+
+/// [`curl_via_proxy`] with curl's HTTP version option `version` (`--http1.1`, `--http2`): for an
+/// `https://` URL curl opens a `CONNECT` tunnel through `proxy` (a proxy URL may carry
+/// `agent:TOKEN@`), and trusts only the `--cacert` given in `args`.
+#[track_caller]
+pub fn curl_via_proxy_as(version: &str, proxy: &str, args: &[&str]) -> CurlResponse {
+    let output = curl_via_proxy_command(version, proxy)
+        .args(["-D", "-", "-o", "-"])
+        .args(args)
+        .output()
+        .unwrap();
+    parse_curl(&output)
+}
+
+/// The curl command of [`curl_via_proxy_as`] without its output options, for a test that reads
+/// curl's exit code and stderr itself.
+pub fn curl_via_proxy_command(version: &str, proxy: &str) -> Command {
     let mut command = Command::new("curl");
     for variable in CA_VARIABLES {
         command.env_remove(variable);
     }
-    let output = command
+    command
         .args([
             "-sS",
-            "--http1.1",
+            version,
+            "--suppress-connect-headers",
             "--max-time",
             "30",
-            "-D",
-            "-",
-            "-o",
-            "-",
             "-x",
             proxy,
         ])
-        .args(args)
         .env_remove("http_proxy")
         .env_remove("HTTP_PROXY")
         .env_remove("https_proxy")
@@ -872,8 +887,6 @@ pub fn curl_via_proxy(proxy: &str, args: &[&str]) -> CurlResponse {
         .env_remove("all_proxy")
         .env_remove("ALL_PROXY")
         .env_remove("no_proxy")
-        .env_remove("NO_PROXY")
-        .output()
-        .unwrap();
-    parse_curl(&output)
+        .env_remove("NO_PROXY");
+    command
 }

@@ -1,10 +1,11 @@
 //! `mint init`: creates Mint's home directory (0700) with a default-deny policy, an empty alias
-//! file and an empty capabilities file (all 0600), and prints the next steps.
+//! file and an empty capabilities file (all 0600) and the interception CA (`ca.pem` 0644,
+//! `ca.key` 0600), and prints the next steps.
 //!
 //! Refuses a home that another user could change: the home, every directory above it and every
 //! symbolic link on the way must be owned by root or Mint's user and closed to writing by group
 //! and others (sticky directories such as `/tmp` excepted above the home), as `mint serve` checks
-//! at every start and reload. Never overwrites: if any of the three files exists, nothing is
+//! at every start and reload. Never overwrites: if any of the five files exists, nothing is
 //! created. Each file appears whole or not at all (temp file, fsync, hard link), and a failure
 //! part-way removes what this run created, so a failed `mint init` leaves the disk as it found it.
 
@@ -12,11 +13,13 @@ use std::fs;
 use std::io::{self, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use mint_policy::aliases::AliasFile;
 
 use crate::capability::CapabilityFile;
 use crate::cli::alias::render_file;
+use crate::config::ca_files::{self, CaFileError};
 use crate::config::env::Paths;
 use crate::config::secure_file::{
     DIR_MODE, SecureFileError, check_parent_dirs, check_private_dir, create_new,
@@ -64,6 +67,9 @@ pub enum InitError {
     /// Creating the directory or a file failed; what this run created was removed again.
     #[error("{0}; nothing was created")]
     File(#[source] SecureFileError),
+    /// Creating the interception CA failed; what this run created was removed again.
+    #[error("{0}; nothing was created")]
+    Ca(#[source] CaFileError),
     /// The summary could not be written (the files were created).
     #[error("cannot write the output")]
     Output(#[source] io::Error),
@@ -89,7 +95,8 @@ pub fn init(paths: &Paths, out: &mut dyn Write) -> Result<(), InitError> {
             "capability hashes (none yet)",
         ),
     ];
-    for (path, _, _) in &files {
+    let ca_files = [paths.ca_cert.as_path(), paths.ca_key.as_path()];
+    for path in files.iter().map(|(path, _, _)| *path).chain(ca_files) {
         if fs::symlink_metadata(path).is_ok() {
             return Err(InitError::Exists {
                 path: path.to_path_buf(),
@@ -146,6 +153,18 @@ pub fn init(paths: &Paths, out: &mut dyn Write) -> Result<(), InitError> {
         }
         created.push(path);
     }
+    if let Err(error) = ca_files::create(paths, SystemTime::now()) {
+        for done in &created {
+            let _ = fs::remove_file(done);
+        }
+        if created_home {
+            let _ = fs::remove_dir(home);
+        }
+        return Err(match error {
+            CaFileError::Insecure(SecureFileError::Exists { path }) => InitError::Exists { path },
+            other => InitError::Ca(other),
+        });
+    }
     tracing::debug!(home = %home.display(), "Mint home initialized");
 
     let mut report = if created_home {
@@ -157,12 +176,26 @@ pub fn init(paths: &Paths, out: &mut dyn Write) -> Result<(), InitError> {
     } else {
         format!("Initialized {} with:\n", home.display())
     };
-    let width = files
+    let listed: Vec<(&Path, &str)> = files
         .iter()
-        .map(|(p, _, _)| p.display().to_string().chars().count())
+        .map(|(path, _, what)| (*path, *what))
+        .chain([
+            (
+                paths.ca_cert.as_path(),
+                "interception CA certificate (for agents to trust: `mint ca export`)",
+            ),
+            (
+                paths.ca_key.as_path(),
+                "interception CA key (never give it to anyone)",
+            ),
+        ])
+        .collect();
+    let width = listed
+        .iter()
+        .map(|(p, _)| p.display().to_string().chars().count())
         .max()
         .unwrap_or(0);
-    for (path, _, what) in &files {
+    for (path, what) in &listed {
         report.push_str(&format!(
             "  {:<width$}  {what}\n",
             path.display().to_string()
@@ -184,6 +217,10 @@ fn next_steps(paths: &Paths) -> String {
          \x20      mint policy check\n\
          \x20 3. Issue a capability for your agent (the token is printed once):\n\
          \x20      mint cap issue --agent mino --ttl 24h\n\
+         \x20 4. Start the broker, and let the agent trust Mint's CA for HTTPS through it:\n\
+         \x20      mint serve\n\
+         \x20      mint ca export > mint-ca.pem\n\
+         \x20      HTTPS_PROXY=http://agent:$TOKEN@127.0.0.1:8700 curl --cacert mint-ca.pem https://...\n\
          \nKeep {home} outside every directory the agent can write, and run the agent as another \
          user: the OS keyring does not protect secrets from programs of the same user.\n",
         policy = paths.policy.display(),

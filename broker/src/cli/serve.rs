@@ -24,6 +24,21 @@ pub struct ServeArgs {
     #[arg(long, env = crate::config::env::MINT_UPSTREAM_CA)]
     pub upstream_ca: Option<PathBuf>,
 
+    /// The interception CA's certificate (PEM); `$MINT_HOME/ca.pem` by default. Created, with
+    /// its key, on the first start when neither file exists.
+    #[arg(long)]
+    pub ca_cert: Option<PathBuf>,
+
+    /// The interception CA's private key (PEM, 0600); `$MINT_HOME/ca.key` by default.
+    #[arg(long)]
+    pub ca_key: Option<PathBuf>,
+
+    /// Pin HOST:PORT to ADDRESS (curl's syntax; repeatable; ADDRESS may be a comma-separated
+    /// list): for tests and split-horizon DNS. A pinned address may be loopback or private; it
+    /// is used for that host and port only, and written to the start-up log.
+    #[arg(long = "resolve", value_name = "HOST:PORT:ADDRESS")]
+    pub resolve: Vec<String>,
+
     /// Resolving, connecting and the TLS handshake to an upstream, together.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
     pub connect_timeout: Duration,
@@ -62,8 +77,21 @@ pub struct ServeArgs {
 pub fn run(args: ServeArgs, paths: &Paths, out: &mut dyn Write) -> Result<(), ServeError> {
     let audit =
         AuditConfig::from_lookup(|name| std::env::var(name).ok()).map_err(ServeError::from)?;
+    let mut paths = paths.clone();
+    if let Some(cert) = args.ca_cert {
+        paths.ca_cert = cert;
+    }
+    if let Some(key) = args.ca_key {
+        paths.ca_key = key;
+    }
+    let mut resolve = crate::net::upstream::ResolvePins::default();
+    for pin in &args.resolve {
+        resolve.add(pin).map_err(ServeError::Resolve)?;
+    }
     let config = ServeConfig {
+        resolve,
         upstream_ca: args.upstream_ca,
+        leaf_cache: crate::net::ca::LEAF_CACHE_CAPACITY,
         limits: ProxyLimits {
             connect_timeout: args.connect_timeout,
             request_timeout: args.request_timeout,
@@ -76,5 +104,5 @@ pub fn run(args: ServeArgs, paths: &Paths, out: &mut dyn Write) -> Result<(), Se
         },
         audit,
     };
-    serve_blocking(&args.listen, || load_state(paths, &config), out)
+    serve_blocking(&args.listen, || load_state(&paths, &config), out)
 }

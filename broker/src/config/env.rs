@@ -49,6 +49,13 @@ pub const MINT_KEYRING_SERVICE: &str = "MINT_KEYRING_SERVICE";
 /// A PEM file of extra CA certificates the proxy trusts for upstreams (`mint serve --upstream-ca`).
 pub const MINT_UPSTREAM_CA: &str = "MINT_UPSTREAM_CA";
 
+/// The interception CA's certificate (PEM, 0644); `$MINT_HOME/ca.pem` when unset. Brokers that
+/// share one CA point this and [`MINT_CA_KEY`] at the same files.
+pub const MINT_CA_CERT: &str = "MINT_CA_CERT";
+
+/// The interception CA's private key (PEM, 0600); `$MINT_HOME/ca.key` when unset.
+pub const MINT_CA_KEY: &str = "MINT_CA_KEY";
+
 /// The proxy's listen address when neither `--listen` nor [`MINT_LISTEN`] is given: loopback only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8700";
 
@@ -69,6 +76,10 @@ pub struct Paths {
     pub audit_log: PathBuf,
     /// The capabilities file.
     pub capabilities: PathBuf,
+    /// The interception CA's certificate.
+    pub ca_cert: PathBuf,
+    /// The interception CA's private key.
+    pub ca_key: PathBuf,
 }
 
 // === impl Paths ===
@@ -91,6 +102,8 @@ impl Paths {
             policy: file(MINT_POLICY_PATH, POLICY_FILE),
             audit_log: file(MINT_AUDIT_LOG_PATH, AUDIT_LOG_FILE),
             capabilities: file(MINT_CAPABILITIES_PATH, CAPABILITIES_FILE),
+            ca_cert: file(MINT_CA_CERT, CA_CERT_FILE),
+            ca_key: file(MINT_CA_KEY, CA_KEY_FILE),
             home,
         }
     }
@@ -105,6 +118,8 @@ const ALIASES_FILE: &str = "aliases.yaml";
 const POLICY_FILE: &str = "policy.yaml";
 const AUDIT_LOG_FILE: &str = "audit.log";
 const CAPABILITIES_FILE: &str = "capabilities.yaml";
+const CA_CERT_FILE: &str = "ca.pem";
+const CA_KEY_FILE: &str = "ca.key";
 
 #[cfg(test)]
 mod tests {
@@ -126,6 +141,8 @@ mod tests {
         assert_eq!(paths.policy, PathBuf::from(".mint/policy.yaml"));
         assert_eq!(paths.audit_log, PathBuf::from(".mint/audit.log"));
         assert_eq!(paths.capabilities, PathBuf::from(".mint/capabilities.yaml"));
+        assert_eq!(paths.ca_cert, PathBuf::from(".mint/ca.pem"));
+        assert_eq!(paths.ca_key, PathBuf::from(".mint/ca.key"));
     }
 
     #[test]

@@ -37,6 +37,9 @@ use rustix::fs::{FileType, Mode, OFlags};
 /// The mode of every file Mint writes: read and write for its owner only.
 pub const FILE_MODE: u32 = 0o600;
 
+/// The mode of a file Mint writes for others to read (the interception CA's certificate).
+pub const PUBLIC_FILE_MODE: u32 = 0o644;
+
 /// The mode of `MINT_HOME`: its owner only.
 pub const DIR_MODE: u32 = 0o700;
 
@@ -699,7 +702,13 @@ pub fn create_private_dir(path: &Path) -> Result<(), SecureFileError> {
 /// Replaces (or creates) `path` with `bytes`, atomically, mode 0600: readers see the old file or
 /// the new one, never a part.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SecureFileError> {
-    let temp = TempFile::write(path, bytes)?;
+    write_atomic_mode(path, bytes, FILE_MODE)
+}
+
+/// [`write_atomic`] with another mode: [`PUBLIC_FILE_MODE`] for a file meant to be read by others
+/// (the interception CA's certificate). Never a mode group or others may write.
+pub fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<(), SecureFileError> {
+    let temp = TempFile::write(path, bytes, mode & !WRITABLE_BY_OTHERS)?;
     fs::rename(&temp.path, path).map_err(SecureFileError::io("write", path))?;
     temp.disarm();
     sync_dir(parent_dir(path))
@@ -708,7 +717,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SecureFileError> {
 /// Creates `path` with `bytes`, mode 0600, and fails with [`SecureFileError::Exists`] when
 /// anything is already there: the file appears whole or not at all.
 pub fn create_new(path: &Path, bytes: &[u8]) -> Result<(), SecureFileError> {
-    let temp = TempFile::write(path, bytes)?;
+    create_new_mode(path, bytes, FILE_MODE)
+}
+
+/// [`create_new`] with another mode (see [`write_atomic_mode`]).
+pub fn create_new_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<(), SecureFileError> {
+    let temp = TempFile::write(path, bytes, mode & !WRITABLE_BY_OTHERS)?;
     // A hard link never replaces an existing name, so this cannot overwrite a file created
     // between any check and now.
     let linked = fs::hard_link(&temp.path, path);
@@ -739,7 +753,7 @@ struct TempFile {
 // === impl TempFile ===
 
 impl TempFile {
-    fn write(target: &Path, bytes: &[u8]) -> Result<TempFile, SecureFileError> {
+    fn write(target: &Path, bytes: &[u8], mode: u32) -> Result<TempFile, SecureFileError> {
         let dir = parent_dir(target);
         let name = target
             .file_name()
@@ -766,7 +780,7 @@ impl TempFile {
         };
         let temp = TempFile { path, armed: true };
         // The umask may have taken bits away; never added any. Set the mode exactly.
-        file.set_permissions(fs::Permissions::from_mode(FILE_MODE))
+        file.set_permissions(fs::Permissions::from_mode(mode))
             .and_then(|()| file.write_all(bytes))
             .and_then(|()| file.sync_all())
             .map_err(SecureFileError::io("write", target))?;

@@ -5,6 +5,11 @@
 //! (`--upstream-ca`, for private CAs and for tests). ALPN offers `h2` then `http/1.1`. Certificates
 //! are verified for the target's host name (or IP address) by rustls's webpki verifier; nothing
 //! here can turn verification off.
+//!
+//! Mint's own interception CA (`net::ca`) is never a trust anchor here: an operator CA file that
+//! holds it (or any certificate of its key) is refused. The system store and the variables that
+//! point at one (`SSL_CERT_FILE`, `SSL_CERT_DIR`) are never read, so a bundle made for agents with
+//! `mint ca export --bundle` cannot make Mint trust its own leaves.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -39,6 +44,15 @@ pub enum TlsConfigError {
         /// Its position in the file, from 1.
         index: usize,
     },
+    /// The CA file holds Mint's own interception CA.
+    #[error(
+        "upstream CA file `{}` holds Mint's own interception CA: Mint never trusts the CA it signs agents' leaves with; pass the upstream's CA instead",
+        path.display()
+    )]
+    InterceptionCa {
+        /// The file.
+        path: PathBuf,
+    },
     /// rustls refused the configuration.
     #[error("cannot build the upstream TLS configuration")]
     Rustls(#[source] rustls::Error),
@@ -48,14 +62,21 @@ pub enum TlsConfigError {
 pub const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
 
 /// The upstream client configuration: webpki roots, plus the certificates of `extra_ca` when
-/// given.
+/// given, none of which may be `never_trust` (Mint's interception CA) or share its key.
 pub fn upstream_client_config(
     extra_ca: Option<&Path>,
+    never_trust: Option<&CertificateDer<'_>>,
 ) -> Result<Arc<ClientConfig>, TlsConfigError> {
     let mut roots = RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    let excluded_key = never_trust.and_then(|cert| public_key_of(cert));
     if let Some(path) = extra_ca {
         for (index, cert) in read_ca_file(path)?.into_iter().enumerate() {
+            if excluded_key.is_some() && public_key_of(&cert) == excluded_key {
+                return Err(TlsConfigError::InterceptionCa {
+                    path: path.to_path_buf(),
+                });
+            }
             roots
                 .add(cert)
                 .map_err(|_| TlsConfigError::BadCertificate {
@@ -72,6 +93,12 @@ pub fn upstream_client_config(
         .with_no_client_auth();
     config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
     Ok(Arc::new(config))
+}
+
+/// The subject public key info of a certificate, DER; `None` when it does not parse.
+fn public_key_of(cert: &CertificateDer<'_>) -> Option<Vec<u8>> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert).ok()?;
+    Some(parsed.public_key().raw.to_vec())
 }
 
 /// Every certificate of a PEM file; other PEM sections (a key by mistake) are an error.
@@ -105,7 +132,7 @@ mod tests {
         let path = dir.path().join("ca.pem");
         let ca = TestCa::generate().unwrap();
         ca.write_pem(&path).unwrap();
-        let config = upstream_client_config(Some(&path)).unwrap();
+        let config = upstream_client_config(Some(&path), None).unwrap();
         assert_eq!(
             config.alpn_protocols,
             vec![b"h2".to_vec(), b"http/1.1".to_vec()]
@@ -117,13 +144,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("missing.pem");
         assert!(matches!(
-            upstream_client_config(Some(&missing)),
+            upstream_client_config(Some(&missing), None),
             Err(TlsConfigError::CaFile { .. })
         ));
         let empty = dir.path().join("empty.pem");
         std::fs::write(&empty, "no certificate here\n").unwrap();
         assert!(matches!(
-            upstream_client_config(Some(&empty)),
+            upstream_client_config(Some(&empty), None),
             Err(TlsConfigError::EmptyCaFile { .. })
         ));
         let garbage = dir.path().join("garbage.pem");
@@ -132,6 +159,29 @@ mod tests {
             "-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n",
         )
         .unwrap();
-        assert!(upstream_client_config(Some(&garbage)).is_err());
+        assert!(upstream_client_config(Some(&garbage), None).is_err());
+    }
+
+    #[test]
+    fn never_trusts_the_interception_ca() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = std::time::SystemTime::now();
+        let pem = crate::net::ca::CertificateAuthority::generate(now).unwrap();
+        let ca = crate::net::ca::CertificateAuthority::from_pem(&pem.cert, &pem.key, now).unwrap();
+        let other = TestCa::generate().unwrap();
+        // A bundle that holds an upstream's CA and Mint's own: refused, naming the file.
+        let bundle = dir.path().join("bundle.pem");
+        std::fs::write(&bundle, format!("{}{}", other.cert_pem(), pem.cert)).unwrap();
+        let error = upstream_client_config(Some(&bundle), Some(ca.cert_der())).unwrap_err();
+        assert!(
+            matches!(error, TlsConfigError::InterceptionCa { .. }),
+            "{error}"
+        );
+        assert!(error.to_string().contains("bundle.pem"), "{error}");
+        // The upstream's CA alone is fine, as is no file.
+        let alone = dir.path().join("alone.pem");
+        other.write_pem(&alone).unwrap();
+        upstream_client_config(Some(&alone), Some(ca.cert_der())).unwrap();
+        upstream_client_config(None, Some(ca.cert_der())).unwrap();
     }
 }

@@ -55,6 +55,86 @@ pub type UpstreamBody = Full<Bytes>;
 pub struct UpstreamClient {
     public_only: Client<Connector, UpstreamBody>,
     private_ok: Client<Connector, UpstreamBody>,
+    pins: Arc<ResolvePins>,
+}
+
+/// The operator's `--resolve HOST:PORT:ADDRESS[,ADDRESS...]` pins (curl's syntax): requests to
+/// that host and port connect to those addresses, without DNS and without the address checks
+/// (the operator chose them: a pin may be loopback or private). Used for that host and port
+/// only.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResolvePins {
+    pins: Vec<(Host, u16, Vec<IpAddr>)>,
+}
+
+/// A `--resolve` value that is not `HOST:PORT:ADDRESS[,ADDRESS...]`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid --resolve `{value}`: {problem} (expected HOST:PORT:ADDRESS, as curl takes it)")]
+pub struct ResolvePinError {
+    value: String,
+    problem: &'static str,
+}
+
+// === impl ResolvePins ===
+
+impl ResolvePins {
+    /// Adds the pin `value`; a later pin of the same host and port replaces an earlier one.
+    pub fn add(&mut self, value: &str) -> Result<(), ResolvePinError> {
+        let error = |problem| ResolvePinError {
+            value: value.to_owned(),
+            problem,
+        };
+        let (host, rest) = match value.strip_prefix('[') {
+            Some(bracketed) => {
+                let (host, rest) = bracketed.split_once("]:").ok_or(error("unclosed `[`"))?;
+                (host, rest)
+            }
+            None => value.split_once(':').ok_or(error("no port"))?,
+        };
+        let (port, addresses) = rest.split_once(':').ok_or(error("no address"))?;
+        let port: u16 = port
+            .parse()
+            .map_err(|_| error("the port is not a number"))?;
+        let host = Host::parse_request(host).map_err(|_| error("the host is not valid"))?;
+        let addresses = addresses
+            .split(',')
+            .map(|address| {
+                let bare = address
+                    .strip_prefix('[')
+                    .and_then(|a| a.strip_suffix(']'))
+                    .unwrap_or(address);
+                bare.parse::<IpAddr>()
+                    .map_err(|_| error("an address is not an IP address"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.pins.retain(|(h, p, _)| !(h == &host && *p == port));
+        self.pins.push((host, port, addresses));
+        Ok(())
+    }
+
+    /// The pinned addresses of `host:port`.
+    pub fn lookup(&self, host: &Host, port: u16) -> Option<&[IpAddr]> {
+        self.pins
+            .iter()
+            .find(|(h, p, _)| h == host && *p == port)
+            .map(|(_, _, addresses)| addresses.as_slice())
+    }
+
+    /// Each pin as `HOST:PORT:ADDRESS,...`, for the start-up log.
+    pub fn describe(&self) -> Vec<String> {
+        self.pins
+            .iter()
+            .map(|(host, port, addresses)| {
+                let list: Vec<String> = addresses.iter().map(IpAddr::to_string).collect();
+                format!("{}:{port}:{}", host.as_text(), list.join(","))
+            })
+            .collect()
+    }
+
+    /// Whether there is no pin.
+    pub fn is_empty(&self) -> bool {
+        self.pins.is_empty()
+    }
 }
 
 /// Why no connection was made. Nothing was sent when a connector fails.
@@ -96,6 +176,7 @@ pub struct Connector {
     tls: TlsConnector,
     allow_private: bool,
     connect_timeout: Duration,
+    pins: Arc<ResolvePins>,
 }
 
 /// A connection to an upstream, plain (loopback only) or TLS.
@@ -113,11 +194,22 @@ impl UpstreamClient {
     /// Clients that verify certificates with `tls` and give up connecting after
     /// `connect_timeout`.
     pub fn new(tls: Arc<ClientConfig>, connect_timeout: Duration) -> UpstreamClient {
+        UpstreamClient::with_pins(tls, connect_timeout, ResolvePins::default())
+    }
+
+    /// [`UpstreamClient::new`], connecting the hosts of `pins` to their pinned addresses.
+    pub fn with_pins(
+        tls: Arc<ClientConfig>,
+        connect_timeout: Duration,
+        pins: ResolvePins,
+    ) -> UpstreamClient {
+        let pins = Arc::new(pins);
         let build = |allow_private| {
             let connector = Connector {
                 tls: TlsConnector::from(Arc::clone(&tls)),
                 allow_private,
                 connect_timeout,
+                pins: Arc::clone(&pins),
             };
             Client::builder(TokioExecutor::new())
                 .retry_canceled_requests(true)
@@ -130,7 +222,35 @@ impl UpstreamClient {
         UpstreamClient {
             public_only: build(false),
             private_ok: build(true),
+            pins,
         }
+    }
+
+    /// Resolves `host:port` (pins first) and checks its addresses as a request with
+    /// `allow_private` would be checked, without connecting: what a `CONNECT` is refused on
+    /// before its tunnel opens.
+    pub async fn check_target(
+        &self,
+        host: &Host,
+        port: u16,
+        allow_private: bool,
+        timeout: Duration,
+    ) -> Result<(), ConnectError> {
+        if self.pins.lookup(host, port).is_some() {
+            return Ok(());
+        }
+        let addresses = tokio::time::timeout(timeout, resolve(host, port))
+            .await
+            .map_err(|_| ConnectError::Timeout)??;
+        let ips: Vec<IpAddr> = addresses.iter().map(SocketAddr::ip).collect();
+        check_all(
+            &ips,
+            AddressRules {
+                loopback_target: host.is_loopback(),
+                allow_private,
+            },
+        )?;
+        Ok(())
     }
 
     /// Sends `request` (absolute URI, canonical authority) and returns the response head with
@@ -188,15 +308,22 @@ impl Connector {
             _ => return Err(ConnectError::InvalidUri),
         };
         let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
-        let addresses = resolve(&host, port).await?;
-        let ips: Vec<IpAddr> = addresses.iter().map(SocketAddr::ip).collect();
-        check_all(
-            &ips,
-            AddressRules {
-                loopback_target: host.is_loopback(),
-                allow_private: self.allow_private,
-            },
-        )?;
+        let addresses = match self.pins.lookup(&host, port) {
+            // The operator pinned this host and port: its addresses, unchecked.
+            Some(pinned) => pinned.iter().map(|ip| SocketAddr::new(*ip, port)).collect(),
+            None => {
+                let addresses = resolve(&host, port).await?;
+                let ips: Vec<IpAddr> = addresses.iter().map(SocketAddr::ip).collect();
+                check_all(
+                    &ips,
+                    AddressRules {
+                        loopback_target: host.is_loopback(),
+                        allow_private: self.allow_private,
+                    },
+                )?;
+                addresses
+            }
+        };
         let tcp = connect_first(&addresses).await?;
         if !tls {
             return Ok(UpstreamIo::Plain(TokioIo::new(tcp)));
@@ -385,6 +512,49 @@ impl Write for UpstreamIo {
         match self.get_mut() {
             UpstreamIo::Plain(io) => Pin::new(io).poll_write_vectored(cx, bufs),
             UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    #[test]
+    fn resolve_pins_take_curls_syntax() {
+        let mut pins = ResolvePins::default();
+        pins.add("API.Example.test:443:127.0.0.1").unwrap();
+        pins.add("v6.example.test:8443:[::1],127.0.0.2").unwrap();
+        pins.add("[::1]:443:127.0.0.1").unwrap();
+        let host = Host::parse_request("api.example.test").unwrap();
+        assert_eq!(
+            pins.lookup(&host, 443),
+            Some(&["127.0.0.1".parse::<IpAddr>().unwrap()][..])
+        );
+        assert_eq!(pins.lookup(&host, 8443), None, "that port only");
+        let v6 = Host::parse_request("v6.example.test").unwrap();
+        assert_eq!(pins.lookup(&v6, 8443).unwrap().len(), 2);
+        assert_eq!(
+            pins.describe(),
+            [
+                "api.example.test:443:127.0.0.1",
+                "v6.example.test:8443:::1,127.0.0.2",
+                "::1:443:127.0.0.1"
+            ]
+        );
+        pins.add("api.example.test:443:127.0.0.3").unwrap();
+        assert_eq!(pins.lookup(&host, 443).unwrap().len(), 1, "replaced");
+        for bad in [
+            "api.example.test",
+            "api.example.test:443",
+            "api.example.test:x:127.0.0.1",
+            "api.example.test:443:nowhere",
+            "bad host:443:127.0.0.1",
+            "[::1:443:127.0.0.1",
+        ] {
+            assert!(pins.add(bad).is_err(), "{bad}");
         }
     }
 }

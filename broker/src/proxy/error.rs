@@ -86,11 +86,26 @@ pub enum ProxyError {
     /// The target resolved to an address Mint refuses.
     #[error("{0}")]
     AddressRefused(AddressError),
-    /// `CONNECT`: Mint does not tunnel.
+    /// `CONNECT` over HTTP/2, or to a broker without an interception CA.
     #[error(
-        "CONNECT is not supported: send plain requests through http://MINT/v1/proxy/https/HOST/PATH, or as a forward proxy with the absolute URL (http_proxy=http://MINT), never https_proxy tunnels"
+        "CONNECT is served over HTTP/1.1 only: use the proxy URL http://agent:<token>@HOST:PORT in https_proxy"
     )]
     ConnectUnsupported,
+    /// A `CONNECT` without a valid capability in `Proxy-Authorization`: 407, so clients retry
+    /// with the credentials of their proxy URL.
+    #[error(
+        "missing or invalid capability: send `Proxy-Authorization: Basic` with the token as the password (the proxy URL http://agent:<token>@HOST:PORT), or `Bearer <token>`, with a token from `mint cap issue`"
+    )]
+    ProxyAuthRequired,
+    /// A request inside an intercepted tunnel whose `Host` or `:authority` names another host
+    /// than the tunnel's.
+    #[error(
+        "this connection is a tunnel to `{tunnel}`: a request inside it may only name that host"
+    )]
+    Misdirected {
+        /// The tunnel's `host:port`.
+        tunnel: String,
+    },
     /// The request body is over the limit.
     #[error("request body is larger than {limit} bytes")]
     BodyTooLarge {
@@ -163,6 +178,9 @@ pub enum Invalid {
     /// A fact the audit record cannot hold (a path longer than 4096 characters).
     #[error("the request cannot be audited: {0}")]
     Unauditable(String),
+    /// A `CONNECT` target that is not authority-form `host:port`.
+    #[error("a CONNECT target must be host:port")]
+    ConnectTarget,
     /// A forward-proxy request whose Host header is not the target's authority.
     #[error("the Host header must equal the target's authority")]
     HostMismatch,
@@ -190,6 +208,8 @@ impl ProxyError {
             ProxyError::ConnectUnsupported | ProxyError::MethodNotAllowed => {
                 StatusCode::METHOD_NOT_ALLOWED
             }
+            ProxyError::ProxyAuthRequired => StatusCode::PROXY_AUTHENTICATION_REQUIRED,
+            ProxyError::Misdirected { .. } => StatusCode::MISDIRECTED_REQUEST,
             ProxyError::BodyTooLarge { .. } | ProxyError::DecodedBodyTooLarge { .. } => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
@@ -218,6 +238,8 @@ impl ProxyError {
             ProxyError::Limited { .. } => "limited",
             ProxyError::AddressRefused(_) => "address_refused",
             ProxyError::ConnectUnsupported => "connect_unsupported",
+            ProxyError::ProxyAuthRequired => "capability_invalid",
+            ProxyError::Misdirected { .. } => "misdirected_request",
             ProxyError::BodyTooLarge { .. } | ProxyError::DecodedBodyTooLarge { .. } => {
                 "body_too_large"
             }
@@ -239,12 +261,14 @@ impl ProxyError {
             | ProxyError::Placeholder(_)
             | ProxyError::UnknownAlias { .. }
             | ProxyError::ConnectUnsupported
+            | ProxyError::Misdirected { .. }
             | ProxyError::BodyTooLarge { .. }
             | ProxyError::DecodedBodyTooLarge { .. }
             | ProxyError::UnsupportedContentEncoding
             | ProxyError::NotFound
             | ProxyError::MethodNotAllowed => Outcome::Invalid,
             ProxyError::CapabilityInvalid { .. }
+            | ProxyError::ProxyAuthRequired
             | ProxyError::AliasNotBound { .. }
             | ProxyError::SiteNotAllowed { .. }
             | ProxyError::CapabilityScope { .. }
@@ -272,6 +296,8 @@ impl ProxyError {
             | ProxyError::Limited { .. }
             | ProxyError::AddressRefused(_)
             | ProxyError::ConnectUnsupported
+            | ProxyError::ProxyAuthRequired
+            | ProxyError::Misdirected { .. }
             | ProxyError::BodyTooLarge { .. }
             | ProxyError::DecodedBodyTooLarge { .. }
             | ProxyError::UnsupportedContentEncoding
@@ -288,7 +314,7 @@ impl ProxyError {
     pub fn reason(&self) -> &'static str {
         match self {
             ProxyError::Invalid(invalid) => match invalid {
-                Invalid::Target(_) | Invalid::Route => "invalid_target",
+                Invalid::Target(_) | Invalid::Route | Invalid::ConnectTarget => "invalid_target",
                 Invalid::Framing(_) => "ambiguous_framing",
                 Invalid::Method(_) => "invalid_method",
                 Invalid::Header(_) => "invalid_header",
@@ -305,6 +331,7 @@ impl ProxyError {
                 DenyReason::DefaultAllowLoopback => "default_allow_loopback",
             },
             ProxyError::DecodedBodyTooLarge { .. } => "decoded_body_too_large",
+            ProxyError::ProxyAuthRequired => "proxy_auth_required",
             other => other.code(),
         }
     }
@@ -338,6 +365,12 @@ impl ProxyError {
             headers.insert(
                 http::header::RETRY_AFTER,
                 HeaderValue::from(retry_after_secs(*retry_after)),
+            );
+        }
+        if let ProxyError::ProxyAuthRequired = self {
+            headers.insert(
+                http::header::PROXY_AUTHENTICATE,
+                HeaderValue::from_static("Basic realm=\"mint\""),
             );
         }
         if let ProxyError::UnsupportedContentEncoding = self {

@@ -131,6 +131,54 @@ impl RawTarget {
         })
     }
 
+    /// A request inside an intercepted `CONNECT` tunnel to `tunnel` (`host:port`, canonical):
+    /// always `https` to the tunnel's authority, with the request's path and query. Its `Host`
+    /// header and its URI's authority (HTTP/2's `:authority`, or an absolute-form HTTP/1.1
+    /// target), when present, must name the tunnel's host and port, compared canonically; at
+    /// least one must be present. Anything else is [`ProxyError::Misdirected`]: nothing is sent.
+    pub(crate) fn from_tunnel(
+        uri: &Uri,
+        headers: &HeaderMap,
+        tunnel: &Target,
+    ) -> Result<RawTarget, ProxyError> {
+        let misdirected = || ProxyError::Misdirected {
+            tunnel: tunnel.authority(),
+        };
+        let names_tunnel = |text: &str| {
+            mint_policy::normalize::parse_authority(text)
+                .is_ok_and(|(host, port)| host == tunnel.host && port.unwrap_or(443) == tunnel.port)
+        };
+        let mut named = false;
+        if let Some(authority) = uri.authority() {
+            if uri.scheme_str().is_some_and(|scheme| scheme != "https")
+                || !names_tunnel(authority.as_str())
+            {
+                return Err(misdirected());
+            }
+            named = true;
+        }
+        let mut hosts = headers.get_all(header::HOST).iter();
+        match (hosts.next(), hosts.next()) {
+            (None, _) => {}
+            (Some(host), None) => {
+                if !host.to_str().is_ok_and(names_tunnel) {
+                    return Err(misdirected());
+                }
+                named = true;
+            }
+            (Some(_), Some(_)) => return Err(Invalid::Framing("several Host headers").into()),
+        }
+        if !named {
+            return Err(misdirected());
+        }
+        Ok(RawTarget {
+            scheme: "https".to_owned(),
+            authority: tunnel.authority(),
+            path: uri.path().to_owned(),
+            query: uri.query().map(str::to_owned),
+        })
+    }
+
     /// `scheme://authority/path?query`, split the way [`RawTarget::from_route`] splits the
     /// route: the authority ends at the first `/`, and the query starts at the first `?`. A
     /// fragment stays in the path, so that canonicalization refuses it. For `mint policy

@@ -85,10 +85,11 @@ pub(super) fn peer_has_closed(stream: &TcpStream) -> bool {
     }
 }
 
-/// A connection's byte stream (see the module documentation). Its `Debug` never shows the head
-/// being read: it holds the agent's capability token.
-pub(crate) struct ConnectionIo {
-    inner: TcpStream,
+/// A connection's byte stream (see the module documentation): the agent's TCP connection, or the
+/// TLS stream inside an intercepted `CONNECT` tunnel. Its `Debug` never shows the head being
+/// read: it holds the agent's capability token.
+pub(crate) struct ConnectionIo<S = TcpStream> {
+    inner: S,
     state: AppState,
     stream: RequestStream,
     heads: Arc<ConnectionHeads>,
@@ -112,7 +113,7 @@ pub(crate) struct ConnectionIo {
     bytes_read: u64,
 }
 
-impl std::fmt::Debug for ConnectionIo {
+impl<S> std::fmt::Debug for ConnectionIo<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConnectionIo")
             .field("stream", &self.stream)
@@ -138,10 +139,9 @@ struct Replacement {
 
 // === impl ConnectionIo ===
 
-impl ConnectionIo {
-    /// Watches `stream` (which gets `TCP_NODELAY`).
-    pub(crate) fn new(stream: TcpStream, state: &AppState) -> ConnectionIo {
-        let _ = stream.set_nodelay(true);
+impl<S: AsyncRead + AsyncWrite + Unpin> ConnectionIo<S> {
+    /// Watches `stream` (the caller sets `TCP_NODELAY` on a socket).
+    pub(crate) fn new(stream: S, state: &AppState) -> ConnectionIo<S> {
         let header_timeout = state.limits().header_read_timeout;
         ConnectionIo {
             inner: stream,
@@ -226,8 +226,11 @@ impl ConnectionIo {
             "the request head was not received in time",
             id.as_str(),
         );
-        // Best effort: a client that does not read gets nothing more.
-        let _ = self.inner.try_write(&answer);
+        // Best effort, without waiting: a client that does not read gets nothing more (inside a
+        // tunnel the answer is only as whole as the TLS layer can take it at once).
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let _ = Pin::new(&mut self.inner).poll_write(&mut cx, &answer);
+        let _ = Pin::new(&mut self.inner).poll_flush(&mut cx);
     }
 
     /// Starts replacing hyper's answer when `first` is one: a 4xx head without
@@ -371,7 +374,7 @@ fn hyper_error_status(bytes: &[u8]) -> Option<u16> {
     (memchr::memmem::find(&head, b"\r\nmint-request-id:").is_none()).then_some(code)
 }
 
-impl AsyncRead for ConnectionIo {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ConnectionIo<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -406,7 +409,7 @@ impl AsyncRead for ConnectionIo {
     }
 }
 
-impl AsyncWrite for ConnectionIo {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ConnectionIo<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

@@ -26,6 +26,9 @@ pub(crate) const ENV_VARS: &[&str] = &[
     "MINT_LISTEN",
     "MINT_KEYRING_BACKEND",
     "MINT_KEYRING_SERVICE",
+    "MINT_CA_CERT",
+    "MINT_CA_KEY",
+    "MINT_UPSTREAM_CA",
 ];
 
 /// The variable that turns a skipped keyring test into a failure.

@@ -991,7 +991,7 @@ fn router_state_with(
         CapabilityStore::open(&caps_path).unwrap(),
         audit,
         UpstreamClient::new(
-            crate::net::tls::upstream_client_config(None).unwrap(),
+            crate::net::tls::upstream_client_config(None, None).unwrap(),
             Duration::from_secs(2),
         ),
     );

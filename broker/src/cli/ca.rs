@@ -1,0 +1,112 @@
+//! `mint ca export [--bundle]` and `mint ca rotate`: the interception CA agents trust for HTTPS
+//! through Mint (docs/interception.md).
+//!
+//! `export` prints the CA certificate (PEM) on stdout, checked as `mint serve` checks it; with
+//! `--bundle`, the system's CA bundle first and Mint's CA after it, for clients whose variable
+//! replaces their default store (`SSL_CERT_FILE`, `REQUESTS_CA_BUNDLE`). `rotate` makes a new CA
+//! in place of the old one; brokers pick it up when they restart. Never prints the key.
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use clap::Subcommand;
+
+use crate::config::ca_files::{self, CaFileError};
+use crate::config::env::Paths;
+
+/// `mint ca` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum CaCommand {
+    /// Print the interception CA certificate (PEM) on stdout, for agents to trust.
+    Export {
+        /// Print the system's CA bundle followed by Mint's CA: a file for `SSL_CERT_FILE` or
+        /// `REQUESTS_CA_BUNDLE`, which replace a client's default roots.
+        #[arg(long)]
+        bundle: bool,
+    },
+    /// Replace the interception CA with a new one. Agents must trust the new certificate;
+    /// running brokers keep the old CA until they restart.
+    Rotate,
+}
+
+/// Why a `mint ca` command failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CaCommandError {
+    /// The CA files.
+    #[error(transparent)]
+    Files(#[from] CaFileError),
+    /// No system CA bundle was found for `--bundle`.
+    #[error(
+        "no system CA bundle found (looked at {}); export without --bundle and add the CA to the client's own store",
+        SYSTEM_BUNDLES.join(", ")
+    )]
+    NoSystemBundle,
+    /// The system bundle could not be read.
+    #[error("cannot read the system CA bundle `{}`: {kind}", path.display())]
+    SystemBundle {
+        /// The bundle.
+        path: PathBuf,
+        /// Why.
+        kind: io::ErrorKind,
+    },
+    /// Writing the output failed.
+    #[error("cannot write the output")]
+    Output(#[source] io::Error),
+}
+
+/// Runs a `mint ca` command.
+pub fn run(command: CaCommand, paths: &Paths, out: &mut dyn Write) -> Result<(), CaCommandError> {
+    let now = SystemTime::now();
+    match command {
+        CaCommand::Export { bundle } => {
+            let cert = ca_files::cert_pem(paths, now)?;
+            let mut text = String::new();
+            if bundle {
+                let path = SYSTEM_BUNDLES
+                    .iter()
+                    .map(Path::new)
+                    .find(|path| path.is_file())
+                    .ok_or(CaCommandError::NoSystemBundle)?;
+                let system =
+                    std::fs::read_to_string(path).map_err(|e| CaCommandError::SystemBundle {
+                        path: path.to_path_buf(),
+                        kind: e.kind(),
+                    })?;
+                text.push_str(&system);
+                if !text.ends_with('\n') {
+                    text.push('\n');
+                }
+                text.push_str("# Mint interception CA\n");
+            }
+            text.push_str(&cert);
+            out.write_all(text.as_bytes())
+                .and_then(|()| out.flush())
+                .map_err(CaCommandError::Output)
+        }
+        CaCommand::Rotate => {
+            ca_files::rotate(paths, now)?;
+            // Read back through the checks `mint serve` applies.
+            ca_files::cert_pem(paths, now)?;
+            writeln!(
+                out,
+                "New interception CA written to {} (key {}).\n\
+                 Restart `mint serve`, and have agents trust the new certificate (`mint ca export`); \
+                 leaves signed by the old CA stop being accepted once they no longer trust it.",
+                paths.ca_cert.display(),
+                paths.ca_key.display()
+            )
+            .map_err(CaCommandError::Output)
+        }
+    }
+}
+
+/// Where Linux distributions and macOS keep the system's CA bundle (Debian and Ubuntu, Fedora and
+/// RHEL, openSUSE, Alpine and macOS).
+const SYSTEM_BUNDLES: [&str; 4] = [
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+];

@@ -1,0 +1,226 @@
+//! `CONNECT`: HTTPS interception. An agent that honours `HTTPS_PROXY` opens a tunnel to
+//! `host:port` through Mint; Mint decides before it answers `200`, then terminates the agent's
+//! TLS with a leaf of its own CA (`serve::tunnel`) and runs every request inside through the
+//! same pipeline as `/v1/proxy/` ([`super::forward`], mode [`Mode::Intercept`]). Mint never opens
+//! an opaque tunnel: no byte reaches an upstream that the pipeline did not decide.
+//!
+//! Before the `200`, in order: the capability (`Proxy-Authorization: Basic` with the token as the
+//! password, or `Bearer`; otherwise `407` with `Proxy-Authenticate`); HTTP/1.1 (an HTTP/2
+//! `CONNECT` is `405`); the target, authority-form `host:port` canonicalized by
+//! `mint_policy::normalize` like every other target (`400` otherwise); a host some allow rule
+//! could match or some alias is bound to (`403` otherwise); the addresses the host resolves to,
+//! checked as for a request (`403 address_refused`). Each refusal is audited; an open tunnel
+//! gets a `decision` (allow) and an `outcome` (`completed`, 200, reason `tunnel_opened`) record,
+//! and each request inside gets its own.
+//!
+//! The tunnel keeps the capability token to authenticate each request inside again, so expiry
+//! and revocation bite in a long-lived tunnel. It never leaves this process and never appears in
+//! a `Debug` output.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::response::Response;
+use http::{Method, StatusCode, Version};
+use mint_policy::audit::{AgentName, AuditDecision, CapabilityId, Outcome, RequestId};
+use mint_policy::evaluate::DenyReason;
+use mint_policy::host::Host;
+use mint_policy::normalize::{Target, normalize_target, parse_authority};
+use zeroize::Zeroizing;
+
+use super::answer::OutcomeWriter;
+use super::error::{Invalid, ProxyError};
+use super::{AppState, Exchange, Mode, capability_token};
+use crate::audit::facts::TargetFacts;
+use crate::net::upstream::ConnectError;
+
+/// An open tunnel: its canonical target and whose it is.
+pub(crate) struct Tunnel {
+    /// `https://host:port/`, canonical: the upstream authority of every request inside.
+    pub(crate) target: Target,
+    /// The capability token of the `CONNECT`, checked again for every request inside.
+    token: Zeroizing<String>,
+    /// The id of the `CONNECT` request.
+    pub(crate) connect_id: RequestId,
+    agent: Option<AgentName>,
+    capability: Option<CapabilityId>,
+    facts: Option<TargetFacts>,
+}
+
+impl std::fmt::Debug for Tunnel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tunnel")
+            .field("authority", &self.target.authority())
+            .field("connect_id", &self.connect_id)
+            .finish_non_exhaustive()
+    }
+}
+
+// === impl Tunnel ===
+
+impl Tunnel {
+    /// The tunnel's host, as a certificate and SNI name it (an IPv6 address without brackets).
+    pub(crate) fn host(&self) -> &Host {
+        &self.target.host
+    }
+
+    /// The capability token, for the pipeline's authentication of a request inside.
+    pub(crate) fn token(&self) -> &str {
+        self.token.as_str()
+    }
+}
+
+/// The tunnel of the requests inside it, in their extensions.
+#[derive(Clone, Debug)]
+pub(crate) struct TunnelExt(pub(crate) Arc<Tunnel>);
+
+/// Answers a `CONNECT`: a refusal (audited), or `200` with the tunnel handed to
+/// `serve::tunnel` once hyper gives up the connection.
+pub(crate) async fn connect(state: &AppState, id: RequestId, request: Request) -> Response {
+    let mut exchange = Exchange::new(state, id.clone(), Some(&Method::CONNECT));
+    // The head only: a request (its body) is not `Sync`, so it is not held across an await.
+    let (head, body) = request.into_parts();
+    let tunnel = match admit(state, &mut exchange, &head).await {
+        Ok(tunnel) => tunnel,
+        Err(error) => return exchange.refuse(error),
+    };
+    let Some(leaves) = state.interception().cloned() else {
+        return exchange.refuse(ProxyError::ConnectUnsupported);
+    };
+    if let Err(error) = exchange.record_allow(state, &[]).await {
+        return exchange.refuse(error);
+    }
+    let tunnel = Arc::new(Tunnel {
+        connect_id: id,
+        agent: exchange.facts.agent.clone(),
+        capability: exchange.facts.capability.clone(),
+        facts: exchange.facts.target.clone(),
+        ..tunnel
+    });
+    exchange.outcome_written = true;
+    OutcomeWriter {
+        audit: state.audit().clone(),
+        facts: exchange.facts.take(),
+        received: exchange.received,
+        bytes_up: 0,
+    }
+    .write(
+        Outcome::Completed,
+        Some(StatusCode::OK),
+        Some(0),
+        Some("tunnel_opened"),
+    );
+    let slot = head
+        .extensions
+        .get::<crate::serve::ConnectionSlot>()
+        .cloned();
+    let mut request = Request::from_parts(head, body);
+    let on_upgrade = hyper::upgrade::on(&mut request);
+    tracing::debug!(request.id = %tunnel.connect_id, upstream.authority = %tunnel.target.authority(), "Tunnel opened");
+    tokio::spawn(crate::serve::tunnel::serve(
+        state.clone(),
+        tunnel,
+        leaves,
+        on_upgrade,
+        slot,
+    ));
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = StatusCode::OK;
+    response
+}
+
+/// The checks before the `200`; fills the exchange's facts as they are learned.
+async fn admit(
+    state: &AppState,
+    exchange: &mut Exchange,
+    request: &http::request::Parts,
+) -> Result<Tunnel, ProxyError> {
+    let token = capability_token(&request.headers, Mode::Forward);
+    let grant = state
+        .authenticate(token.as_deref(), Mode::Forward)
+        .map_err(|_| ProxyError::ProxyAuthRequired)?;
+    exchange.facts.agent = AgentName::new(grant.agent.as_str()).ok();
+    exchange.facts.capability = CapabilityId::new(grant.id.as_str()).ok();
+    if request.version > Version::HTTP_11 {
+        return Err(ProxyError::ConnectUnsupported);
+    }
+
+    // The target: authority-form, with a port, canonical like every other target.
+    let authority = request
+        .uri
+        .authority()
+        .filter(|_| request.uri.scheme().is_none() && request.uri.path_and_query().is_none())
+        .ok_or(Invalid::ConnectTarget)?
+        .as_str();
+    let (_, port) = parse_authority(authority).map_err(Invalid::Target)?;
+    if port.is_none() {
+        return Err(Invalid::ConnectTarget.into());
+    }
+    let target = normalize_target("https", authority, "/").map_err(Invalid::Target)?;
+    exchange.facts.target =
+        Some(TargetFacts::from_target(&target).map_err(|e| Invalid::Unauditable(e.to_string()))?);
+
+    // A host no request could be allowed to, and no alias is bound to: no tunnel.
+    let declarations = state.declarations();
+    let bound = declarations
+        .aliases()
+        .aliases
+        .iter()
+        .any(|alias| alias.hosts.iter().any(|host| host.matches(&target.host)));
+    if !bound
+        && !declarations
+            .policy()
+            .could_allow_host(grant.agent.as_str(), &target.host, target.port)
+    {
+        return Err(ProxyError::PolicyDenied {
+            rules: Vec::new(),
+            reason: DenyReason::NoAllowRule,
+        });
+    }
+
+    // The addresses, as a request's would be checked (private ones are left to each request's
+    // deciding rule).
+    let limits = state.limits();
+    state
+        .inner
+        .upstream
+        .check_target(&target.host, target.port, true, limits.connect_timeout)
+        .await
+        .map_err(|error| match error {
+            ConnectError::Refused(refused) => ProxyError::AddressRefused(refused),
+            other => ProxyError::UpstreamFailed(other.to_string()),
+        })?;
+
+    Ok(Tunnel {
+        target,
+        token: Zeroizing::new(token.unwrap_or_default()),
+        connect_id: exchange.facts.id.clone(),
+        agent: None,
+        capability: None,
+        facts: None,
+    })
+}
+
+/// Audits a tunnel that ended before any request inside it: a TLS handshake that failed, timed
+/// out, was not TLS, or named another host than the `CONNECT` (`reason`). A `deny` decision and
+/// an `invalid` outcome with the tunnel's agent, capability and target.
+pub(crate) fn audit_tunnel_refusal(
+    state: &AppState,
+    tunnel: &Tunnel,
+    reason: &'static str,
+    status: StatusCode,
+) -> RequestId {
+    let mut exchange = Exchange::new(state, state.next_request_id(), Some(&Method::CONNECT));
+    exchange.facts.agent = tunnel.agent.clone();
+    exchange.facts.capability = tunnel.capability.clone();
+    exchange.facts.target = tunnel.facts.clone();
+    exchange.record_refusal(
+        AuditDecision::Deny,
+        None,
+        reason,
+        Outcome::Invalid,
+        Some(status),
+    );
+    exchange.facts.id.clone()
+}

@@ -1,0 +1,131 @@
+//! `mint ca export [--bundle]` and `mint ca rotate` through the real binary, with the CA's
+//! properties read back by `openssl x509` (issue 15).
+
+#![expect(clippy::unwrap_used, reason = "test code")]
+
+#[path = "support/mint.rs"]
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+
+use support::{fails, mint, mode, ok};
+
+/// `openssl x509 -noout -text` of the PEM `cert`.
+fn openssl_text(dir: &Path, cert: &str) -> String {
+    let path = dir.join("under-test.pem");
+    std::fs::write(&path, cert).unwrap();
+    let output = Command::new("openssl")
+        .args(["x509", "-noout", "-text", "-in"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[test]
+fn issue_15_export_prints_a_p256_ca_certificate_and_never_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    ok(mint(dir.path()).arg("init"));
+    let out = ok(mint(dir.path()).args(["ca", "export"]));
+    assert!(
+        out.stdout.starts_with("-----BEGIN CERTIFICATE-----\n"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(out.stdout.matches("BEGIN CERTIFICATE").count(), 1);
+    assert!(!out.stdout.contains("PRIVATE"), "{}", out.stdout);
+    assert_eq!(
+        out.stdout,
+        std::fs::read_to_string(dir.path().join(".mint/ca.pem")).unwrap()
+    );
+    let text = openssl_text(dir.path(), &out.stdout);
+    assert!(
+        text.contains("X509v3 Basic Constraints: critical"),
+        "{text}"
+    );
+    assert!(text.contains("CA:TRUE, pathlen:0"), "{text}");
+    assert!(text.contains("Certificate Sign, CRL Sign"), "{text}");
+    assert!(text.contains("ASN1 OID: prime256v1"), "{text}");
+    assert!(text.contains("ecdsa-with-SHA256"), "{text}");
+    assert!(
+        text.contains("Subject: O = Mint, CN = Mint interception CA"),
+        "{text}"
+    );
+    // One year, checked by openssl's own reading of the dates.
+    let checkend = |seconds: u64| {
+        let path = dir.path().join("under-test.pem");
+        Command::new("openssl")
+            .args(["x509", "-noout", "-checkend", &seconds.to_string(), "-in"])
+            .arg(&path)
+            .status()
+            .unwrap()
+            .success()
+    };
+    assert!(checkend(364 * 24 * 3600), "valid for most of a year");
+    assert!(!checkend(366 * 24 * 3600), "not past a year");
+}
+
+#[test]
+fn issue_15_export_bundle_puts_the_system_roots_first() {
+    let system = Path::new("/etc/ssl/certs/ca-certificates.crt");
+    if !system.is_file() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    ok(mint(dir.path()).arg("init"));
+    let ca = std::fs::read_to_string(dir.path().join(".mint/ca.pem")).unwrap();
+    let out = ok(mint(dir.path()).args(["ca", "export", "--bundle"]));
+    let roots = std::fs::read_to_string(system).unwrap();
+    assert!(out.stdout.starts_with(&roots), "the system bundle first");
+    assert!(out.stdout.ends_with(&ca), "Mint's CA last");
+    assert!(!out.stdout.contains("PRIVATE"));
+}
+
+#[test]
+fn issue_15_rotate_replaces_the_ca_and_keeps_the_modes() {
+    let dir = tempfile::tempdir().unwrap();
+    ok(mint(dir.path()).arg("init"));
+    let home = dir.path().join(".mint");
+    let before = std::fs::read_to_string(home.join("ca.pem")).unwrap();
+    let key_before = std::fs::read(home.join("ca.key")).unwrap();
+    let out = ok(mint(dir.path()).args(["ca", "rotate"]));
+    assert!(
+        out.stdout.contains("Restart `mint serve`"),
+        "{}",
+        out.stdout
+    );
+    let after = std::fs::read_to_string(home.join("ca.pem")).unwrap();
+    assert_ne!(before, after);
+    assert_ne!(key_before, std::fs::read(home.join("ca.key")).unwrap());
+    assert_eq!(mode(&home.join("ca.pem")), 0o644);
+    assert_eq!(mode(&home.join("ca.key")), 0o600);
+    assert_eq!(ok(mint(dir.path()).args(["ca", "export"])).stdout, after);
+}
+
+#[test]
+fn issue_15_export_refuses_a_missing_or_unsafe_ca() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let out = fails(mint(dir.path()).args(["ca", "export"]));
+    assert!(out.stderr.contains("mint init"), "{}", out.stderr);
+    ok(mint(dir.path()).arg("init"));
+    let key = dir.path().join(".mint/ca.key");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = fails(mint(dir.path()).args(["ca", "export"]));
+    assert!(
+        out.stderr.contains(&format!("chmod 600 {}", key.display())),
+        "{}",
+        out.stderr
+    );
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::remove_file(&key).unwrap();
+    let out = fails(mint(dir.path()).args(["ca", "export"]));
+    assert!(out.stderr.contains("does not;"), "{}", out.stderr);
+    assert!(out.stderr.contains("mint ca rotate"), "{}", out.stderr);
+}

@@ -1,0 +1,474 @@
+//! HTTPS interception (issue 15): unmodified clients open `CONNECT` tunnels through the real
+//! `mint serve`, which terminates their TLS with a leaf of its own CA and runs every request
+//! inside through the pipeline, toward a local HTTPS echo upstream pinned with `--resolve` to the
+//! name `api.example.test`. A canary secret must reach the upstream and never the client, the
+//! audit log or Mint's stderr.
+
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use mint_tests::broker::{
+    Broker, CA_VARIABLES, MintHome, curl_via_proxy_as, curl_via_proxy_command,
+};
+use mint_tests::echo_upstream::EchoConfig;
+use mint_tests::{EchoPeer, echo_peer};
+
+const CANARY: &str = "canary-Hq3vT8xL5pZ2mR7wK9nB4cJ6";
+const HOST: &str = "api.example.test";
+
+struct Setup {
+    // Dropped last: the peer and the broker first.
+    broker: Broker,
+    peer: EchoPeer,
+    home: MintHome,
+    cap: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Setup {
+    fn start() -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let config = EchoConfig {
+            extra_names: vec![HOST.to_owned(), "other.example.test".to_owned()],
+            ..EchoConfig::default()
+        };
+        let peer = echo_peer(dir.path(), config);
+        let port = peer.server.port();
+        let policy = format!(
+            "version: 1\ndefault: deny\nrules:\n  - id: echo-all\n    effect: allow\n    match:\n      alias: [echo]\n      host: [{HOST}]\n      port: [{port}]\n      method: [GET, POST]\n"
+        );
+        let aliases = format!(
+            "aliases:\n  - name: echo\n    hosts: [{HOST}]\n    source: file:$SECRETS/echo\n"
+        );
+        let home = MintHome::new(&policy, &aliases, &[("echo", CANARY)]);
+        let cap = home.issue_capability("mino", &[]);
+        let pin = format!("{HOST}:{port}:127.0.0.1");
+        let other = format!("other.example.test:{port}:127.0.0.1");
+        let broker = home.serve(&peer.ca_file, &["--resolve", &pin, "--resolve", &other]);
+        Setup {
+            broker,
+            peer,
+            home,
+            cap,
+            _dir: dir,
+        }
+    }
+
+    fn port(&self) -> u16 {
+        self.peer.server.port()
+    }
+
+    fn ca(&self) -> PathBuf {
+        self.home.path().join("ca.pem")
+    }
+
+    fn proxy(&self) -> String {
+        format!("http://agent:{}@{}", self.cap, self.broker.addr())
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("https://{HOST}:{}{path}", self.port())
+    }
+
+    #[track_caller]
+    fn assert_no_canary(&self, seen: &str) {
+        assert!(!seen.contains(CANARY), "the client saw the secret: {seen}");
+        self.broker.assert_secret_absent(CANARY);
+    }
+
+    /// Waits (bounded) until the audit log holds a record with `reason`, written as a tunnel
+    /// ends, which may be just after the client gave up.
+    #[track_caller]
+    fn wait_for_reason(&self, reason: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while self.records_with_reason(reason).is_empty() {
+            assert!(std::time::Instant::now() < deadline, "no {reason} record");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The audit records with `reason`.
+    fn records_with_reason(&self, reason: &str) -> Vec<serde_json::Value> {
+        self.broker
+            .audit_records()
+            .into_iter()
+            .filter(|r| r["reason"] == reason)
+            .collect()
+    }
+}
+
+#[test]
+fn issue_15_curl_over_http1_and_http2_through_an_intercepted_tunnel() {
+    let setup = Setup::start();
+    let ca = setup.ca();
+    for version in ["--http1.1", "--http2"] {
+        let response = curl_via_proxy_as(
+            version,
+            &setup.proxy(),
+            &[
+                "--cacert",
+                ca.to_str().unwrap(),
+                "-H",
+                "Authorization: Bearer {{mint:echo}}",
+                &setup.url("/echo?x=1"),
+            ],
+        );
+        assert_eq!(response.exit, 0, "{version}: {response:?}");
+        assert_eq!(response.status, 200, "{version}: {}", response.body);
+        assert!(
+            response.body.contains("[mint:redacted]"),
+            "{version}: {}",
+            response.body
+        );
+        let upstream = setup.peer.server.requests().last().unwrap();
+        assert_eq!(
+            upstream.header("authorization"),
+            Some(format!("Bearer {CANARY}").as_str())
+        );
+        assert!(upstream.header("proxy-authorization").is_none());
+        assert!(upstream.header("mint-capability").is_none());
+        let id = response.header("mint-request-id").unwrap().to_owned();
+        let decision = setup.broker.decision_of(&id);
+        assert_eq!(decision["decision"], "allow", "{decision}");
+        assert_eq!(decision["host"], HOST, "{decision}");
+        assert_eq!(decision["agent"], "mino", "{decision}");
+        assert_eq!(setup.broker.outcome_of(&id)["outcome"], "completed");
+        setup.assert_no_canary(&response.everything());
+    }
+    // Each tunnel was opened and recorded.
+    let opened = setup.records_with_reason("tunnel_opened");
+    assert_eq!(opened.len(), 2, "{opened:?}");
+    assert!(
+        opened
+            .iter()
+            .all(|r| r["method"] == "CONNECT" && r["status"] == 200)
+    );
+}
+
+#[test]
+fn issue_15_connect_without_a_valid_capability_is_407_and_audited() {
+    let setup = Setup::start();
+    let port = setup.port();
+    for auth in [
+        String::new(),
+        "Proxy-Authorization: Basic YWdlbnQ6d3Jvbmc=\r\n".to_owned(),
+        "Proxy-Authorization: Bearer mint_cap_nope_nope\r\n".to_owned(),
+    ] {
+        let request =
+            format!("CONNECT {HOST}:{port} HTTP/1.1\r\nHost: {HOST}:{port}\r\n{auth}\r\n");
+        let answer = mint_tests::broker::parse_raw_answer(&mint_tests::broker::raw_exchange(
+            setup.broker.addr(),
+            request.as_bytes(),
+            false,
+        ));
+        assert_eq!(answer.status, 407, "{answer:?}");
+        assert_eq!(
+            answer.header("proxy-authenticate"),
+            Some("Basic realm=\"mint\"")
+        );
+        assert_eq!(answer.json()["error"]["code"], "capability_invalid");
+    }
+    let refused = setup.records_with_reason("proxy_auth_required");
+    let decisions = refused.iter().filter(|r| r["phase"] == "decision").count();
+    assert_eq!(decisions, 3, "{refused:?}");
+    // curl says so too, and nothing reached the upstream.
+    let output = curl_via_proxy_command("--http1.1", &format!("http://{}", setup.broker.addr()))
+        .args([
+            "--cacert",
+            setup.ca().to_str().unwrap(),
+            &setup.url("/echo"),
+        ])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("407"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(setup.peer.server.requests().is_empty());
+}
+
+#[test]
+fn issue_15_a_host_no_rule_or_alias_names_is_refused_before_the_tunnel() {
+    let setup = Setup::start();
+    let port = setup.port();
+    let request = format!(
+        "CONNECT other.example.test:{port} HTTP/1.1\r\nHost: other.example.test:{port}\r\nProxy-Authorization: Bearer {}\r\n\r\n",
+        setup.cap
+    );
+    let answer = mint_tests::broker::parse_raw_answer(&mint_tests::broker::raw_exchange(
+        setup.broker.addr(),
+        request.as_bytes(),
+        false,
+    ));
+    assert_eq!(answer.status, 403, "{answer:?}");
+    assert_eq!(answer.json()["error"]["code"], "policy_denied");
+    let id = answer.header("mint-request-id").unwrap().to_owned();
+    let decision = setup.broker.decision_of(&id);
+    assert_eq!(decision["method"], "CONNECT");
+    assert_eq!(decision["host"], "other.example.test");
+    assert_eq!(decision["reason"], "no_allow_rule");
+    // Not authority-form: 400.
+    for target in [HOST.to_owned(), format!("https://{HOST}:{port}/")] {
+        let request = format!(
+            "CONNECT {target} HTTP/1.1\r\nHost: {HOST}\r\nProxy-Authorization: Bearer {}\r\n\r\n",
+            setup.cap
+        );
+        let answer = mint_tests::broker::parse_raw_answer(&mint_tests::broker::raw_exchange(
+            setup.broker.addr(),
+            request.as_bytes(),
+            false,
+        ));
+        assert_eq!(answer.status, 400, "{target}: {answer:?}");
+    }
+    assert!(setup.peer.server.requests().is_empty());
+}
+
+#[test]
+fn issue_15_a_host_header_naming_another_host_is_421_and_nothing_is_sent() {
+    let setup = Setup::start();
+    let ca = setup.ca();
+    let response = curl_via_proxy_as(
+        "--http1.1",
+        &setup.proxy(),
+        &[
+            "--cacert",
+            ca.to_str().unwrap(),
+            "-H",
+            "Host: other.example.test",
+            "-H",
+            "Authorization: Bearer {{mint:echo}}",
+            &setup.url("/echo"),
+        ],
+    );
+    assert_eq!(response.status, 421, "{response:?}");
+    assert_eq!(response.json()["error"]["code"], "misdirected_request");
+    assert!(setup.peer.server.requests().is_empty());
+    setup.assert_no_canary(&response.everything());
+}
+
+/// Opens a tunnel by hand and returns the socket after the `200`.
+fn open_tunnel(setup: &Setup) -> TcpStream {
+    let mut stream = TcpStream::connect(setup.broker.addr()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let port = setup.port();
+    write!(
+        stream,
+        "CONNECT {HOST}:{port} HTTP/1.1\r\nHost: {HOST}:{port}\r\nProxy-Authorization: Bearer {}\r\n\r\n",
+        setup.cap
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(stream.read(&mut byte).unwrap(), 1, "the head ended early");
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        !head.to_ascii_lowercase().contains("connection: close"),
+        "{head}"
+    );
+    stream
+}
+
+#[test]
+fn issue_15_plain_http_inside_a_tunnel_closes_it_unanswered() {
+    let setup = Setup::start();
+    let mut stream = open_tunnel(&setup);
+    stream
+        .write_all(b"GET /echo HTTP/1.1\r\nHost: api.example.test\r\n\r\n")
+        .unwrap();
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest);
+    assert!(
+        !String::from_utf8_lossy(&rest).contains("HTTP/1.1"),
+        "no HTTP answer: {rest:?}"
+    );
+    setup.wait_for_reason("not_tls");
+    assert!(setup.peer.server.requests().is_empty());
+}
+
+/// `openssl s_client` through the tunnel with `servername`; returns its output.
+fn s_client(setup: &Setup, servername: &str) -> String {
+    let mut command = Command::new("openssl");
+    for variable in CA_VARIABLES {
+        command.env_remove(variable);
+    }
+    let output = command
+        .args(["s_client", "-showcerts", "-connect"])
+        .arg(format!("{HOST}:{}", setup.port()))
+        .args(["-proxy", setup.broker.addr(), "-proxy_user", "agent"])
+        .args(["-proxy_pass", &format!("pass:{}", setup.cap)])
+        .args(["-servername", servername, "-CAfile"])
+        .arg(setup.ca())
+        .args(["-verify_return_error", "-alpn", "http/1.1"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+#[test]
+fn issue_15_the_leaf_read_by_openssl_and_a_wrong_sni_refused() {
+    let setup = Setup::start();
+    let output = s_client(&setup, HOST);
+    assert!(output.contains("Verify return code: 0 (ok)"), "{output}");
+    let certs: Vec<&str> = output
+        .split("-----BEGIN CERTIFICATE-----")
+        .skip(1)
+        .map(|c| c.split("-----END CERTIFICATE-----").next().unwrap())
+        .collect();
+    assert_eq!(certs.len(), 2, "a chain of two: {output}");
+    let dir = tempfile::tempdir().unwrap();
+    let leaf = dir.path().join("leaf.pem");
+    std::fs::write(
+        &leaf,
+        format!(
+            "-----BEGIN CERTIFICATE-----{}-----END CERTIFICATE-----\n",
+            certs[0]
+        ),
+    )
+    .unwrap();
+    let text = Command::new("openssl")
+        .args(["x509", "-noout", "-text", "-in"])
+        .arg(&leaf)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(text.contains("X509v3 Authority Key Identifier"), "{text}");
+    let san = text
+        .split("X509v3 Subject Alternative Name:")
+        .nth(1)
+        .and_then(|rest| rest.lines().nth(1))
+        .unwrap()
+        .trim();
+    assert_eq!(san, format!("DNS:{HOST}"), "{text}");
+    assert!(text.contains("CA:FALSE"), "{text}");
+    assert!(text.contains("TLS Web Server Authentication"), "{text}");
+    // Valid now, and no longer than a day.
+    let checkend = |seconds: u64| {
+        Command::new("openssl")
+            .args(["x509", "-noout", "-checkend", &seconds.to_string(), "-in"])
+            .arg(&leaf)
+            .status()
+            .unwrap()
+            .success()
+    };
+    assert!(checkend(0));
+    assert!(!checkend(24 * 3600));
+
+    // Another SNI than the CONNECT host: the handshake fails with an alert, audited.
+    let output = s_client(&setup, "evil.example.test");
+    assert!(output.contains("no peer certificate available"), "{output}");
+    assert!(output.contains("alert access denied"), "{output}");
+    setup.wait_for_reason("sni_mismatch");
+    let refused = setup.records_with_reason("sni_mismatch");
+    let decision = refused.iter().find(|r| r["phase"] == "decision").unwrap();
+    assert_eq!(decision["decision"], "deny", "{decision}");
+    assert_eq!(decision["host"], HOST, "{decision}");
+    assert_eq!(decision["agent"], "mino", "{decision}");
+    assert!(setup.peer.server.requests().is_empty());
+}
+
+#[test]
+fn issue_15_a_client_trusting_another_ca_gets_no_tunnel_and_nothing_is_sent() {
+    let setup = Setup::start();
+    // The upstream's CA is not Mint's: curl refuses the leaf, and there is no fallback.
+    let output = curl_via_proxy_command("--http1.1", &setup.proxy())
+        .args(["--cacert"])
+        .arg(&setup.peer.ca_file)
+        .args([
+            "-H",
+            "Authorization: Bearer {{mint:echo}}",
+            &setup.url("/echo"),
+        ])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    setup.wait_for_reason("tls_handshake_failed");
+    assert!(setup.peer.server.requests().is_empty());
+}
+
+#[test]
+fn issue_15_a_capability_revoked_while_the_tunnel_stays_open_refuses_the_next_request() {
+    let setup = Setup::start();
+    let script = format!(
+        r#"
+import os, sys, requests
+s = requests.Session()
+proxies = {{"https": "{proxy}"}}
+url = "{url}"
+headers = {{"Authorization": "Bearer {{{{mint:echo}}}}"}}
+first = s.get(url, proxies=proxies, headers=headers, verify="{ca}", timeout=20)
+print(first.status_code, flush=True)
+sys.stdin.readline()
+second = s.get(url, proxies=proxies, headers=headers, verify="{ca}", timeout=20)
+print(second.status_code, second.json()["error"]["code"], flush=True)
+"#,
+        proxy = setup.proxy(),
+        url = setup.url("/echo"),
+        ca = setup.ca().display(),
+    );
+    let python = mint_tests::repo_root().join(".venv/bin/python");
+    let mut command = Command::new(&python);
+    for variable in CA_VARIABLES {
+        command.env_remove(variable);
+    }
+    for variable in [
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "NO_PROXY",
+        "no_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ] {
+        command.env_remove(variable);
+    }
+    let mut child = command
+        .args(["-c", &script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    assert_eq!(line.trim(), "200", "first request: {line}");
+    assert_eq!(setup.peer.server.requests().len(), 1);
+    setup.home.revoke_capability(&setup.cap);
+    // The broker sees a revocation within a second.
+    std::thread::sleep(Duration::from_millis(1500));
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(
+        rest.trim(),
+        "401 capability_invalid",
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        setup.peer.server.requests().len(),
+        1,
+        "nothing more was sent"
+    );
+    setup.assert_no_canary(&rest);
+}
