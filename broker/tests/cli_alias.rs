@@ -955,7 +955,12 @@ fn issue_24_alias_list_prints_a_host_list_of_any_length() {
     yaml.push_str("  - name: next\n    source: env:NEXT_TOKEN\n    hosts: [api.example.com]\n");
     std::fs::write(home.aliases(), yaml).unwrap();
     let table = ok(home.mint().args(["alias", "list"]));
-    let lines: Vec<&str> = table.stdout.lines().collect();
+    // The table, then notes on the secrets' sources.
+    let lines: Vec<&str> = table
+        .stdout
+        .lines()
+        .take_while(|line| !line.is_empty() && !line.starts_with("note:"))
+        .collect();
     assert_eq!(
         lines.len(),
         3,
