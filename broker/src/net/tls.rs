@@ -11,12 +11,15 @@
 //! point at one (`SSL_CERT_FILE`, `SSL_CERT_DIR`) are never read, so a bundle made for agents with
 //! `mint ca export --bundle` cannot make Mint trust its own leaves.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use rustls::{ClientConfig, RootCertStore};
+
+use crate::config::secure_file::{SecureFileError, open_trusted};
 
 /// Why the upstream TLS configuration could not be built. Names the file and the problem.
 #[derive(Debug, thiserror::Error)]
@@ -53,10 +56,17 @@ pub enum TlsConfigError {
         /// The file.
         path: PathBuf,
     },
+    /// The CA file, a directory on its way or a link followed could be changed by another
+    /// user (the message names the path and the fix).
+    #[error("upstream CA file: {0}")]
+    Unsafe(#[source] SecureFileError),
     /// rustls refused the configuration.
     #[error("cannot build the upstream TLS configuration")]
     Rustls(#[source] rustls::Error),
 }
+
+/// The largest upstream CA file read (a bundle of every public root is about 250 KiB).
+const MAX_CA_FILE_BYTES: u64 = 4 << 20;
 
 /// The ALPN protocols offered upstream, most preferred first.
 pub const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
@@ -107,7 +117,21 @@ fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsConfigEr
         path: path.to_path_buf(),
         problem,
     };
-    let bytes = std::fs::read(path).map_err(|e| problem(e.kind().to_string()))?;
+    // The file decides whom Mint trusts with secrets: opened once through the checks of Mint's
+    // other files (owner, mode, every directory and link on the way), read from that descriptor.
+    let trusted = open_trusted(path).map_err(|error| match error {
+        SecureFileError::Io { source, .. } => problem(source.kind().to_string()),
+        other => TlsConfigError::Unsafe(other),
+    })?;
+    let mut bytes = Vec::new();
+    trusted
+        .file
+        .take(MAX_CA_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| problem(e.kind().to_string()))?;
+    if bytes.len() as u64 > MAX_CA_FILE_BYTES {
+        return Err(problem("larger than 4 MiB".to_owned()));
+    }
     let certs = CertificateDer::pem_slice_iter(&bytes)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|_| problem("not a PEM certificate file".to_owned()))?;
@@ -125,6 +149,27 @@ mod tests {
 
     use super::*;
     use crate::demo::echo_upstream::TestCa;
+
+    #[test]
+    fn a_ca_file_another_user_could_change_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ca.pem");
+        TestCa::generate().unwrap().write_pem(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let err = upstream_client_config(Some(&path), None).unwrap_err();
+        assert!(matches!(err, TlsConfigError::Unsafe(_)), "{err}");
+        // In a directory others may write, another user could swap it.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let open = dir.path().join("shared");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let inside = open.join("ca.pem");
+        std::fs::copy(&path, &inside).unwrap();
+        let err = upstream_client_config(Some(&inside), None).unwrap_err();
+        assert!(matches!(err, TlsConfigError::Unsafe(_)), "{err}");
+        assert!(upstream_client_config(Some(&path), None).is_ok());
+    }
 
     #[test]
     fn reads_an_operator_ca_and_offers_h2_first() {
