@@ -33,17 +33,11 @@ const CANARY: &str = "canary-conn22-Rt5Yp8Wq2Zx7";
 /// The head deadline of these brokers; the long answers last several times longer.
 const HEAD_DEADLINE: &str = "1s";
 
-/// The shared lab (an echo upstream and a broker allowing GET and POST to it with alias `echo`,
-/// with a 1 s head deadline), with this file's raw request heads.
-struct Lab(lab::Lab);
-
-impl std::ops::Deref for Lab {
-    type Target = lab::Lab;
-
-    fn deref(&self) -> &lab::Lab {
-        &self.0
-    }
-}
+mint_tests::lab_newtype!(
+    /// The shared lab (an echo upstream and a broker allowing GET and POST to it with alias `echo`,
+    /// with a 1 s head deadline), with this file's raw request heads.
+    Lab
+);
 
 impl Lab {
     fn start() -> Lab {

@@ -28,17 +28,11 @@ const CANARY_J: &str = "canaryJ-Mm2n/Ee4f+Gg6h=Ii8j";
 
 const MARKER: &str = "[mint:redacted]";
 
-/// The shared lab, started the way this file's tests describe theirs, with this file's refusal
-/// check.
-struct Lab(lab::Lab);
-
-impl std::ops::Deref for Lab {
-    type Target = lab::Lab;
-
-    fn deref(&self) -> &lab::Lab {
-        &self.0
-    }
-}
+mint_tests::lab_newtype!(
+    /// The shared lab, started the way this file's tests describe theirs, with this file's refusal
+    /// check.
+    Lab
+);
 
 impl Lab {
     /// Starts an echo upstream with `config`, then a broker whose policy is

@@ -31,18 +31,13 @@ use serde_json::Value;
 /// The secret of alias `echo` (header site), bound to `127.0.0.1`.
 const CANARY: &str = "canary-edge22-Kv4p/Wm7+Qs2=Hx9";
 
-/// The shared lab in front of an echo upstream, with a policy that allows `GET`, `POST` and
-/// `DELETE` to `/echo` and MCP calls to `/echo/mcp` (any tool but `drop*`), and denies `DELETE`;
-/// with this file's curl (the canary's placeholder on every request) and refusal check.
-struct Lab(lab::Lab);
-
-impl std::ops::Deref for Lab {
-    type Target = lab::Lab;
-
-    fn deref(&self) -> &lab::Lab {
-        &self.0
-    }
-}
+mint_tests::lab_newtype!(
+    /// The shared lab in front of an echo upstream, with a policy that allows `GET`, `POST` and
+    /// `DELETE` to `/echo` and MCP calls to `/echo/mcp` (any tool but `drop*`), and denies
+    /// `DELETE`; with this file's curl (the canary's placeholder on every request) and refusal
+    /// check.
+    Lab
+);
 
 impl Lab {
     #[track_caller]

@@ -740,17 +740,11 @@ fn mcp_denied_batch_is_audited_with_the_denied_tool() {
 const ECHO_ALIASES: &str =
     "aliases:\n  - name: echo\n    hosts: [127.0.0.1]\n    source: file:$SECRETS/echo\n";
 
-/// A plain-HTTP echo upstream on loopback, and a broker that allows GET and POST to it with the
-/// `echo` alias over `http`.
-struct ForwardLab(lab::Lab);
-
-impl std::ops::Deref for ForwardLab {
-    type Target = lab::Lab;
-
-    fn deref(&self) -> &lab::Lab {
-        &self.0
-    }
-}
+mint_tests::lab_newtype!(
+    /// A plain-HTTP echo upstream on loopback, and a broker that allows GET and POST to it with the
+    /// `echo` alias over `http`.
+    ForwardLab
+);
 
 impl ForwardLab {
     #[track_caller]

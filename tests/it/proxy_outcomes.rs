@@ -43,23 +43,11 @@ const ALIASES: &str = "aliases:
     source: file:$SECRETS/other
 ";
 
-/// The shared lab (a broker in front of an echo upstream, with a capability for agent `mino`),
-/// with this file's requests.
-struct Env(lab::Lab);
-
-impl std::ops::Deref for Env {
-    type Target = lab::Lab;
-
-    fn deref(&self) -> &lab::Lab {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Env {
-    fn deref_mut(&mut self) -> &mut lab::Lab {
-        &mut self.0
-    }
-}
+mint_tests::lab_newtype!(
+    /// The shared lab (a broker in front of an echo upstream, with a capability for agent `mino`),
+    /// with this file's requests.
+    Env
+);
 
 /// Starts an echo upstream, writes a home whose policy has the rules `rules(port)` and the
 /// aliases `aliases`, issues a capability for `mino` and starts `mint serve` with `extra`.

@@ -28,18 +28,13 @@ use mint_tests::lab::{self, LabConfig};
 /// The secret of alias `echo` (header site), bound to `127.0.0.1`.
 const CANARY: &str = "canary22-Bq7w/Xy3+Zr5=Td8";
 
-/// The shared lab in front of an echo upstream, with a policy that allows `POST /echo` and MCP
-/// traffic to `/echo/mcp` (any tool but `drop*`), `query-docs` only on `/echo/docs`, and denies
-/// `DELETE`; with this file's curl (the canary's placeholder on every request) and refusal check.
-struct Lab(lab::Lab);
-
-impl std::ops::Deref for Lab {
-    type Target = lab::Lab;
-
-    fn deref(&self) -> &lab::Lab {
-        &self.0
-    }
-}
+mint_tests::lab_newtype!(
+    /// The shared lab in front of an echo upstream, with a policy that allows `POST /echo` and MCP
+    /// traffic to `/echo/mcp` (any tool but `drop*`), `query-docs` only on `/echo/docs`, and denies
+    /// `DELETE`; with this file's curl (the canary's placeholder on every request) and refusal
+    /// check.
+    Lab
+);
 
 impl Lab {
     #[track_caller]

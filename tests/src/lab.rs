@@ -12,6 +12,31 @@ use crate::broker::{Broker, CurlResponse, MintHome, curl};
 use crate::echo_upstream::EchoConfig;
 use crate::{EchoPeer, echo_peer};
 
+/// Declares `struct NAME(Lab)`, which dereferences to the [`Lab`] (mutably too), for a test
+/// file's own helpers on top of the shared ones:
+/// `mint_tests::lab_newtype!(/** docs */ Lab);` then `impl Lab { fn start() -> Lab { .. } }`.
+#[macro_export]
+macro_rules! lab_newtype {
+    ($(#[$meta:meta])* $name:ident) => {
+        $(#[$meta])*
+        struct $name($crate::lab::Lab);
+
+        impl ::std::ops::Deref for $name {
+            type Target = $crate::lab::Lab;
+
+            fn deref(&self) -> &$crate::lab::Lab {
+                &self.0
+            }
+        }
+
+        impl ::std::ops::DerefMut for $name {
+            fn deref_mut(&mut self) -> &mut $crate::lab::Lab {
+                &mut self.0
+            }
+        }
+    };
+}
+
 /// One alias `echo`, header site, bound to `127.0.0.1` (the echo upstream), its secret the
 /// lab's `echo` secret.
 pub const ECHO_ALIAS: &str = "aliases:\n  - name: echo\n    hosts: [127.0.0.1]\n    sites: [header]\n    source: file:$SECRETS/echo\n";
