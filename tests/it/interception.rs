@@ -472,3 +472,203 @@ print(second.status_code, second.json()["error"]["code"], flush=True)
     );
     setup.assert_no_canary(&rest);
 }
+
+/// A TLS server on `127.0.0.1:0` presenting the certificate of `config`: it counts finished
+/// handshakes and keeps every request head it reads, answering each `200 ok`. The upstream a
+/// test needs when the leaf must be one of Mint's own CA. Dropping it stops the thread.
+struct TlsUpstream {
+    port: u16,
+    handshakes: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    requests: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl TlsUpstream {
+    fn start(config: std::sync::Arc<rustls::ServerConfig>) -> TlsUpstream {
+        use std::sync::atomic::Ordering;
+        use std::sync::{Arc, Mutex};
+
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let handshakes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let thread = {
+            let (handshakes, requests, stop) = (
+                Arc::clone(&handshakes),
+                Arc::clone(&requests),
+                Arc::clone(&stop),
+            );
+            std::thread::spawn(move || {
+                for stream in listener.incoming() {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let Ok(stream) = stream else { continue };
+                    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                    let connection = rustls::ServerConnection::new(Arc::clone(&config)).unwrap();
+                    let mut tls = rustls::StreamOwned::new(connection, stream);
+                    let mut handshake_done = true;
+                    while tls.conn.is_handshaking() {
+                        if tls.conn.complete_io(&mut tls.sock).is_err() {
+                            handshake_done = false;
+                            break;
+                        }
+                    }
+                    if !handshake_done {
+                        continue;
+                    }
+                    handshakes.fetch_add(1, Ordering::SeqCst);
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match tls.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    requests
+                        .lock()
+                        .unwrap()
+                        .push(String::from_utf8_lossy(&head).into_owned());
+                    let _ = tls.write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                    );
+                    tls.conn.send_close_notify();
+                    let _ = tls.flush();
+                }
+            })
+        };
+        TlsUpstream {
+            port,
+            handshakes,
+            requests,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn handshakes(&self) -> usize {
+        self.handshakes.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn requests(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+impl Drop for TlsUpstream {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[test]
+fn issue_15_mint_never_trusts_its_own_ca_upstream_even_through_ssl_cert_file_and_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let aliases =
+        format!("aliases:\n  - name: echo\n    hosts: [{HOST}]\n    source: file:$SECRETS/echo\n");
+    let home = MintHome::new(
+        "version: 1\ndefault: deny\nrules: []\n",
+        &aliases,
+        &[("echo", CANARY)],
+    );
+    // Mint's CA, made by the real command, then an upstream presenting a leaf of it for HOST:
+    // the very leaf Mint would give an agent.
+    let rotated = home.mint().args(["ca", "rotate"]).output().unwrap();
+    assert!(rotated.status.success(), "{rotated:?}");
+    let ca_pem = std::fs::read_to_string(home.path().join("ca.pem")).unwrap();
+    let key_pem = std::fs::read_to_string(home.path().join("ca.key")).unwrap();
+    let now = std::time::SystemTime::now();
+    let ca = mint_broker::net::ca::CertificateAuthority::from_pem(&ca_pem, &key_pem, now).unwrap();
+    let (config, _) = ca.server_config(HOST, now).unwrap();
+    let upstream = TlsUpstream::start(config);
+    let port = upstream.port;
+    home.write_private(
+        "policy.yaml",
+        &format!(
+            "version: 1\ndefault: deny\nrules:\n  - id: echo-all\n    effect: allow\n    match:\n      alias: [echo]\n      host: [{HOST}]\n      port: [{port}]\n      method: [GET]\n"
+        ),
+    );
+    // The leaf is good for a client that trusts Mint's CA: curl straight to the upstream.
+    let pin = format!("{HOST}:{port}:127.0.0.1");
+    let ca_file = home.path().join("ca.pem");
+    let direct = mint_tests::broker::curl(&[
+        "--resolve",
+        &pin,
+        "--cacert",
+        ca_file.to_str().unwrap(),
+        &format!("https://{HOST}:{port}/direct"),
+    ]);
+    assert_eq!((direct.exit, direct.status), (0, 200), "{direct:?}");
+    assert_eq!(upstream.handshakes(), 1);
+
+    // Mint's environment points at bundles holding its CA: `mint ca export --bundle` as the
+    // file, and a hashed directory (what OpenSSL and rustls-native-certs read).
+    let bundle = dir.path().join("bundle.pem");
+    let exported = home
+        .mint()
+        .args(["ca", "export", "--bundle"])
+        .output()
+        .unwrap();
+    assert!(exported.status.success(), "{exported:?}");
+    assert!(String::from_utf8_lossy(&exported.stdout).contains(ca_pem.trim()));
+    std::fs::write(&bundle, &exported.stdout).unwrap();
+    let cert_dir = dir.path().join("certs");
+    std::fs::create_dir(&cert_dir).unwrap();
+    let hash = Command::new("openssl")
+        .args(["x509", "-hash", "-noout", "-in"])
+        .arg(&ca_file)
+        .output()
+        .unwrap();
+    let hash = String::from_utf8(hash.stdout).unwrap();
+    std::fs::write(cert_dir.join(format!("{}.0", hash.trim())), &ca_pem).unwrap();
+    // An unrelated CA as `--upstream-ca`: nothing Mint is told to trust holds its own.
+    let other_ca = mint_broker::demo::echo_upstream::TestCa::generate().unwrap();
+    let other_ca_file = dir.path().join("other-ca.pem");
+    other_ca.write_pem(&other_ca_file).unwrap();
+    let cap = home.issue_capability("mino", &[]);
+    let broker = home.serve_with_env(
+        &other_ca_file,
+        &["--resolve", &pin],
+        &[
+            ("SSL_CERT_FILE", bundle.as_os_str()),
+            ("SSL_CERT_DIR", cert_dir.as_os_str()),
+        ],
+    );
+    let response = curl_via_proxy_as(
+        "--http1.1",
+        &format!("http://agent:{cap}@{}", broker.addr()),
+        &[
+            "--cacert",
+            ca_file.to_str().unwrap(),
+            "-H",
+            "Authorization: Bearer {{mint:echo}}",
+            &format!("https://{HOST}:{port}/through-mint"),
+        ],
+    );
+    assert_eq!(response.status, 502, "{response:?}");
+    assert_eq!(response.json()["error"]["code"], "upstream_failed");
+    let id = response.header("mint-request-id").unwrap().to_owned();
+    assert_eq!(broker.decision_of(&id)["decision"], "allow");
+    let outcome = broker.outcome_of(&id);
+    assert_eq!(outcome["status"], 502, "{outcome}");
+    assert_eq!(outcome["reason"], "upstream_failed", "{outcome}");
+    assert!(
+        broker
+            .stderr()
+            .contains("the certificate's issuer is not trusted"),
+        "{}",
+        broker.stderr()
+    );
+    // No handshake finished, so no byte of the request (nor the secret) left Mint.
+    assert_eq!(upstream.handshakes(), 1, "only curl's own handshake");
+    assert_eq!(upstream.requests().len(), 1);
+    assert!(!response.everything().contains(CANARY));
+    broker.assert_secret_absent(CANARY);
+}
