@@ -4,7 +4,7 @@
 //! name `api.example.test`. A canary secret must reach the upstream and never the client, the
 //! audit log or Mint's stderr.
 
-#![allow(clippy::unwrap_used, reason = "tests")]
+#![allow(clippy::unwrap_used, clippy::panic, reason = "tests")]
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -20,6 +20,8 @@ use mint_tests::{EchoPeer, echo_peer};
 
 const CANARY: &str = "canary-Hq3vT8xL5pZ2mR7wK9nB4cJ6";
 const HOST: &str = "api.example.test";
+/// The secret of the alias `elsewhere`, bound to `elsewhere.example.test`.
+const OTHER_CANARY: &str = "canary-elsewhere-Zt4Wq8Lm2Xv6Nb9R";
 
 struct Setup {
     // Dropped last: the peer and the broker first.
@@ -32,6 +34,11 @@ struct Setup {
 
 impl Setup {
     fn start() -> Setup {
+        Setup::start_with_capability(&[])
+    }
+
+    /// A set-up whose capability is issued with `mint cap issue` arguments `cap_args`.
+    fn start_with_capability(cap_args: &[&str]) -> Setup {
         let dir = tempfile::tempdir().unwrap();
         let config = EchoConfig {
             extra_names: vec![HOST.to_owned(), "other.example.test".to_owned()],
@@ -42,11 +49,16 @@ impl Setup {
         let policy = format!(
             "version: 1\ndefault: deny\nrules:\n  - id: echo-all\n    effect: allow\n    match:\n      alias: [echo]\n      host: [{HOST}]\n      port: [{port}]\n      method: [GET, POST]\n"
         );
+        // `elsewhere` is bound to a host no tunnel here goes to.
         let aliases = format!(
-            "aliases:\n  - name: echo\n    hosts: [{HOST}]\n    source: file:$SECRETS/echo\n"
+            "aliases:\n  - name: echo\n    hosts: [{HOST}]\n    source: file:$SECRETS/echo\n  - name: elsewhere\n    hosts: [elsewhere.example.test]\n    source: file:$SECRETS/elsewhere\n"
         );
-        let home = MintHome::new(&policy, &aliases, &[("echo", CANARY)]);
-        let cap = home.issue_capability("mino", &[]);
+        let home = MintHome::new(
+            &policy,
+            &aliases,
+            &[("echo", CANARY), ("elsewhere", OTHER_CANARY)],
+        );
+        let cap = home.issue_capability("mino", cap_args);
         let pin = format!("{HOST}:{port}:127.0.0.1");
         let other = format!("other.example.test:{port}:127.0.0.1");
         let broker = home.serve(&peer.ca_file, &["--resolve", &pin, "--resolve", &other]);
@@ -77,8 +89,7 @@ impl Setup {
 
     #[track_caller]
     fn assert_no_canary(&self, seen: &str) {
-        assert!(!seen.contains(CANARY), "the client saw the secret: {seen}");
-        self.broker.assert_secret_absent(CANARY);
+        self.broker.assert_clean(seen, &[CANARY, OTHER_CANARY]);
     }
 
     /// Waits (bounded) until the audit log holds a record with `reason`, written as a tunnel
@@ -671,4 +682,155 @@ fn issue_15_mint_never_trusts_its_own_ca_upstream_even_through_ssl_cert_file_and
     assert_eq!(upstream.requests().len(), 1);
     assert!(!response.everything().contains(CANARY));
     broker.assert_secret_absent(CANARY);
+}
+
+/// The proxy variables a client could pick up from the machine.
+const PROXY_VARIABLES: [&str; 8] = [
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
+];
+
+/// Runs `tests/python/https_interception_client.py ARGS` under `env -u` of every CA and proxy
+/// variable, given only `vars`; returns its JSON and everything it printed.
+fn python_client(args: &[&str], vars: &[(&str, &str)]) -> (serde_json::Value, String) {
+    let mut command = Command::new("env");
+    for variable in CA_VARIABLES.iter().chain(PROXY_VARIABLES.iter()) {
+        command.args(["-u", variable]);
+    }
+    for (name, value) in vars {
+        command.arg(format!("{name}={value}"));
+    }
+    let script = mint_tests::repo_root().join("tests/python/https_interception_client.py");
+    let output = command
+        .arg(mint_tests::repo_root().join(".venv/bin/python"))
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap();
+    let everything = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let json = if output.status.success() {
+        serde_json::from_slice(&output.stdout).unwrap()
+    } else {
+        serde_json::Value::Null
+    };
+    (json, everything)
+}
+
+/// Runs the hand-made tunnel of `https_interception_client.py tunnel` with `steps` and the
+/// set-up's capability; returns each step's answer and everything the client printed.
+fn tunnel_client(setup: &Setup, steps: &serde_json::Value) -> (Vec<serde_json::Value>, String) {
+    let ca = setup.ca();
+    let (json, everything) = python_client(
+        &[
+            "tunnel",
+            "--proxy",
+            setup.broker.addr(),
+            "--target",
+            &format!("{HOST}:{}", setup.port()),
+            "--cafile",
+            ca.to_str().unwrap(),
+            &steps.to_string(),
+        ],
+        &[("MINT_CAPABILITY", &setup.cap)],
+    );
+    let answers = json
+        .as_array()
+        .cloned()
+        .unwrap_or_else(|| panic!("{everything}"));
+    (answers, everything)
+}
+
+#[test]
+fn issue_15_requests_and_httpx_configured_by_their_environment_alone() {
+    let setup = Setup::start();
+    let ca = setup.ca();
+    let ca = ca.to_str().unwrap();
+    let proxy = setup.proxy();
+    let url = setup.url("/echo?client=env");
+    for (client, ca_variable) in [
+        ("requests", "REQUESTS_CA_BUNDLE"),
+        ("httpx", "SSL_CERT_FILE"),
+    ] {
+        let before = setup.peer.server.requests().len();
+        // Without the CA variable the client trusts its default store, refuses Mint's leaf and
+        // sends nothing: the variable is what makes it trust Mint.
+        let (json, everything) = python_client(&[client, &url], &[("HTTPS_PROXY", &proxy)]);
+        assert!(
+            json.is_null(),
+            "{client} without {ca_variable}: {everything}"
+        );
+        assert!(
+            everything.contains("CERTIFICATE_VERIFY_FAILED"),
+            "{client}: {everything}"
+        );
+        assert_eq!(setup.peer.server.requests().len(), before);
+
+        let (json, everything) = python_client(
+            &[client, &url],
+            &[("HTTPS_PROXY", &proxy), (ca_variable, ca)],
+        );
+        assert_eq!(json["status"], 200, "{client}: {everything}");
+        let body = json["body"].as_str().unwrap();
+        assert!(body.contains("[mint:redacted]"), "{client}: {body}");
+        let upstream = setup.peer.server.requests();
+        assert_eq!(upstream.len(), before + 1, "{client}");
+        let last = upstream.last().unwrap();
+        assert_eq!(
+            last.header("authorization"),
+            Some(format!("Bearer {CANARY}").as_str())
+        );
+        assert!(last.header("proxy-authorization").is_none());
+        let id = json["headers"]["mint-request-id"]
+            .as_str()
+            .or_else(|| json["headers"]["Mint-Request-Id"].as_str())
+            .unwrap_or_else(|| panic!("{client}: {everything}"))
+            .to_owned();
+        let decision = setup.broker.decision_of(&id);
+        assert_eq!(decision["decision"], "allow", "{decision}");
+        assert_eq!(decision["agent"], "mino", "{decision}");
+        assert_eq!(decision["host"], HOST, "{decision}");
+        setup.assert_no_canary(&everything);
+    }
+    // Both went through tunnels; the refused handshakes are audited too.
+    assert_eq!(setup.records_with_reason("tunnel_opened").len(), 4);
+    setup.wait_for_reason("tls_handshake_failed");
+}
+
+#[test]
+fn issue_15_python_ssl_with_verify_x509_strict_accepts_the_leaf() {
+    let setup = Setup::start();
+    let steps = serde_json::json!([
+        {"path": "/echo?client=strict", "headers": {"Authorization": "Bearer {{mint:echo}}"}}
+    ]);
+    let (answers, everything) = tunnel_client(&setup, &steps);
+    assert_eq!(answers.len(), 1, "{everything}");
+    assert_eq!(answers[0]["status"], 200, "{everything}");
+    assert!(
+        answers[0]["body"]
+            .as_str()
+            .unwrap()
+            .contains("[mint:redacted]"),
+        "{everything}"
+    );
+    assert_eq!(
+        setup
+            .peer
+            .server
+            .requests()
+            .last()
+            .unwrap()
+            .header("authorization"),
+        Some(format!("Bearer {CANARY}").as_str())
+    );
+    setup.assert_no_canary(&everything);
 }
