@@ -834,3 +834,84 @@ fn issue_15_python_ssl_with_verify_x509_strict_accepts_the_leaf() {
     );
     setup.assert_no_canary(&everything);
 }
+
+/// The `Mint-Request-Id` of a client's answer (header names in any case).
+fn request_id(answer: &serde_json::Value) -> String {
+    answer["headers"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case("mint-request-id"))
+        .and_then(|(_, value)| value.as_str())
+        .unwrap_or_else(|| panic!("no Mint-Request-Id: {answer}"))
+        .to_owned()
+}
+
+#[test]
+fn issue_15_a_second_request_naming_another_host_on_a_kept_alive_tunnel_is_421() {
+    let setup = Setup::start();
+    let auth = serde_json::json!({"Authorization": "Bearer {{mint:echo}}"});
+    let steps = serde_json::json!([
+        {"path": "/echo?n=1", "headers": auth},
+        {"path": "/echo?n=2", "headers": {
+            "Host": "other.example.test",
+            "Authorization": "Bearer {{mint:echo}}",
+        }},
+    ]);
+    let (answers, everything) = tunnel_client(&setup, &steps);
+    assert_eq!(answers.len(), 2, "{everything}");
+    assert_eq!(answers[0]["status"], 200, "{everything}");
+    assert_eq!(answers[1]["status"], 421, "{everything}");
+    let error: serde_json::Value =
+        serde_json::from_str(answers[1]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(error["error"]["code"], "misdirected_request");
+    // One tunnel, one request sent: the second never reached the upstream.
+    assert_eq!(setup.records_with_reason("tunnel_opened").len(), 1);
+    assert_eq!(setup.peer.server.requests().len(), 1);
+    let decision = setup.broker.decision_of(&request_id(&answers[1]));
+    assert_eq!(decision["decision"], "deny", "{decision}");
+    assert_eq!(decision["agent"], "mino", "{decision}");
+    setup.assert_no_canary(&everything);
+}
+
+#[test]
+fn issue_15_a_placeholder_of_an_alias_bound_elsewhere_is_403_inside_a_tunnel() {
+    let setup = Setup::start();
+    let steps = serde_json::json!([
+        {"path": "/echo", "headers": {"Authorization": "Bearer {{mint:elsewhere}}"}},
+    ]);
+    let (answers, everything) = tunnel_client(&setup, &steps);
+    assert_eq!(answers.len(), 1, "{everything}");
+    assert_eq!(answers[0]["status"], 403, "{everything}");
+    let error: serde_json::Value =
+        serde_json::from_str(answers[0]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(error["error"]["code"], "alias_not_bound", "{error}");
+    assert!(setup.peer.server.requests().is_empty());
+    let decision = setup.broker.decision_of(&request_id(&answers[0]));
+    assert_eq!(decision["decision"], "deny", "{decision}");
+    assert_eq!(decision["host"], HOST, "{decision}");
+    setup.assert_no_canary(&everything);
+}
+
+#[test]
+fn issue_15_a_capability_that_expires_while_the_tunnel_stays_open_refuses_the_next_request() {
+    let setup = Setup::start_with_capability(&["--ttl", "2s"]);
+    let auth = serde_json::json!({"Authorization": "Bearer {{mint:echo}}"});
+    let steps = serde_json::json!([
+        {"path": "/echo?n=1", "headers": auth},
+        {"path": "/echo?n=2", "headers": auth, "sleep": 2.5},
+    ]);
+    let (answers, everything) = tunnel_client(&setup, &steps);
+    assert_eq!(answers.len(), 2, "{everything}");
+    assert_eq!(answers[0]["status"], 200, "{everything}");
+    assert_eq!(answers[1]["status"], 401, "{everything}");
+    let error: serde_json::Value =
+        serde_json::from_str(answers[1]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(error["error"]["code"], "capability_invalid", "{error}");
+    // The same tunnel, and only the first request was sent.
+    assert_eq!(setup.records_with_reason("tunnel_opened").len(), 1);
+    assert_eq!(setup.peer.server.requests().len(), 1);
+    let decision = setup.broker.decision_of(&request_id(&answers[1]));
+    assert_eq!(decision["decision"], "deny", "{decision}");
+    setup.assert_no_canary(&everything);
+}
