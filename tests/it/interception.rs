@@ -915,3 +915,65 @@ fn issue_15_a_capability_that_expires_while_the_tunnel_stays_open_refuses_the_ne
     assert_eq!(decision["decision"], "deny", "{decision}");
     setup.assert_no_canary(&everything);
 }
+
+#[test]
+fn issue_15_a_second_http2_stream_naming_another_authority_is_421() {
+    let setup = Setup::start();
+    let ca = setup.ca();
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second) = (dir.path().join("first"), dir.path().join("second"));
+    let proxy = setup.proxy();
+    let transfer = |out: &std::path::Path, host: Option<&str>, path: &str| {
+        let mut args: Vec<String> = [
+            "-sS",
+            "--http2",
+            "--suppress-connect-headers",
+            "-x",
+            &proxy,
+            "--cacert",
+            ca.to_str().unwrap(),
+            "-H",
+            "Authorization: Bearer {{mint:echo}}",
+            "-w",
+            "%{http_code} %{http_version} %{num_connects}\\n",
+            "-o",
+            out.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        if let Some(host) = host {
+            // curl sends it as the stream's `:authority`.
+            args.extend(["-H".to_owned(), format!("Host: {host}")]);
+        }
+        args.push(setup.url(path));
+        args
+    };
+    // Two transfers in one curl: the second reuses the first's tunnel and HTTP/2 connection.
+    let mut command = curl_via_proxy_command("--http2", &proxy);
+    command.args(transfer(&first, None, "/echo?n=1"));
+    command.arg("--next");
+    command.args(transfer(&second, Some("other.example.test"), "/echo?n=2"));
+    let output = command.output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines, ["200 2 1", "421 2 0"], "{stdout} {stderr}");
+    let body = std::fs::read_to_string(&second).unwrap();
+    let error: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(error["error"]["code"], "misdirected_request", "{error}");
+    assert_eq!(setup.records_with_reason("tunnel_opened").len(), 1);
+    assert_eq!(setup.peer.server.requests().len(), 1);
+    let denied: Vec<_> = setup
+        .broker
+        .audit_records()
+        .into_iter()
+        .filter(|r| r["phase"] == "decision" && r["decision"] == "deny")
+        .collect();
+    assert_eq!(denied.len(), 1, "{denied:?}");
+    let everything = format!(
+        "{stdout}{stderr}{}{body}",
+        std::fs::read_to_string(&first).unwrap()
+    );
+    setup.assert_no_canary(&everything);
+}
