@@ -4,7 +4,7 @@
 //! name `api.example.test`. A canary secret must reach the upstream and never the client, the
 //! audit log or Mint's stderr.
 
-#![allow(clippy::unwrap_used, reason = "tests")]
+#![allow(clippy::unwrap_used, clippy::panic, reason = "tests")]
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -20,6 +20,8 @@ use mint_tests::{EchoPeer, echo_peer};
 
 const CANARY: &str = "canary-Hq3vT8xL5pZ2mR7wK9nB4cJ6";
 const HOST: &str = "api.example.test";
+/// The secret of the alias `elsewhere`, bound to `elsewhere.example.test`.
+const OTHER_CANARY: &str = "canary-elsewhere-Zt4Wq8Lm2Xv6Nb9R";
 
 struct Setup {
     // Dropped last: the peer and the broker first.
@@ -32,6 +34,11 @@ struct Setup {
 
 impl Setup {
     fn start() -> Setup {
+        Setup::start_with_capability(&[])
+    }
+
+    /// A set-up whose capability is issued with `mint cap issue` arguments `cap_args`.
+    fn start_with_capability(cap_args: &[&str]) -> Setup {
         let dir = tempfile::tempdir().unwrap();
         let config = EchoConfig {
             extra_names: vec![HOST.to_owned(), "other.example.test".to_owned()],
@@ -42,11 +49,16 @@ impl Setup {
         let policy = format!(
             "version: 1\ndefault: deny\nrules:\n  - id: echo-all\n    effect: allow\n    match:\n      alias: [echo]\n      host: [{HOST}]\n      port: [{port}]\n      method: [GET, POST]\n"
         );
+        // `elsewhere` is bound to a host no tunnel here goes to.
         let aliases = format!(
-            "aliases:\n  - name: echo\n    hosts: [{HOST}]\n    source: file:$SECRETS/echo\n"
+            "aliases:\n  - name: echo\n    hosts: [{HOST}]\n    source: file:$SECRETS/echo\n  - name: elsewhere\n    hosts: [elsewhere.example.test]\n    source: file:$SECRETS/elsewhere\n"
         );
-        let home = MintHome::new(&policy, &aliases, &[("echo", CANARY)]);
-        let cap = home.issue_capability("mino", &[]);
+        let home = MintHome::new(
+            &policy,
+            &aliases,
+            &[("echo", CANARY), ("elsewhere", OTHER_CANARY)],
+        );
+        let cap = home.issue_capability("mino", cap_args);
         let pin = format!("{HOST}:{port}:127.0.0.1");
         let other = format!("other.example.test:{port}:127.0.0.1");
         let broker = home.serve(&peer.ca_file, &["--resolve", &pin, "--resolve", &other]);
@@ -77,8 +89,7 @@ impl Setup {
 
     #[track_caller]
     fn assert_no_canary(&self, seen: &str) {
-        assert!(!seen.contains(CANARY), "the client saw the secret: {seen}");
-        self.broker.assert_secret_absent(CANARY);
+        self.broker.assert_clean(seen, &[CANARY, OTHER_CANARY]);
     }
 
     /// Waits (bounded) until the audit log holds a record with `reason`, written as a tunnel
@@ -471,4 +482,498 @@ print(second.status_code, second.json()["error"]["code"], flush=True)
         "nothing more was sent"
     );
     setup.assert_no_canary(&rest);
+}
+
+/// A TLS server on `127.0.0.1:0` presenting the certificate of `config`: it counts finished
+/// handshakes and keeps every request head it reads, answering each `200 ok`. The upstream a
+/// test needs when the leaf must be one of Mint's own CA. Dropping it stops the thread.
+struct TlsUpstream {
+    port: u16,
+    handshakes: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    requests: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl TlsUpstream {
+    fn start(config: std::sync::Arc<rustls::ServerConfig>) -> TlsUpstream {
+        use std::sync::atomic::Ordering;
+        use std::sync::{Arc, Mutex};
+
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let handshakes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let thread = {
+            let (handshakes, requests, stop) = (
+                Arc::clone(&handshakes),
+                Arc::clone(&requests),
+                Arc::clone(&stop),
+            );
+            std::thread::spawn(move || {
+                for stream in listener.incoming() {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let Ok(stream) = stream else { continue };
+                    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                    let connection = rustls::ServerConnection::new(Arc::clone(&config)).unwrap();
+                    let mut tls = rustls::StreamOwned::new(connection, stream);
+                    let mut handshake_done = true;
+                    while tls.conn.is_handshaking() {
+                        if tls.conn.complete_io(&mut tls.sock).is_err() {
+                            handshake_done = false;
+                            break;
+                        }
+                    }
+                    if !handshake_done {
+                        continue;
+                    }
+                    handshakes.fetch_add(1, Ordering::SeqCst);
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match tls.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    requests
+                        .lock()
+                        .unwrap()
+                        .push(String::from_utf8_lossy(&head).into_owned());
+                    let _ = tls.write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                    );
+                    tls.conn.send_close_notify();
+                    let _ = tls.flush();
+                }
+            })
+        };
+        TlsUpstream {
+            port,
+            handshakes,
+            requests,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn handshakes(&self) -> usize {
+        self.handshakes.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn requests(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+impl Drop for TlsUpstream {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[test]
+fn issue_15_mint_never_trusts_its_own_ca_upstream_even_through_ssl_cert_file_and_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let aliases =
+        format!("aliases:\n  - name: echo\n    hosts: [{HOST}]\n    source: file:$SECRETS/echo\n");
+    let home = MintHome::new(
+        "version: 1\ndefault: deny\nrules: []\n",
+        &aliases,
+        &[("echo", CANARY)],
+    );
+    // Mint's CA, made by the real command, then an upstream presenting a leaf of it for HOST:
+    // the very leaf Mint would give an agent.
+    let rotated = home.mint().args(["ca", "rotate"]).output().unwrap();
+    assert!(rotated.status.success(), "{rotated:?}");
+    let ca_pem = std::fs::read_to_string(home.path().join("ca.pem")).unwrap();
+    let key_pem = std::fs::read_to_string(home.path().join("ca.key")).unwrap();
+    let now = std::time::SystemTime::now();
+    let ca = mint_broker::net::ca::CertificateAuthority::from_pem(&ca_pem, &key_pem, now).unwrap();
+    let (config, _) = ca.server_config(HOST, now).unwrap();
+    let upstream = TlsUpstream::start(config);
+    let port = upstream.port;
+    home.write_private(
+        "policy.yaml",
+        &format!(
+            "version: 1\ndefault: deny\nrules:\n  - id: echo-all\n    effect: allow\n    match:\n      alias: [echo]\n      host: [{HOST}]\n      port: [{port}]\n      method: [GET]\n"
+        ),
+    );
+    // The leaf is good for a client that trusts Mint's CA: curl straight to the upstream.
+    let pin = format!("{HOST}:{port}:127.0.0.1");
+    let ca_file = home.path().join("ca.pem");
+    let direct = mint_tests::broker::curl(&[
+        "--resolve",
+        &pin,
+        "--cacert",
+        ca_file.to_str().unwrap(),
+        &format!("https://{HOST}:{port}/direct"),
+    ]);
+    assert_eq!((direct.exit, direct.status), (0, 200), "{direct:?}");
+    assert_eq!(upstream.handshakes(), 1);
+
+    // Mint's environment points at bundles holding its CA: `mint ca export --bundle` as the
+    // file, and a hashed directory (what OpenSSL and rustls-native-certs read).
+    let bundle = dir.path().join("bundle.pem");
+    let exported = home
+        .mint()
+        .args(["ca", "export", "--bundle"])
+        .output()
+        .unwrap();
+    assert!(exported.status.success(), "{exported:?}");
+    assert!(String::from_utf8_lossy(&exported.stdout).contains(ca_pem.trim()));
+    std::fs::write(&bundle, &exported.stdout).unwrap();
+    let cert_dir = dir.path().join("certs");
+    std::fs::create_dir(&cert_dir).unwrap();
+    let hash = Command::new("openssl")
+        .args(["x509", "-hash", "-noout", "-in"])
+        .arg(&ca_file)
+        .output()
+        .unwrap();
+    let hash = String::from_utf8(hash.stdout).unwrap();
+    std::fs::write(cert_dir.join(format!("{}.0", hash.trim())), &ca_pem).unwrap();
+    // An unrelated CA as `--upstream-ca`: nothing Mint is told to trust holds its own.
+    let other_ca = mint_broker::demo::echo_upstream::TestCa::generate().unwrap();
+    let other_ca_file = dir.path().join("other-ca.pem");
+    other_ca.write_pem(&other_ca_file).unwrap();
+    let cap = home.issue_capability("mino", &[]);
+    let broker = home.serve_with_env(
+        &other_ca_file,
+        &["--resolve", &pin],
+        &[
+            ("SSL_CERT_FILE", bundle.as_os_str()),
+            ("SSL_CERT_DIR", cert_dir.as_os_str()),
+        ],
+    );
+    let response = curl_via_proxy_as(
+        "--http1.1",
+        &format!("http://agent:{cap}@{}", broker.addr()),
+        &[
+            "--cacert",
+            ca_file.to_str().unwrap(),
+            "-H",
+            "Authorization: Bearer {{mint:echo}}",
+            &format!("https://{HOST}:{port}/through-mint"),
+        ],
+    );
+    assert_eq!(response.status, 502, "{response:?}");
+    assert_eq!(response.json()["error"]["code"], "upstream_failed");
+    let id = response.header("mint-request-id").unwrap().to_owned();
+    assert_eq!(broker.decision_of(&id)["decision"], "allow");
+    let outcome = broker.outcome_of(&id);
+    assert_eq!(outcome["status"], 502, "{outcome}");
+    assert_eq!(outcome["reason"], "upstream_failed", "{outcome}");
+    assert!(
+        broker
+            .stderr()
+            .contains("the certificate's issuer is not trusted"),
+        "{}",
+        broker.stderr()
+    );
+    // No handshake finished, so no byte of the request (nor the secret) left Mint.
+    assert_eq!(upstream.handshakes(), 1, "only curl's own handshake");
+    assert_eq!(upstream.requests().len(), 1);
+    assert!(!response.everything().contains(CANARY));
+    broker.assert_secret_absent(CANARY);
+}
+
+/// The proxy variables a client could pick up from the machine.
+const PROXY_VARIABLES: [&str; 8] = [
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
+];
+
+/// Runs `tests/python/https_interception_client.py ARGS` under `env -u` of every CA and proxy
+/// variable, given only `vars`; returns its JSON and everything it printed.
+fn python_client(args: &[&str], vars: &[(&str, &str)]) -> (serde_json::Value, String) {
+    let mut command = Command::new("env");
+    for variable in CA_VARIABLES.iter().chain(PROXY_VARIABLES.iter()) {
+        command.args(["-u", variable]);
+    }
+    for (name, value) in vars {
+        command.arg(format!("{name}={value}"));
+    }
+    let script = mint_tests::repo_root().join("tests/python/https_interception_client.py");
+    let output = command
+        .arg(mint_tests::repo_root().join(".venv/bin/python"))
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap();
+    let everything = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let json = if output.status.success() {
+        serde_json::from_slice(&output.stdout).unwrap()
+    } else {
+        serde_json::Value::Null
+    };
+    (json, everything)
+}
+
+/// Runs the hand-made tunnel of `https_interception_client.py tunnel` with `steps` and the
+/// set-up's capability; returns each step's answer and everything the client printed.
+fn tunnel_client(setup: &Setup, steps: &serde_json::Value) -> (Vec<serde_json::Value>, String) {
+    let ca = setup.ca();
+    let (json, everything) = python_client(
+        &[
+            "tunnel",
+            "--proxy",
+            setup.broker.addr(),
+            "--target",
+            &format!("{HOST}:{}", setup.port()),
+            "--cafile",
+            ca.to_str().unwrap(),
+            &steps.to_string(),
+        ],
+        &[("MINT_CAPABILITY", &setup.cap)],
+    );
+    let answers = json
+        .as_array()
+        .cloned()
+        .unwrap_or_else(|| panic!("{everything}"));
+    (answers, everything)
+}
+
+#[test]
+fn issue_15_requests_and_httpx_configured_by_their_environment_alone() {
+    let setup = Setup::start();
+    let ca = setup.ca();
+    let ca = ca.to_str().unwrap();
+    let proxy = setup.proxy();
+    let url = setup.url("/echo?client=env");
+    for (client, ca_variable) in [
+        ("requests", "REQUESTS_CA_BUNDLE"),
+        ("httpx", "SSL_CERT_FILE"),
+    ] {
+        let before = setup.peer.server.requests().len();
+        // Without the CA variable the client trusts its default store, refuses Mint's leaf and
+        // sends nothing: the variable is what makes it trust Mint.
+        let (json, everything) = python_client(&[client, &url], &[("HTTPS_PROXY", &proxy)]);
+        assert!(
+            json.is_null(),
+            "{client} without {ca_variable}: {everything}"
+        );
+        assert!(
+            everything.contains("CERTIFICATE_VERIFY_FAILED"),
+            "{client}: {everything}"
+        );
+        assert_eq!(setup.peer.server.requests().len(), before);
+
+        let (json, everything) = python_client(
+            &[client, &url],
+            &[("HTTPS_PROXY", &proxy), (ca_variable, ca)],
+        );
+        assert_eq!(json["status"], 200, "{client}: {everything}");
+        let body = json["body"].as_str().unwrap();
+        assert!(body.contains("[mint:redacted]"), "{client}: {body}");
+        let upstream = setup.peer.server.requests();
+        assert_eq!(upstream.len(), before + 1, "{client}");
+        let last = upstream.last().unwrap();
+        assert_eq!(
+            last.header("authorization"),
+            Some(format!("Bearer {CANARY}").as_str())
+        );
+        assert!(last.header("proxy-authorization").is_none());
+        let id = json["headers"]["mint-request-id"]
+            .as_str()
+            .or_else(|| json["headers"]["Mint-Request-Id"].as_str())
+            .unwrap_or_else(|| panic!("{client}: {everything}"))
+            .to_owned();
+        let decision = setup.broker.decision_of(&id);
+        assert_eq!(decision["decision"], "allow", "{decision}");
+        assert_eq!(decision["agent"], "mino", "{decision}");
+        assert_eq!(decision["host"], HOST, "{decision}");
+        setup.assert_no_canary(&everything);
+    }
+    // Both went through tunnels; the refused handshakes are audited too.
+    assert_eq!(setup.records_with_reason("tunnel_opened").len(), 4);
+    setup.wait_for_reason("tls_handshake_failed");
+}
+
+#[test]
+fn issue_15_python_ssl_with_verify_x509_strict_accepts_the_leaf() {
+    let setup = Setup::start();
+    let steps = serde_json::json!([
+        {"path": "/echo?client=strict", "headers": {"Authorization": "Bearer {{mint:echo}}"}}
+    ]);
+    let (answers, everything) = tunnel_client(&setup, &steps);
+    assert_eq!(answers.len(), 1, "{everything}");
+    assert_eq!(answers[0]["status"], 200, "{everything}");
+    assert!(
+        answers[0]["body"]
+            .as_str()
+            .unwrap()
+            .contains("[mint:redacted]"),
+        "{everything}"
+    );
+    assert_eq!(
+        setup
+            .peer
+            .server
+            .requests()
+            .last()
+            .unwrap()
+            .header("authorization"),
+        Some(format!("Bearer {CANARY}").as_str())
+    );
+    setup.assert_no_canary(&everything);
+}
+
+/// The `Mint-Request-Id` of a client's answer (header names in any case).
+fn request_id(answer: &serde_json::Value) -> String {
+    answer["headers"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case("mint-request-id"))
+        .and_then(|(_, value)| value.as_str())
+        .unwrap_or_else(|| panic!("no Mint-Request-Id: {answer}"))
+        .to_owned()
+}
+
+#[test]
+fn issue_15_a_second_request_naming_another_host_on_a_kept_alive_tunnel_is_421() {
+    let setup = Setup::start();
+    let auth = serde_json::json!({"Authorization": "Bearer {{mint:echo}}"});
+    let steps = serde_json::json!([
+        {"path": "/echo?n=1", "headers": auth},
+        {"path": "/echo?n=2", "headers": {
+            "Host": "other.example.test",
+            "Authorization": "Bearer {{mint:echo}}",
+        }},
+    ]);
+    let (answers, everything) = tunnel_client(&setup, &steps);
+    assert_eq!(answers.len(), 2, "{everything}");
+    assert_eq!(answers[0]["status"], 200, "{everything}");
+    assert_eq!(answers[1]["status"], 421, "{everything}");
+    let error: serde_json::Value =
+        serde_json::from_str(answers[1]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(error["error"]["code"], "misdirected_request");
+    // One tunnel, one request sent: the second never reached the upstream.
+    assert_eq!(setup.records_with_reason("tunnel_opened").len(), 1);
+    assert_eq!(setup.peer.server.requests().len(), 1);
+    let decision = setup.broker.decision_of(&request_id(&answers[1]));
+    assert_eq!(decision["decision"], "deny", "{decision}");
+    assert_eq!(decision["agent"], "mino", "{decision}");
+    setup.assert_no_canary(&everything);
+}
+
+#[test]
+fn issue_15_a_placeholder_of_an_alias_bound_elsewhere_is_403_inside_a_tunnel() {
+    let setup = Setup::start();
+    let steps = serde_json::json!([
+        {"path": "/echo", "headers": {"Authorization": "Bearer {{mint:elsewhere}}"}},
+    ]);
+    let (answers, everything) = tunnel_client(&setup, &steps);
+    assert_eq!(answers.len(), 1, "{everything}");
+    assert_eq!(answers[0]["status"], 403, "{everything}");
+    let error: serde_json::Value =
+        serde_json::from_str(answers[0]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(error["error"]["code"], "alias_not_bound", "{error}");
+    assert!(setup.peer.server.requests().is_empty());
+    let decision = setup.broker.decision_of(&request_id(&answers[0]));
+    assert_eq!(decision["decision"], "deny", "{decision}");
+    assert_eq!(decision["host"], HOST, "{decision}");
+    setup.assert_no_canary(&everything);
+}
+
+#[test]
+fn issue_15_a_capability_that_expires_while_the_tunnel_stays_open_refuses_the_next_request() {
+    let setup = Setup::start_with_capability(&["--ttl", "2s"]);
+    let auth = serde_json::json!({"Authorization": "Bearer {{mint:echo}}"});
+    let steps = serde_json::json!([
+        {"path": "/echo?n=1", "headers": auth},
+        {"path": "/echo?n=2", "headers": auth, "sleep": 2.5},
+    ]);
+    let (answers, everything) = tunnel_client(&setup, &steps);
+    assert_eq!(answers.len(), 2, "{everything}");
+    assert_eq!(answers[0]["status"], 200, "{everything}");
+    assert_eq!(answers[1]["status"], 401, "{everything}");
+    let error: serde_json::Value =
+        serde_json::from_str(answers[1]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(error["error"]["code"], "capability_invalid", "{error}");
+    // The same tunnel, and only the first request was sent.
+    assert_eq!(setup.records_with_reason("tunnel_opened").len(), 1);
+    assert_eq!(setup.peer.server.requests().len(), 1);
+    let decision = setup.broker.decision_of(&request_id(&answers[1]));
+    assert_eq!(decision["decision"], "deny", "{decision}");
+    setup.assert_no_canary(&everything);
+}
+
+#[test]
+fn issue_15_a_second_http2_stream_naming_another_authority_is_421() {
+    let setup = Setup::start();
+    let ca = setup.ca();
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second) = (dir.path().join("first"), dir.path().join("second"));
+    let proxy = setup.proxy();
+    let transfer = |out: &std::path::Path, host: Option<&str>, path: &str| {
+        let mut args: Vec<String> = [
+            "-sS",
+            "--http2",
+            "--suppress-connect-headers",
+            "-x",
+            &proxy,
+            "--cacert",
+            ca.to_str().unwrap(),
+            "-H",
+            "Authorization: Bearer {{mint:echo}}",
+            "-w",
+            "%{http_code} %{http_version} %{num_connects}\\n",
+            "-o",
+            out.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        if let Some(host) = host {
+            // curl sends it as the stream's `:authority`.
+            args.extend(["-H".to_owned(), format!("Host: {host}")]);
+        }
+        args.push(setup.url(path));
+        args
+    };
+    // Two transfers in one curl: the second reuses the first's tunnel and HTTP/2 connection.
+    let mut command = curl_via_proxy_command("--http2", &proxy);
+    command.args(transfer(&first, None, "/echo?n=1"));
+    command.arg("--next");
+    command.args(transfer(&second, Some("other.example.test"), "/echo?n=2"));
+    let output = command.output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines, ["200 2 1", "421 2 0"], "{stdout} {stderr}");
+    let body = std::fs::read_to_string(&second).unwrap();
+    let error: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(error["error"]["code"], "misdirected_request", "{error}");
+    assert_eq!(setup.records_with_reason("tunnel_opened").len(), 1);
+    assert_eq!(setup.peer.server.requests().len(), 1);
+    let denied: Vec<_> = setup
+        .broker
+        .audit_records()
+        .into_iter()
+        .filter(|r| r["phase"] == "decision" && r["decision"] == "deny")
+        .collect();
+    assert_eq!(denied.len(), 1, "{denied:?}");
+    let everything = format!(
+        "{stdout}{stderr}{}{body}",
+        std::fs::read_to_string(&first).unwrap()
+    );
+    setup.assert_no_canary(&everything);
 }

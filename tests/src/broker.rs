@@ -153,6 +153,26 @@ impl MintHome {
         self.start_broker(command, stderr_path)
     }
 
+    /// Like [`MintHome::serve`], with `env` (name, value) added to the broker's environment.
+    #[track_caller]
+    pub fn serve_with_env(
+        &self,
+        upstream_ca: &Path,
+        extra: &[&str],
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> Broker {
+        let stderr_path = self.path().join("mint-serve.stderr");
+        let stderr = std::fs::File::create(&stderr_path).unwrap();
+        let mut command = self.mint();
+        command
+            .args(["serve", "--listen", "127.0.0.1:0", "--upstream-ca"])
+            .arg(upstream_ca)
+            .args(extra)
+            .envs(env.iter().copied())
+            .stderr(stderr);
+        self.start_broker(command, stderr_path)
+    }
+
     /// Like [`MintHome::serve`], but runs `mint serve` through `wrapper` (a program and its
     /// arguments, which must end by running the command line it is given after them, such as
     /// `prlimit --fsize=N --`), with the MINT_* environment of [`MintHome::mint`]. Mint's stderr
