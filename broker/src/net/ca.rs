@@ -32,6 +32,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::{CertifiedKey, SigningKey};
 use time::OffsetDateTime;
+use zeroize::Zeroizing;
 
 /// How long a new CA is valid.
 pub const CA_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -102,8 +103,8 @@ pub enum CaError {
 pub struct CaPem {
     /// The certificate.
     pub cert: String,
-    /// The private key (PKCS#8).
-    pub key: String,
+    /// The private key (PKCS#8), wiped from memory when dropped.
+    pub key: Zeroizing<String>,
 }
 
 impl fmt::Debug for CaPem {
@@ -157,7 +158,7 @@ impl CertificateAuthority {
         let cert = params.self_signed(&key).map_err(CaError::Sign)?;
         Ok(CaPem {
             cert: cert.pem(),
-            key: key.serialize_pem(),
+            key: Zeroizing::new(key.serialize_pem()),
         })
     }
 
