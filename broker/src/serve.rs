@@ -117,9 +117,10 @@ pub enum ServeError {
     /// A `--resolve` pin.
     #[error(transparent)]
     Resolve(crate::net::upstream::ResolvePinError),
-    /// The interception CA.
+    /// The interception CA. Its message is shown here, not also as a source: `main` prints the
+    /// chain, which would say it twice.
     #[error("the interception CA: {0}")]
-    Ca(#[from] CaFileError),
+    Ca(CaFileError),
     /// The listen address.
     #[error("cannot listen on `{addr}`")]
     Bind {
@@ -135,6 +136,12 @@ pub enum ServeError {
     /// The async runtime.
     #[error("cannot start the runtime")]
     Runtime(#[source] io::Error),
+}
+
+impl From<CaFileError> for ServeError {
+    fn from(error: CaFileError) -> Self {
+        ServeError::Ca(error)
+    }
 }
 
 /// Loads the declarations, secrets, capabilities and audit log, and builds the proxy's state and

@@ -129,3 +129,104 @@ fn issue_15_export_refuses_a_missing_or_unsafe_ca() {
     assert!(out.stderr.contains("does not;"), "{}", out.stderr);
     assert!(out.stderr.contains("mint ca rotate"), "{}", out.stderr);
 }
+
+/// `mint serve` stops before it listens on a CA it must not use: a key others may read, a key
+/// another user owns, a certificate without its key, a certificate that is not a CA. Each exits
+/// 2 with one line naming the file, and no error shows a byte of the key.
+#[test]
+fn issue_15_serve_refuses_a_ca_it_must_not_use() {
+    use std::os::unix::fs::PermissionsExt;
+    let serve = |dir: &Path| {
+        let mut cmd = mint(dir);
+        cmd.args(["serve", "--listen", "127.0.0.1:0"]);
+        fails(&mut cmd)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    ok(mint(dir.path()).arg("init"));
+    let key = dir.path().join(".mint/ca.key");
+    let cert = dir.path().join(".mint/ca.pem");
+    let key_text = std::fs::read_to_string(&key).unwrap();
+    let key_body: String = key_text
+        .lines()
+        .filter(|line| !line.starts_with("-----"))
+        .collect();
+    let leaked = |text: &str| {
+        key_body
+            .as_bytes()
+            .chunks(16)
+            .any(|piece| text.contains(std::str::from_utf8(piece).unwrap()))
+    };
+
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = serve(dir.path());
+    assert!(
+        out.stderr.contains(&key.display().to_string()),
+        "{}",
+        out.stderr
+    );
+    assert!(!leaked(&out.stderr), "the key was shown");
+    // Said once: the message was also printed again as its own source.
+    assert_eq!(out.stderr.matches("chmod 600").count(), 1, "{}", out.stderr);
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    std::os::unix::fs::chown(&key, Some(65_534), None).unwrap();
+    let out = serve(dir.path());
+    assert!(
+        out.stderr.contains(&key.display().to_string()),
+        "{}",
+        out.stderr
+    );
+    assert!(!leaked(&out.stderr), "the key was shown");
+    std::os::unix::fs::chown(&key, Some(0), None).unwrap();
+
+    // A certificate that is not a CA, with its own key: not signed with.
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-subj",
+            "/CN=not-a-ca",
+            "-addext",
+            "basicConstraints=critical,CA:FALSE",
+            "-days",
+            "2",
+            "-keyout",
+        ])
+        .arg(dir.path().join("leaf.key"))
+        .arg("-out")
+        .arg(dir.path().join("leaf.crt"))
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let original_cert = std::fs::read(&cert).unwrap();
+    std::fs::write(&cert, std::fs::read(dir.path().join("leaf.crt")).unwrap()).unwrap();
+    std::fs::write(&key, std::fs::read(dir.path().join("leaf.key")).unwrap()).unwrap();
+    let out = serve(dir.path());
+    assert!(
+        out.stderr.contains(&cert.display().to_string()),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        out.stderr.matches("not a certificate authority").count(),
+        1,
+        "{}",
+        out.stderr
+    );
+
+    // The certificate alone: its key is gone.
+    std::fs::write(&cert, original_cert).unwrap();
+    std::fs::remove_file(&key).unwrap();
+    let out = serve(dir.path());
+    assert!(out.stderr.contains("mint ca rotate"), "{}", out.stderr);
+    assert!(!leaked(&out.stderr), "the key was shown");
+}

@@ -83,14 +83,14 @@ pub enum CaFileError {
         /// Why.
         problem: String,
     },
-    /// The files hold something that cannot serve as the CA.
-    #[error("`{}`: {source}", path.display())]
+    /// The files hold something that cannot serve as the CA. (What is wrong is part of the
+    /// message, not a source: `main` prints the chain, which would say it twice.)
+    #[error("`{}`: {problem}", path.display())]
     Unusable {
         /// The certificate's path.
         path: PathBuf,
         /// What is wrong.
-        #[source]
-        source: CaError,
+        problem: CaError,
     },
 }
 
@@ -118,9 +118,9 @@ pub fn load(paths: &Paths, now: SystemTime) -> Result<CertificateAuthority, CaFi
     }
     let cert = read_cert(&paths.ca_cert)?;
     let key = read_key(&paths.ca_key)?;
-    CertificateAuthority::from_pem(&cert, &key, now).map_err(|source| CaFileError::Unusable {
+    CertificateAuthority::from_pem(&cert, &key, now).map_err(|problem| CaFileError::Unusable {
         path: paths.ca_cert.clone(),
-        source,
+        problem,
     })
 }
 
@@ -176,9 +176,9 @@ fn generate(paths: &Paths, now: SystemTime) -> Result<CaPem, CaFileError> {
     for path in [&paths.ca_cert, &paths.ca_key] {
         check_private_dir(parent_dir(path)).map_err(CaFileError::Insecure)?;
     }
-    CertificateAuthority::generate(now).map_err(|source| CaFileError::Unusable {
+    CertificateAuthority::generate(now).map_err(|problem| CaFileError::Unusable {
         path: paths.ca_cert.clone(),
-        source,
+        problem,
     })
 }
 
