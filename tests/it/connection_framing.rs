@@ -23,7 +23,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use mint_tests::broker::{Broker, ScriptedUpstream};
+use mint_tests::broker::{Broker, ScriptedUpstream, gzip, request_header};
 use mint_tests::lab::{self, LabConfig};
 use serde_json::Value;
 
@@ -628,15 +628,6 @@ fn issue_22_a_malformed_later_request_gets_a_json_error_and_an_audit_record() {
 // Finding 9: an undecodable compressed answer
 // ---------------------------------------------------------------------------------------------
 
-fn gzip(bytes: &[u8]) -> Vec<u8> {
-    use flate2::Compression;
-    use flate2::write::GzEncoder;
-
-    let mut encoder = GzEncoder::new(Vec::new(), Compression::fast());
-    encoder.write_all(bytes).unwrap();
-    encoder.finish().unwrap()
-}
-
 /// Text that does not compress much (so that its gzip form spans several of Mint's 4 KiB decode
 /// steps), with `secret` in its first line.
 fn noisy_text(secret: &str, lines: usize) -> Vec<u8> {
@@ -667,15 +658,9 @@ fn noisy_text(secret: &str, lines: usize) -> Vec<u8> {
 fn issue_22_an_undecodable_compressed_answer_is_recorded_as_the_agent_got_it() {
     let upstream = ScriptedUpstream::start(Box::new(|request, _| {
         let text = String::from_utf8_lossy(request).into_owned();
-        let secret = text
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix("Authorization: Bearer ")
-                    .or_else(|| l.strip_prefix("authorization: Bearer "))
-            })
-            .unwrap_or_default()
-            .trim()
-            .to_owned();
+        let secret = request_header(request, "authorization")
+            .and_then(|value| value.strip_prefix("Bearer ").map(str::to_owned))
+            .unwrap_or_default();
         let body = if text.starts_with("GET /trailing") {
             let mut body = gzip(format!("{{\"authorization\":\"{secret}\"}}").as_bytes());
             body.extend_from_slice(b"TRAILING GARBAGE");

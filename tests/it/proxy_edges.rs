@@ -24,7 +24,9 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use mint_tests::broker::{Broker, CurlResponse, ScriptedUpstream, curl, parse_raw_answer};
+use mint_tests::broker::{
+    Broker, CurlResponse, ScriptedUpstream, curl, gzip, parse_raw_answer, request_header,
+};
 use mint_tests::lab::{self, LabConfig};
 use serde_json::Value;
 
@@ -743,15 +745,6 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 // 5. Compressed answers
 // ---------------------------------------------------------------------------------------------
 
-fn gzip(bytes: &[u8]) -> Vec<u8> {
-    use flate2::Compression;
-    use flate2::write::GzEncoder;
-
-    let mut encoder = GzEncoder::new(Vec::new(), Compression::fast());
-    encoder.write_all(bytes).unwrap();
-    encoder.finish().unwrap()
-}
-
 /// A gzip answer of several members (as `cat a.gz b.gz` or a server compressing each write
 /// makes it) is decoded whole, every member scrubbed: the secret in the second member comes back
 /// redacted (was: `502` after the first member, while multi-member request bodies are accepted).
@@ -761,15 +754,9 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
 fn issue_22_compressed_answers_decode_every_member_and_lose_an_empty_label() {
     let upstream = ScriptedUpstream::start(Box::new(|request, _| {
         let text = String::from_utf8_lossy(request).into_owned();
-        let secret = text
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix("Authorization: Bearer ")
-                    .or_else(|| l.strip_prefix("authorization: Bearer "))
-            })
-            .unwrap_or_default()
-            .trim()
-            .to_owned();
+        let secret = request_header(request, "authorization")
+            .and_then(|value| value.strip_prefix("Bearer ").map(str::to_owned))
+            .unwrap_or_default();
         let body = if text.contains(" /members ") {
             let mut body = gzip(b"first member\n");
             body.extend(gzip(format!("second member {secret}\n").as_bytes()));
@@ -851,15 +838,7 @@ fn issue_22_compressed_answers_decode_every_member_and_lose_an_empty_label() {
 #[test]
 fn issue_22_range_requests_cannot_cut_a_secret_into_pieces() {
     let upstream = ScriptedUpstream::start(Box::new(|request, _| {
-        let text = String::from_utf8_lossy(request).into_owned();
-        let header = |name: &str| {
-            text.lines().find_map(|line| {
-                let (key, value) = line.split_once(':')?;
-                key.trim()
-                    .eq_ignore_ascii_case(name)
-                    .then(|| value.trim().to_owned())
-            })
-        };
+        let header = |name: &str| request_header(request, name);
         let stored = header("authorization").unwrap_or_default().into_bytes();
         let range = header("range").and_then(|range| {
             let (from, to) = range.strip_prefix("bytes=")?.split_once('-')?;

@@ -740,6 +740,33 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
         .position(|window| window == needle)
 }
 
+/// `gzip` of `bytes` (one member, fast level), for answers a scripted upstream compresses.
+#[track_caller]
+pub fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use flate2::Compression;
+    use flate2::write::GzEncoder;
+
+    let mut encoder = GzEncoder::new(Vec::new(), Compression::fast());
+    encoder.write_all(bytes).unwrap();
+    encoder.finish().unwrap()
+}
+
+/// The value of header `name` (any case) in the raw request head `request`, trimmed: what a
+/// scripted upstream received, such as the secret Mint put in `Authorization`.
+pub fn request_header(request: &[u8], name: &str) -> Option<String> {
+    String::from_utf8_lossy(request)
+        .split("\r\n\r\n")
+        .next()?
+        .lines()
+        .skip(1)
+        .find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            key.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| value.trim().to_owned())
+        })
+}
+
 /// The answer function of a [`ScriptedUpstream`]: given one request (head and body, as
 /// received) and every request before it, the whole HTTP/1.1 answer to write.
 pub type Script = dyn Fn(&[u8], &[Vec<u8>]) -> Vec<u8> + Send + 'static;
