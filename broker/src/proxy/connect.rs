@@ -224,3 +224,36 @@ pub(crate) fn audit_tunnel_refusal(
     );
     exchange.facts.id.clone()
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    /// A tunnel keeps the capability token for the requests inside it; no `{:?}` of it (or of
+    /// the extension the requests carry) may show the token.
+    #[test]
+    fn debug_of_a_tunnel_never_shows_its_token() {
+        let canary = "mint_cap_0123456789ab_canaryTunnelTokenQx7Lm2Vt9";
+        let tunnel = Tunnel {
+            target: mint_policy::normalize::normalize_target("https", "api.example.test", "/")
+                .unwrap(),
+            token: Zeroizing::new(canary.to_owned()),
+            connect_id: RequestId::new("tunnel-test-1").unwrap(),
+            agent: None,
+            capability: None,
+            facts: None,
+        };
+        assert_eq!(tunnel.token(), canary);
+        let ext = TunnelExt(Arc::new(tunnel));
+        for shown in [
+            format!("{:?}", ext.0),
+            format!("{ext:?}"),
+            format!("{ext:#?}"),
+        ] {
+            assert!(!shown.contains("canaryTunnelToken"), "{shown}");
+            assert!(shown.contains("api.example.test"), "{shown}");
+        }
+    }
+}
