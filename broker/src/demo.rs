@@ -6,9 +6,11 @@
 //! same code as `mint serve`) trusting that CA. Then it sends, through the broker as an agent
 //! would: an allowed request carrying `{{mint:demo}}` (the upstream receives the secret, the client
 //! sees `[mint:redacted]` where the echo returned it), a request a deny rule refuses, a redirect
-//! that comes back unfollowed, and two MCP `tools/call`s (one allowed tool, one refused). It checks
-//! each result, prints the audit tail, and — unless `--once` — keeps serving and prints a curl
-//! command to try until Ctrl-C.
+//! that comes back unfollowed, two MCP `tools/call`s (one allowed tool, one refused), and the same
+//! allowed request from an unmodified HTTPS client (`https_client`: `CONNECT` to the broker, TLS
+//! to the upstream's real name `api.demo.test` with Mint's CA, which the broker made in the home
+//! at start; `--resolve` pins that name to the upstream). It checks each result, prints the audit
+//! tail, and — unless `--once` — keeps serving and prints curl commands to try until Ctrl-C.
 //!
 //! The demo's secret is made for the run and printed nowhere; the echo upstream is the only peer
 //! and listens on 127.0.0.1 only.
@@ -36,6 +38,10 @@ use crate::secrets::scrub::REDACTED;
 use crate::serve::{ServeConfig, load_state, run, shutdown_signal};
 
 pub mod echo_upstream;
+mod https_client;
+
+/// The upstream's real-looking name in the interception step, pinned to the echo upstream.
+pub const DEMO_HOST: &str = "api.demo.test";
 
 /// The agent name of the demo's capability.
 pub const DEMO_AGENT: &str = "demo-agent";
@@ -115,9 +121,12 @@ async fn run_in(
     options: &DemoOptions,
     out: &mut dyn Write,
 ) -> Result<(), DemoError> {
-    let echo = EchoUpstream::start(EchoConfig::default())
-        .await
-        .map_err(|e| DemoError::Setup(format!("echo upstream: {e}")))?;
+    let echo = EchoUpstream::start(EchoConfig {
+        extra_names: vec![DEMO_HOST.to_owned()],
+        ..EchoConfig::default()
+    })
+    .await
+    .map_err(|e| DemoError::Setup(format!("echo upstream: {e}")))?;
     let port = echo.port();
     let ca_file = home.path.join("upstream-ca.pem");
     echo.ca()
@@ -129,8 +138,13 @@ async fn run_in(
     let paths = Paths::resolve(|name| {
         (name == crate::config::env::MINT_HOME).then(|| home.path.clone().into_os_string())
     });
+    let mut resolve = crate::net::upstream::ResolvePins::default();
+    resolve
+        .add(&format!("{DEMO_HOST}:{port}:127.0.0.1"))
+        .map_err(|e| DemoError::Setup(e.to_string()))?;
     let config = ServeConfig {
         upstream_ca: Some(ca_file),
+        resolve,
         ..ServeConfig::default()
     };
     // Off the async threads: a keyring client may run a runtime of its own.
@@ -159,7 +173,7 @@ async fn run_in(
     say(
         out,
         &format!(
-            "Mint demo\n  broker:   http://{addr} (temporary MINT_HOME {home})\n  log:      {home}/{BROKER_LOG} (the broker's log lines; the home is removed at the end)\n  upstream: https://127.0.0.1:{port} (a local HTTPS echo server with its own CA)\n  alias:    demo, bound to 127.0.0.1, secret: a random value in a 0600 file\n  agent:    {DEMO_AGENT}, with a capability issued for this run\n\n",
+            "Mint demo\n  broker:   http://{addr} (temporary MINT_HOME {home})\n  log:      {home}/{BROKER_LOG} (the broker's log lines; the home is removed at the end)\n  upstream: https://127.0.0.1:{port} (a local HTTPS echo server with its own CA)\n  alias:    demo, bound to 127.0.0.1 and {DEMO_HOST} (pinned to 127.0.0.1), secret: a random value in a 0600 file\n  agent:    {DEMO_AGENT}, with a capability issued for this run\n\n",
             home = home.path.display()
         ),
     )?;
@@ -308,6 +322,47 @@ async fn run_in(
         ),
     )?;
 
+    // 5. An unmodified HTTPS client: CONNECT, TLS with Mint's CA, the real host name.
+    let before = echo.requests().len();
+    let (head, body) = https_client::get_through_connect(
+        addr,
+        DEMO_AGENT,
+        &token,
+        (DEMO_HOST, port),
+        &paths.ca_cert,
+        &[("authorization", "Bearer {{mint:demo}}")],
+        "/echo/hello",
+    )
+    .await?;
+    let upstream_saw = echo.requests().len() == before + 1
+        && echo
+            .requests()
+            .last()
+            .and_then(|r| {
+                r.header("authorization")
+                    .map(|v| v == format!("Bearer {secret}"))
+            })
+            .unwrap_or(false);
+    check(
+        head.status == StatusCode::OK,
+        "the intercepted request did not get 200",
+    )?;
+    check(
+        upstream_saw,
+        "the upstream did not receive the secret through the tunnel",
+    )?;
+    check(
+        body.contains(REDACTED) && !body.contains(&secret),
+        "the echoed secret was not redacted inside the tunnel",
+    )?;
+    say(
+        out,
+        &format!(
+            "5. An unmodified HTTPS client: CONNECT {DEMO_HOST}:{port}, TLS trusting Mint's CA alone,\n   GET https://{DEMO_HOST}:{port}/echo/hello  -> {} (rule demo-read)\n   Mint signed a certificate for {DEMO_HOST}, decided the request inside the tunnel like\n   the others, sent the secret and redacted its echo\n\n",
+            head.status
+        ),
+    )?;
+
     // The audit trail of all of it (the outcome of the last answer may lag a moment).
     tokio::time::sleep(Duration::from_millis(100)).await;
     say(out, "Audit trail (mint audit tail):\n")?;
@@ -328,7 +383,8 @@ async fn run_in(
         say(
             out,
             &format!(
-                "\nThe broker keeps running; try it (Ctrl-C to stop):\n\n  curl -H 'Mint-Capability: {token}' \\\n       -H 'Authorization: Bearer {{{{mint:demo}}}}' \\\n       http://{addr}/v1/proxy/https/127.0.0.1:{port}/echo/try-me\n\n"
+                "\nThe broker keeps running; try it (Ctrl-C to stop):\n\n  curl -H 'Mint-Capability: {token}' \\\n       -H 'Authorization: Bearer {{{{mint:demo}}}}' \\\n       http://{addr}/v1/proxy/https/127.0.0.1:{port}/echo/try-me\n\nor as an unmodified HTTPS client, through CONNECT with Mint's CA:\n\n  curl --proxy 'http://{DEMO_AGENT}:{token}@{addr}' --cacert {ca} \\\n       -H 'Authorization: Bearer {{{{mint:demo}}}}' \\\n       https://{DEMO_HOST}:{port}/echo/try-me\n\n",
+                ca = paths.ca_cert.display()
             ),
         )?;
         shutdown_signal().await;
@@ -371,12 +427,12 @@ fn write_declarations(home: &Path, port: u16, secret: &str) -> Result<String, De
     let secret_file = home.join("secrets").join("demo");
     write_atomic(&secret_file, secret.as_bytes()).map_err(|e| setup(&e))?;
     let aliases = format!(
-        "aliases:\n  - name: demo\n    description: API key of the demo upstream (random, made for this run)\n    hosts: [127.0.0.1]\n    source: file:{}\n",
+        "aliases:\n  - name: demo\n    description: API key of the demo upstream (random, made for this run)\n    hosts: [127.0.0.1, {DEMO_HOST}]\n    source: file:{}\n",
         secret_file.display()
     );
     write_atomic(&home.join("aliases.yaml"), aliases.as_bytes()).map_err(|e| setup(&e))?;
     let scope = format!(
-        "agent: [{DEMO_AGENT}]\n      alias: [demo]\n      host: [127.0.0.1]\n      port: [{port}]"
+        "agent: [{DEMO_AGENT}]\n      alias: [demo]\n      host: [127.0.0.1, {DEMO_HOST}]\n      port: [{port}]"
     );
     let policy = format!(
         "version: 1\ndefault: deny\nrules:\n  - id: demo-read\n    description: read the echo upstream with the demo key\n    effect: allow\n    match:\n      {scope}\n      method: [GET]\n      path: [\"/echo/**\", \"/redirect\"]\n  - id: demo-mcp-endpoint\n    description: the MCP endpoint's own traffic (initialize, tools/list, notifications)\n    effect: allow\n    match:\n      {scope}\n      method: [POST]\n      path: [/echo/mcp]\n  - id: demo-mcp-search\n    description: one allowed MCP tool\n    effect: allow\n    match:\n      {scope}\n      method: [POST]\n      path: [/echo/mcp]\n      tool: [search]\n  - id: no-deletes\n    description: nothing is ever deleted through Mint\n    effect: deny\n    match:\n      method: [DELETE]\n"

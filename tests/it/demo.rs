@@ -1,5 +1,5 @@
 //! `mint demo --once`, run as a user would: it must exit 0 and show the allowed, denied,
-//! redirected and MCP cases and the audit trail — and never the demo secret.
+//! redirected, MCP and intercepted-HTTPS cases and the audit trail — and never the demo secret.
 
 #![allow(clippy::unwrap_used, reason = "tests")]
 
@@ -30,6 +30,9 @@ fn demo_once_shows_every_case_and_exits_zero() {
         "returned to the client, not followed",
         "MCP tools/call `search`  -> 200 OK",
         "MCP tools/call `delete_repo`  -> 403 Forbidden with a JSON-RPC error; never sent",
+        "5. An unmodified HTTPS client: CONNECT api.demo.test:",
+        "/echo/hello  -> 200 OK (rule demo-read)",
+        "Mint signed a certificate for api.demo.test",
         "Audit trail (mint audit tail):",
     ] {
         assert!(
@@ -47,6 +50,22 @@ fn demo_once_shows_every_case_and_exits_zero() {
         rows[1].contains("deny") && rows[1].contains("no-deletes") && rows[1].contains("denied")
     );
     assert!(rows[2].contains("302"));
+    // The intercepted request: the tunnel, then the request inside it, decided by the same rule.
+    let tunneled: Vec<&str> = stdout
+        .lines()
+        .filter(|line| line.contains("demo-agent") && line.contains("api.demo.test:"))
+        .collect();
+    assert_eq!(tunneled.len(), 2, "{stdout}");
+    assert!(
+        tunneled[0].contains("CONNECT") && tunneled[0].contains("allow"),
+        "{stdout}"
+    );
+    assert!(
+        tunneled[1].contains("GET")
+            && tunneled[1].contains("demo-read")
+            && tunneled[1].contains("200"),
+        "{stdout}"
+    );
     // The secret is `demo-` and 32 hex digits: it appears nowhere, on stdout or stderr.
     for text in [stdout.as_str(), &stderr] {
         let leaked = text
