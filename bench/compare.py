@@ -27,6 +27,7 @@ Every process it starts is in a list and is stopped on exit, on an exception or 
 """
 
 import argparse
+import base64
 import datetime
 import http.client
 import json
@@ -63,7 +64,16 @@ ALL_SCENARIOS = {
     "c16-tls-64k": ("64k", True, 16, 0),
     # About 1,000 requests/s: 4 connections, each waiting 4 ms after every answer.
     "rate1000": ("1k", False, 4, 4),
+    # HTTPS interception (bench_connect, not wrk): the client speaks TLS to the upstream's name
+    # through the proxy's CONNECT; `direct` is the same client speaking TLS to the upstream itself.
+    "connect-c16": ("1k", True, 16, 0),
+    # A new connection per request: TCP, CONNECT, a full TLS handshake (no resumption), one
+    # request. Against `direct`'s plain TLS handshake to the upstream.
+    "connect-new": ("1k", True, 4, 0),
 }
+
+# The scenarios bench_connect drives: name -> a new connection per request.
+CONNECT_SCENARIOS = {"connect-c16": False, "connect-new": True}
 
 SCENARIO_TEXT = {
     "c1": "1 KiB, http upstream, 1 connection",
@@ -73,6 +83,9 @@ SCENARIO_TEXT = {
     "c16-tls": "1 KiB, https upstream, 16 connections",
     "c16-tls-64k": "64 KiB, https upstream, 16 connections",
     "rate1000": "1 KiB, http upstream, ~1,000 requests/s (4 connections, 4 ms pause)",
+    "connect-c16": "1 KiB, HTTPS through CONNECT (intercepted), 16 kept-alive connections",
+    "connect-new": "1 KiB, HTTPS through CONNECT (intercepted), a new connection and full "
+    "handshake per request, 4 at a time",
 }
 
 
@@ -248,6 +261,7 @@ class Bench:
         self.procs = Processes(self.work / "pids")
         self.mint = os.environ["BENCH_MINT"]
         self.upstream_bin = os.environ["BENCH_UPSTREAM"]
+        self.connect_bin = os.environ.get("BENCH_CONNECT")
         self.mitmdump = os.environ.get("BENCH_MITMDUMP", "mitmdump")
         self.server_core = os.environ.get("BENCH_SERVER_CORE", "1")
         self.load_core = os.environ.get("BENCH_LOAD_CORE", "0")
@@ -300,7 +314,12 @@ class Bench:
             return f"http://127.0.0.1:{self.up_http}/{answer}"
 
         self.contenders["direct"] = Contender(
-            "direct", url, [f"Authorization: Bearer {SECRET}"], lambda: [self.upstream.pid]
+            "direct",
+            url,
+            [f"Authorization: Bearer {SECRET}"],
+            lambda: [self.upstream.pid],
+            # No proxy: TLS straight to the upstream, the baseline of the CONNECT scenarios.
+            connect=Connect(None, None, f"127.0.0.1:{self.up_https}", self.ca),
         )
 
     def start_nginx(self):
@@ -378,7 +397,7 @@ http {{
     def start_mitmproxy(self):
         conf = self.work / "mitmproxy"
         conf.mkdir(exist_ok=True)
-        p_http, p_https = free_port(), free_port()
+        p_http, p_https, p_regular = free_port(), free_port(), free_port()
         env = dict(os.environ, BENCH_SECRET=SECRET)
         proc = self.procs.start(
             "mitmproxy",
@@ -391,6 +410,9 @@ http {{
                     f"reverse:http://127.0.0.1:{self.up_http}@{p_http}",
                     "--mode",
                     f"reverse:https://127.0.0.1:{self.up_https}@{p_https}",
+                    # An HTTP proxy intercepting CONNECT with its own CA (the CONNECT scenarios).
+                    "--mode",
+                    f"regular@{p_regular}",
                     "--set",
                     f"confdir={conf}",
                     "--set",
@@ -408,12 +430,23 @@ http {{
         )
         wait_port(p_http, proc, "mitmdump", timeout=60)
         wait_port(p_https, proc, "mitmdump", timeout=60)
+        wait_port(p_regular, proc, "mitmdump", timeout=60)
 
         def url(answer, tls):
             return f"http://127.0.0.1:{p_https if tls else p_http}/{answer}"
 
         self.contenders["mitmproxy"] = Contender(
-            "mitmproxy", url, [f"Authorization: Bearer {PLACEHOLDER}"], lambda: [proc.pid]
+            "mitmproxy",
+            url,
+            [f"Authorization: Bearer {PLACEHOLDER}"],
+            lambda: [proc.pid],
+            # mitmproxy writes its CA into its confdir at first start.
+            connect=Connect(
+                f"127.0.0.1:{p_regular}",
+                None,
+                f"127.0.0.1:{self.up_https}",
+                conf / "mitmproxy-ca-cert.pem",
+            ),
         )
 
     def start_mint(self, durability):
@@ -487,11 +520,17 @@ http {{
                 return f"http://{addr}/v1/proxy/https/127.0.0.1:{self.up_https}/{answer}"
             return f"http://{addr}/v1/proxy/http/127.0.0.1:{self.up_http}/{answer}"
 
+        basic = base64.b64encode(f"{AGENT}:{token}".encode()).decode()
         self.contenders[name] = Contender(
             name,
             url,
             [f"Mint-Capability: {token}", f"Authorization: Bearer {PLACEHOLDER}"],
             lambda: [proc.pid],
+            # `mint serve` made its CA at first start, in the home.
+            connect=Connect(
+                addr, f"Basic {basic}", f"127.0.0.1:{self.up_https}", home / "ca.pem"
+            ),
+            connect_headers=[f"Authorization: Bearer {PLACEHOLDER}"],
         )
 
     def start(self, names):
@@ -520,6 +559,8 @@ http {{
 
     def wrk(self, contender, scenario, seconds):
         answer, tls, conns, delay = ALL_SCENARIOS[scenario]
+        if scenario in CONNECT_SCENARIOS:
+            return self.load(contender, scenario, seconds, self.bench_connect_argv(contender, scenario, seconds))
         argv = self.pin(
             [
             "wrk",
@@ -536,7 +577,42 @@ http {{
         for header in contender.headers:
             argv += ["-H", header]
         argv.append(contender.url(answer, tls))
-        env = dict(os.environ, BENCH_DELAY_MS=str(delay))
+        return self.load(contender, scenario, seconds, argv, dict(os.environ, BENCH_DELAY_MS=str(delay)))
+
+    def bench_connect_argv(self, contender, scenario, seconds):
+        """bench_connect's command line for a CONNECT scenario (see src/bin/bench_connect.rs)."""
+        answer, _, conns, _ = ALL_SCENARIOS[scenario]
+        c = contender.connect
+        if c is None:
+            raise RuntimeError(f"{contender.name} has no CONNECT path")
+        if not self.connect_bin:
+            raise RuntimeError("BENCH_CONNECT (the bench_connect binary) is not set")
+        argv = [
+            self.connect_bin,
+            "--target",
+            c.target,
+            "--ca",
+            str(c.ca),
+            "--path",
+            f"/{answer}",
+            "--connections",
+            str(conns),
+            "--duration",
+            str(max(1, round(seconds))),
+        ]
+        if c.proxy:
+            argv += ["--proxy", c.proxy]
+        if c.auth:
+            argv += ["--proxy-auth", c.auth]
+        if CONNECT_SCENARIOS[scenario]:
+            argv.append("--new-connection-per-request")
+        for header in contender.connect_headers:
+            argv += ["-H", header]
+        return self.pin(argv, core=self.load_core)
+
+    def load(self, contender, scenario, seconds, argv, env=None):
+        """One run of a load generator (wrk or bench_connect, both printing a `BENCH` line) with
+        the CPU time of the contender and of the upstream around it."""
         pids = contender.pids()
         up_pids = [self.upstream.pid]
         cpu0, up0 = cpu_ticks(pids), cpu_ticks(up_pids)
@@ -547,7 +623,8 @@ http {{
         match = re.search(r"^BENCH (.*)$", run.stdout, re.M)
         if run.returncode != 0 or not match:
             raise RuntimeError(
-                f"wrk failed for {contender.name}/{scenario}: {run.stdout}{run.stderr}"
+                f"{'bench_connect' if scenario in CONNECT_SCENARIOS else 'wrk'} failed for "
+                f"{contender.name}/{scenario}: {run.stdout}{run.stderr}"
             )
         fields = {k: float(v) for k, v in (kv.split("=") for kv in match.group(1).split())}
         requests = fields["requests"]
@@ -606,12 +683,27 @@ http {{
 
 
 class Contender:
-    def __init__(self, name, url, headers, pids):
+    def __init__(self, name, url, headers, pids, connect=None, connect_headers=None):
         self.name = name
         self.url = url
         self.headers = headers
         self.pids = pids
         self.rss_start = None
+        # The CONNECT scenarios' client settings, None for a contender that cannot intercept.
+        self.connect = connect
+        # Headers of a request inside the tunnel (the proxy's own credential is in `connect`).
+        self.connect_headers = connect_headers if connect_headers is not None else headers
+
+
+class Connect:
+    """How bench_connect reaches the upstream through a contender: its proxy address (None: the
+    upstream itself), `Proxy-Authorization`, the CONNECT target and the CA the client trusts."""
+
+    def __init__(self, proxy, auth, target, ca):
+        self.proxy = proxy
+        self.auth = auth
+        self.target = target
+        self.ca = ca
 
 
 def http_get(url, headers):
@@ -692,6 +784,8 @@ def summarize(runs, contenders, scenarios):
         rounds = runs[scenario]
         for name in contenders:
             mine = [r[name] for r in rounds if name in r]
+            if not mine:
+                continue
             direct = [r.get("direct") for r in rounds if name in r]
             s = {
                 "rps": median([m["rps"] for m in mine]),
@@ -742,6 +836,8 @@ def render(summary, memory, meta, contenders, scenarios):
         )
         w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for name in contenders:
+            if name not in s:
+                continue
             c = s[name]
             w(
                 f"| {name} | {fmt(c['rps'])} | {ratio(c['rps'], direct and direct['rps'])} | "
@@ -755,6 +851,8 @@ def render(summary, memory, meta, contenders, scenarios):
         )
         w("|---|---:|---:|---:|---:|")
         for name in contenders:
+            if name not in s:
+                continue
             c = s[name]
             w(
                 f"| {name} | {fmt(c.get('cpu_us') and c['cpu_us'] / 100, 3)} | {fmt(c['up_us'] / 100, 3)} | "
@@ -796,6 +894,13 @@ def render(summary, memory, meta, contenders, scenarios):
     for line in targets(summary, memory, meta):
         w(f"- {line}")
     w("")
+    intercepted = interception_targets(summary)
+    if intercepted:
+        w("## Targets of issue 15: HTTPS interception (Mint with `interval` audit)")
+        w("")
+        for line in intercepted:
+            w(f"- {line}")
+        w("")
     return "\n".join(lines)
 
 
@@ -859,7 +964,58 @@ def targets(summary, memory, meta):
     return out
 
 
+def interception_targets(summary):
+    """The CONNECT path's goals, each a ratio of figures measured in the same run."""
+    out = []
+
+    def verdict(ok):
+        return "**met**" if ok else "**missed**"
+
+    kept = summary.get("connect-c16", {})
+    mint, mitm = kept.get("mint-interval"), kept.get("mitmproxy")
+    if mint and mitm and mint.get("cpu_us") and mitm.get("cpu_us"):
+        a = mitm["cpu_us"] / mint["cpu_us"]
+        r = mitm["cpu_ratio"] / mint["cpu_ratio"] if mint.get("cpu_ratio") and mitm.get("cpu_ratio") else None
+        out.append(
+            f"kept-alive intercepted requests ≥ 30× cheaper than mitmproxy's: {a:.1f}× absolute "
+            f"({mitm['cpu_us']:.0f} µs vs {mint['cpu_us']:.0f} µs of CPU per request)"
+            + (f", {r:.1f}× as multiples of the upstream's" if r else "")
+            + f" — {verdict(min(a, r or a) >= 30)}"
+        )
+    proxied = summary.get("c16-tls", {}).get("mint-interval")
+    if mint and proxied and mint.get("cpu_us") and proxied.get("cpu_us"):
+        r = mint["cpu_us"] / proxied["cpu_us"]
+        out.append(
+            f"a request inside an intercepted connection ≤ 1.3× the CPU of the same request on "
+            f"`/v1/proxy/` (c16-tls): {mint['cpu_us']:.0f} µs vs {proxied['cpu_us']:.0f} µs = "
+            f"{r:.2f}× — {verdict(r <= 1.3)} (the difference is mostly the agent-side TLS that "
+            f"`/v1/proxy/` over plain loopback HTTP does not have)"
+        )
+    new = summary.get("connect-new", {})
+    direct, mint_new, mitm_new = new.get("direct"), new.get("mint-interval"), new.get("mitmproxy")
+    if direct and mint_new and direct.get("up_us") and mint_new.get("cpu_us"):
+        line = (
+            f"a new intercepted connection (TCP, CONNECT, full handshake with the cached leaf, one "
+            f"request): {mint_new['cpu_us']:.0f} µs of Mint's CPU, {mint_new['cpu_us'] / direct['up_us']:.2f}× "
+            f"the upstream's CPU for a plain TLS handshake and the same request "
+            f"({direct['up_us']:.0f} µs)"
+        )
+        if mitm_new and mitm_new.get("cpu_us"):
+            line += (
+                f"; mitmproxy: {mitm_new['cpu_us']:.0f} µs "
+                f"({mitm_new['cpu_us'] / mint_new['cpu_us']:.1f}× Mint's)"
+            )
+        out.append(line)
+    return out
+
+
 # --- main ------------------------------------------------------------------------------------
+
+
+def runs_in(contender, scenario):
+    """Whether a contender takes part in a scenario: the CONNECT ones need a CONNECT path (nginx
+    has none: it does not intercept)."""
+    return scenario not in CONNECT_SCENARIOS or contender.connect is not None
 
 
 def load_average():
@@ -933,11 +1089,12 @@ def measure(args):
                     flush=True,
                 )
 
-        # Warm-up: pools filled, caches warm, before anything counts.
+        # Warm-up: pools filled, caches warm (Mint's leaf for the CONNECT host signed), before
+        # anything counts.
         for name in contenders:
-            for tls in (False, True):
-                scenario = "c16-tls" if tls else "c256"
-                bench.wrk(bench.contenders[name], scenario, args.warmup)
+            for scenario in ["c256", "c16-tls"] + [s for s in scenarios if s in CONNECT_SCENARIOS]:
+                if runs_in(bench.contenders[name], scenario):
+                    bench.wrk(bench.contenders[name], scenario, args.warmup)
         print(f"warmed up at {time.monotonic() - started:.0f} s", flush=True)
 
         runs = {s: [] for s in scenarios}
@@ -946,9 +1103,10 @@ def measure(args):
             for scenario in scenarios:
                 results = {}
                 for name in order:
-                    results[name] = bench.wrk(bench.contenders[name], scenario, args.duration)
+                    if runs_in(bench.contenders[name], scenario):
+                        results[name] = bench.wrk(bench.contenders[name], scenario, args.duration)
                 runs[scenario].append(results)
-                brief = " ".join(f"{n}={results[n]['rps']:.0f}" for n in contenders)
+                brief = " ".join(f"{n}={results[n]['rps']:.0f}" for n in contenders if n in results)
                 print(
                     f"round {r + 1}/{args.rounds} {scenario}: req/s {brief} "
                     f"({time.monotonic() - started:.0f} s)",

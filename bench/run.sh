@@ -10,6 +10,8 @@
 # into its own venv under target/bench-venv), builds `mint` and the benchmark upstream with
 # `cargo build --release --locked`, then runs bench/compare.py, which starts every process pinned
 # with taskset (load generator on BENCH_LOAD_CORE, upstream and proxies on BENCH_SERVER_CORE),
+# drives the HTTP scenarios with wrk and the HTTPS-interception ones (connect-*) with
+# bench_connect (tests/src/bin/bench_connect.rs: CONNECT, TLS with the proxy's CA, HTTP/1.1),
 # measures on loopback only, and stops everything it started. The table is printed and written to
 # target/bench/results.md (BENCH_OUT), with the raw figures beside it as JSON.
 #
@@ -17,7 +19,7 @@
 #   BENCH_DURATION    seconds per wrk run (3)          BENCH_ROUNDS       rounds (3)
 #   BENCH_WARMUP      seconds per warm-up run (1)      BENCH_IDLE_CONNS   idle connections (1000)
 #   BENCH_CONTENDERS  direct,nginx,mitmproxy,mint-interval,mint-always
-#   BENCH_SCENARIOS   c1,c16,c256,c16-64k,c16-tls,c16-tls-64k,rate1000
+#   BENCH_SCENARIOS   c1,c16,c256,c16-64k,c16-tls,c16-tls-64k,rate1000,connect-c16,connect-new
 #   BENCH_LOAD_CORE   0                                BENCH_SERVER_CORE  1
 #   BENCH_NICE        priority of every benchmark process (-10 as root, so that builds running
 #                     beside it take less from the measurement; 0 turns it off)
@@ -26,7 +28,7 @@
 #   BENCH_MINT, BENCH_UPSTREAM  other binaries to measure (default: target/release/...)
 #   BENCH_KEEP_WORK=1  keep the temporary directory (homes, logs, nginx.conf)
 #
-# Defaults take about 6 minutes of measurement (35 wrk runs of 3 s per round, 3 rounds, plus
+# Defaults take about 7 minutes of measurement (43 load runs of 3 s per round, 3 rounds, plus
 # start-up, warm-up and the memory phase), after a release build that is a one-off.
 set -euo pipefail
 
@@ -96,7 +98,8 @@ export PATH=$PATH:/usr/sbin
 
 if [[ ${BENCH_SKIP_BUILD:-0} != 1 ]]; then
     echo "building mint and bench_upstream (cargo build --release --locked)" >&2
-    cargo build --release --locked -p mint-broker --bin mint -p mint-tests --bin bench_upstream
+    cargo build --release --locked -p mint-broker --bin mint -p mint-tests --bin bench_upstream \
+        --bin bench_connect
 fi
 
 # 1,000 idle connections per contender, and the upstream's and proxies' own connections.
@@ -104,5 +107,6 @@ ulimit -n 16384 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
 export BENCH_MINT=${BENCH_MINT:-$ROOT/target/release/mint}
 export BENCH_UPSTREAM=${BENCH_UPSTREAM:-$ROOT/target/release/bench_upstream}
+export BENCH_CONNECT=${BENCH_CONNECT:-$ROOT/target/release/bench_connect}
 export BENCH_MITMDUMP=$VENV/bin/mitmdump
 python3 "$ROOT/bench/compare.py" --work "$WORK" "$@"
