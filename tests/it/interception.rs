@@ -2,116 +2,20 @@
 //! `mint serve`, which terminates their TLS with a leaf of its own CA and runs every request
 //! inside through the pipeline, toward a local HTTPS echo upstream pinned with `--resolve` to the
 //! name `api.example.test`. A canary secret must reach the upstream and never the client, the
-//! audit log or Mint's stderr.
+//! audit log or Mint's stderr. The set-up and the client runners are shared with
+//! `interception_clients.rs` (`mint_tests::interception`).
 
 #![allow(clippy::unwrap_used, clippy::panic, reason = "tests")]
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use mint_tests::broker::{
-    Broker, CA_VARIABLES, MintHome, curl_via_proxy_as, curl_via_proxy_command,
+use mint_tests::broker::{CA_VARIABLES, MintHome, curl_via_proxy_as, curl_via_proxy_command};
+use mint_tests::interception::{
+    CANARY, HOST, Setup, TlsUpstream, python_client, request_id, tunnel_client,
 };
-use mint_tests::echo_upstream::EchoConfig;
-use mint_tests::{EchoPeer, echo_peer};
-
-const CANARY: &str = "canary-Hq3vT8xL5pZ2mR7wK9nB4cJ6";
-const HOST: &str = "api.example.test";
-/// The secret of the alias `elsewhere`, bound to `elsewhere.example.test`.
-const OTHER_CANARY: &str = "canary-elsewhere-Zt4Wq8Lm2Xv6Nb9R";
-
-struct Setup {
-    // Dropped last: the peer and the broker first.
-    broker: Broker,
-    peer: EchoPeer,
-    home: MintHome,
-    cap: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Setup {
-    fn start() -> Setup {
-        Setup::start_with_capability(&[])
-    }
-
-    /// A set-up whose capability is issued with `mint cap issue` arguments `cap_args`.
-    fn start_with_capability(cap_args: &[&str]) -> Setup {
-        let dir = tempfile::tempdir().unwrap();
-        let config = EchoConfig {
-            extra_names: vec![HOST.to_owned(), "other.example.test".to_owned()],
-            ..EchoConfig::default()
-        };
-        let peer = echo_peer(dir.path(), config);
-        let port = peer.server.port();
-        let policy = format!(
-            "version: 1\ndefault: deny\nrules:\n  - id: echo-all\n    effect: allow\n    match:\n      alias: [echo]\n      host: [{HOST}]\n      port: [{port}]\n      method: [GET, POST]\n"
-        );
-        // `elsewhere` is bound to a host no tunnel here goes to.
-        let aliases = format!(
-            "aliases:\n  - name: echo\n    hosts: [{HOST}]\n    source: file:$SECRETS/echo\n  - name: elsewhere\n    hosts: [elsewhere.example.test]\n    source: file:$SECRETS/elsewhere\n"
-        );
-        let home = MintHome::new(
-            &policy,
-            &aliases,
-            &[("echo", CANARY), ("elsewhere", OTHER_CANARY)],
-        );
-        let cap = home.issue_capability("mino", cap_args);
-        let pin = format!("{HOST}:{port}:127.0.0.1");
-        let other = format!("other.example.test:{port}:127.0.0.1");
-        let broker = home.serve(&peer.ca_file, &["--resolve", &pin, "--resolve", &other]);
-        Setup {
-            broker,
-            peer,
-            home,
-            cap,
-            _dir: dir,
-        }
-    }
-
-    fn port(&self) -> u16 {
-        self.peer.server.port()
-    }
-
-    fn ca(&self) -> PathBuf {
-        self.home.path().join("ca.pem")
-    }
-
-    fn proxy(&self) -> String {
-        format!("http://agent:{}@{}", self.cap, self.broker.addr())
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("https://{HOST}:{}{path}", self.port())
-    }
-
-    #[track_caller]
-    fn assert_no_canary(&self, seen: &str) {
-        self.broker.assert_clean(seen, &[CANARY, OTHER_CANARY]);
-    }
-
-    /// Waits (bounded) until the audit log holds a record with `reason`, written as a tunnel
-    /// ends, which may be just after the client gave up.
-    #[track_caller]
-    fn wait_for_reason(&self, reason: &str) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while self.records_with_reason(reason).is_empty() {
-            assert!(std::time::Instant::now() < deadline, "no {reason} record");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// The audit records with `reason`.
-    fn records_with_reason(&self, reason: &str) -> Vec<serde_json::Value> {
-        self.broker
-            .audit_records()
-            .into_iter()
-            .filter(|r| r["reason"] == reason)
-            .collect()
-    }
-}
 
 #[test]
 fn issue_15_curl_over_http1_and_http2_through_an_intercepted_tunnel() {
@@ -484,101 +388,6 @@ print(second.status_code, second.json()["error"]["code"], flush=True)
     setup.assert_no_canary(&rest);
 }
 
-/// A TLS server on `127.0.0.1:0` presenting the certificate of `config`: it counts finished
-/// handshakes and keeps every request head it reads, answering each `200 ok`. The upstream a
-/// test needs when the leaf must be one of Mint's own CA. Dropping it stops the thread.
-struct TlsUpstream {
-    port: u16,
-    handshakes: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    requests: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl TlsUpstream {
-    fn start(config: std::sync::Arc<rustls::ServerConfig>) -> TlsUpstream {
-        use std::sync::atomic::Ordering;
-        use std::sync::{Arc, Mutex};
-
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let handshakes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let thread = {
-            let (handshakes, requests, stop) = (
-                Arc::clone(&handshakes),
-                Arc::clone(&requests),
-                Arc::clone(&stop),
-            );
-            std::thread::spawn(move || {
-                for stream in listener.incoming() {
-                    if stop.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    let Ok(stream) = stream else { continue };
-                    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-                    let connection = rustls::ServerConnection::new(Arc::clone(&config)).unwrap();
-                    let mut tls = rustls::StreamOwned::new(connection, stream);
-                    let mut handshake_done = true;
-                    while tls.conn.is_handshaking() {
-                        if tls.conn.complete_io(&mut tls.sock).is_err() {
-                            handshake_done = false;
-                            break;
-                        }
-                    }
-                    if !handshake_done {
-                        continue;
-                    }
-                    handshakes.fetch_add(1, Ordering::SeqCst);
-                    let mut head = Vec::new();
-                    let mut buf = [0u8; 4096];
-                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match tls.read(&mut buf) {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => head.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    requests
-                        .lock()
-                        .unwrap()
-                        .push(String::from_utf8_lossy(&head).into_owned());
-                    let _ = tls.write_all(
-                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
-                    );
-                    tls.conn.send_close_notify();
-                    let _ = tls.flush();
-                }
-            })
-        };
-        TlsUpstream {
-            port,
-            handshakes,
-            requests,
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn handshakes(&self) -> usize {
-        self.handshakes.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    fn requests(&self) -> Vec<String> {
-        self.requests.lock().unwrap().clone()
-    }
-}
-
-impl Drop for TlsUpstream {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        let _ = TcpStream::connect(("127.0.0.1", self.port));
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
 #[test]
 fn issue_15_mint_never_trusts_its_own_ca_upstream_even_through_ssl_cert_file_and_dir() {
     let dir = tempfile::tempdir().unwrap();
@@ -599,7 +408,7 @@ fn issue_15_mint_never_trusts_its_own_ca_upstream_even_through_ssl_cert_file_and
     let ca = mint_broker::net::ca::CertificateAuthority::from_pem(&ca_pem, &key_pem, now).unwrap();
     let (config, _) = ca.server_config(HOST, now).unwrap();
     let upstream = TlsUpstream::start(config);
-    let port = upstream.port;
+    let port = upstream.port();
     home.write_private(
         "policy.yaml",
         &format!(
@@ -682,72 +491,6 @@ fn issue_15_mint_never_trusts_its_own_ca_upstream_even_through_ssl_cert_file_and
     assert_eq!(upstream.requests().len(), 1);
     assert!(!response.everything().contains(CANARY));
     broker.assert_secret_absent(CANARY);
-}
-
-/// The proxy variables a client could pick up from the machine.
-const PROXY_VARIABLES: [&str; 8] = [
-    "HTTPS_PROXY",
-    "https_proxy",
-    "HTTP_PROXY",
-    "http_proxy",
-    "ALL_PROXY",
-    "all_proxy",
-    "NO_PROXY",
-    "no_proxy",
-];
-
-/// Runs `tests/python/https_interception_client.py ARGS` under `env -u` of every CA and proxy
-/// variable, given only `vars`; returns its JSON and everything it printed.
-fn python_client(args: &[&str], vars: &[(&str, &str)]) -> (serde_json::Value, String) {
-    let mut command = Command::new("env");
-    for variable in CA_VARIABLES.iter().chain(PROXY_VARIABLES.iter()) {
-        command.args(["-u", variable]);
-    }
-    for (name, value) in vars {
-        command.arg(format!("{name}={value}"));
-    }
-    let script = mint_tests::repo_root().join("tests/python/https_interception_client.py");
-    let output = command
-        .arg(mint_tests::repo_root().join(".venv/bin/python"))
-        .arg(script)
-        .args(args)
-        .output()
-        .unwrap();
-    let everything = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let json = if output.status.success() {
-        serde_json::from_slice(&output.stdout).unwrap()
-    } else {
-        serde_json::Value::Null
-    };
-    (json, everything)
-}
-
-/// Runs the hand-made tunnel of `https_interception_client.py tunnel` with `steps` and the
-/// set-up's capability; returns each step's answer and everything the client printed.
-fn tunnel_client(setup: &Setup, steps: &serde_json::Value) -> (Vec<serde_json::Value>, String) {
-    let ca = setup.ca();
-    let (json, everything) = python_client(
-        &[
-            "tunnel",
-            "--proxy",
-            setup.broker.addr(),
-            "--target",
-            &format!("{HOST}:{}", setup.port()),
-            "--cafile",
-            ca.to_str().unwrap(),
-            &steps.to_string(),
-        ],
-        &[("MINT_CAPABILITY", &setup.cap)],
-    );
-    let answers = json
-        .as_array()
-        .cloned()
-        .unwrap_or_else(|| panic!("{everything}"));
-    (answers, everything)
 }
 
 #[test]
@@ -833,18 +576,6 @@ fn issue_15_python_ssl_with_verify_x509_strict_accepts_the_leaf() {
         Some(format!("Bearer {CANARY}").as_str())
     );
     setup.assert_no_canary(&everything);
-}
-
-/// The `Mint-Request-Id` of a client's answer (header names in any case).
-fn request_id(answer: &serde_json::Value) -> String {
-    answer["headers"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .find(|(name, _)| name.eq_ignore_ascii_case("mint-request-id"))
-        .and_then(|(_, value)| value.as_str())
-        .unwrap_or_else(|| panic!("no Mint-Request-Id: {answer}"))
-        .to_owned()
 }
 
 #[test]
