@@ -271,3 +271,153 @@ fn issue_15_git_ls_remote_through_an_intercepted_tunnel() {
     assert_eq!(outcome["outcome"], "completed", "{outcome}");
     clean(&printed);
 }
+
+/// Runs `openssl ARGS` and asserts it succeeded.
+#[track_caller]
+fn openssl(args: &[&str], dir: &Path) {
+    let output = client_command("openssl", &[])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "openssl {args:?}: {}",
+        everything(&output)
+    );
+}
+
+/// A TLS server presenting `cert` (PEM, leaf then CA) with `key`, HTTP/1.1.
+#[track_caller]
+fn tls_server(cert: &Path, key: &Path) -> TlsUpstream {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let key = PrivateKeyDer::from_pem_file(key).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+    TlsUpstream::start(std::sync::Arc::new(config))
+}
+
+/// interception.rs shows Python's `ssl` with `VERIFY_X509_STRICT` accepting Mint's leaves, which
+/// carry an Authority Key Identifier. That only means something if the same check refuses a
+/// leaf without one: two leaves of one CA, made by openssl alike but for that extension, served
+/// in turn, verified by the client's own strict context (the OpenSSL Python links, 3.0 here,
+/// enforces it: `Missing Authority Key Identifier`).
+#[test]
+fn issue_15_python_verify_x509_strict_refuses_a_leaf_without_an_authority_key_identifier() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path();
+    let name = "strict.example.test";
+    openssl(
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-subj",
+            "/CN=strict test CA",
+            "-days",
+            "2",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ],
+        path,
+    );
+    openssl(
+        &[
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-subj",
+            &format!("/CN={name}"),
+            "-keyout",
+            "leaf.key",
+            "-out",
+            "leaf.csr",
+        ],
+        path,
+    );
+    let mut verdicts = Vec::new();
+    for (label, aki) in [("with", "keyid:always"), ("without", "none")] {
+        let extensions = format!(
+            "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:{name}\nsubjectKeyIdentifier=hash\nauthorityKeyIdentifier={aki}\n"
+        );
+        std::fs::write(path.join(format!("{label}.ext")), extensions).unwrap();
+        let leaf = format!("{label}.pem");
+        openssl(
+            &[
+                "x509",
+                "-req",
+                "-in",
+                "leaf.csr",
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-days",
+                "1",
+                "-extfile",
+                &format!("{label}.ext"),
+                "-out",
+                &leaf,
+            ],
+            path,
+        );
+        let text = client_command("openssl", &[])
+            .args(["x509", "-noout", "-text", "-in"])
+            .arg(path.join(&leaf))
+            .output()
+            .unwrap();
+        let has_aki = String::from_utf8_lossy(&text.stdout).contains("Authority Key Identifier");
+        assert_eq!(has_aki, label == "with", "{label}");
+        let chain = path.join(format!("{label}-chain.pem"));
+        std::fs::write(
+            &chain,
+            std::fs::read_to_string(path.join(&leaf)).unwrap()
+                + &std::fs::read_to_string(path.join("ca.pem")).unwrap(),
+        )
+        .unwrap();
+        let server = tls_server(&chain, &path.join("leaf.key"));
+        let ca = path.join("ca.pem");
+        let (json, printed) = mint_tests::interception::python_client(
+            &[
+                "direct",
+                "--target",
+                &format!("{name}:{}", server.port()),
+                "--cafile",
+                ca.to_str().unwrap(),
+            ],
+            &[],
+        );
+        verdicts.push((label, json["verified"].clone(), printed));
+    }
+    assert_eq!(verdicts[0].1, true, "{}", verdicts[0].2);
+    assert_eq!(verdicts[1].1, false, "{}", verdicts[1].2);
+    assert!(
+        verdicts[1].2.contains("Missing Authority Key Identifier"),
+        "{}",
+        verdicts[1].2
+    );
+}
