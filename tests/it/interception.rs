@@ -708,3 +708,53 @@ fn issue_15_a_second_http2_stream_naming_another_authority_is_421() {
     );
     setup.assert_no_canary(&everything);
 }
+
+#[test]
+fn issue_15_a_header_that_would_still_hold_a_placeholder_after_substitution_is_never_sent() {
+    let setup = Setup::start();
+    // Each header holds `{{mint:` that no substitution could consume: after the good
+    // placeholder is replaced, the rest would still read as one, so the request is refused
+    // whole, before the decision, and nothing is sent.
+    let cases = [
+        // An unfinished placeholder after a good one.
+        (
+            "Authorization",
+            "Bearer {{mint:echo}} {{mint:echo",
+            400,
+            "malformed_placeholder",
+        ),
+        // A name that is not an alias name (uppercase).
+        (
+            "Authorization",
+            "Bearer {{mint:Echo}}",
+            400,
+            "malformed_placeholder",
+        ),
+        // An alias nobody declared.
+        ("X-Extra", "{{mint:nosuch}}", 400, "unknown_alias"),
+        // Percent-encoded: never substituted in a header, and never forwarded as it is.
+        ("X-Extra", "%7B%7Bmint:echo%7D%7D", 403, "site_not_allowed"),
+    ];
+    for (name, value, status, code) in cases {
+        let steps = serde_json::json!([
+            {"path": "/echo?n=1", "headers": {"Authorization": "Bearer {{mint:echo}}", name: value}},
+        ]);
+        let (answers, everything) = tunnel_client(&setup, &steps);
+        assert_eq!(answers.len(), 1, "{everything}");
+        assert_eq!(answers[0]["status"], status, "{value}: {everything}");
+        let error: serde_json::Value =
+            serde_json::from_str(answers[0]["body"].as_str().unwrap()).unwrap();
+        assert_eq!(error["error"]["code"], code, "{value}: {error}");
+        let id = request_id(&answers[0]);
+        let outcome = setup.broker.outcome_of(&id);
+        assert_eq!(outcome["status"], status, "{value}: {outcome}");
+        assert_eq!(outcome["host"], HOST, "{value}: {outcome}");
+        assert_eq!(outcome["agent"], "mino", "{value}: {outcome}");
+        setup.assert_no_canary(&everything);
+    }
+    assert!(setup.peer.server.requests().is_empty());
+    assert_eq!(
+        setup.records_with_reason("tunnel_opened").len(),
+        cases.len()
+    );
+}
