@@ -10,11 +10,12 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
+use std::sync::Arc;
 use std::time::Duration;
 
 use mint_tests::broker::{CA_VARIABLES, MintHome, curl_via_proxy_as, curl_via_proxy_command};
 use mint_tests::interception::{
-    CANARY, HOST, Setup, TlsUpstream, python_client, request_id, tunnel_client,
+    CANARY, HOST, Setup, SetupConfig, TlsUpstream, python_client, request_id, tunnel_client,
 };
 
 #[test]
@@ -170,30 +171,103 @@ fn issue_15_a_host_header_naming_another_host_is_421_and_nothing_is_sent() {
 
 /// Opens a tunnel by hand and returns the socket after the `200`.
 fn open_tunnel(setup: &Setup) -> TcpStream {
+    open_tunnel_to(setup, &format!("{HOST}:{}", setup.port()))
+}
+
+/// Opens a tunnel by hand to `authority` and returns the socket after the `200`.
+#[track_caller]
+fn open_tunnel_to(setup: &Setup, authority: &str) -> TcpStream {
     let mut stream = TcpStream::connect(setup.broker.addr()).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
-    let port = setup.port();
-    write!(
-        stream,
-        "CONNECT {HOST}:{port} HTTP/1.1\r\nHost: {HOST}:{port}\r\nProxy-Authorization: Bearer {}\r\n\r\n",
-        setup.cap
-    )
-    .unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(stream.read(&mut byte).unwrap(), 1, "the head ended early");
-        head.push(byte[0]);
-    }
-    let head = String::from_utf8(head).unwrap();
+    send_connect(&mut stream, setup, authority);
+    let head = read_head(&mut stream);
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(
         !head.to_ascii_lowercase().contains("connection: close"),
         "{head}"
     );
     stream
+}
+
+/// Writes `CONNECT authority` with the set-up's capability.
+#[track_caller]
+fn send_connect(stream: &mut TcpStream, setup: &Setup, authority: &str) {
+    write!(
+        stream,
+        "CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\nProxy-Authorization: Bearer {}\r\n\r\n",
+        setup.cap
+    )
+    .unwrap();
+}
+
+/// Reads an answer's head, byte by byte (nothing of what follows is consumed).
+#[track_caller]
+fn read_head(stream: &mut TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(stream.read(&mut byte).unwrap(), 1, "the head ended early");
+        head.push(byte[0]);
+    }
+    String::from_utf8(head).unwrap()
+}
+
+/// A TLS client trusting Mint's CA alone, HTTP/1.1.
+fn mint_client_config(setup: &Setup) -> Arc<rustls::ClientConfig> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(setup.ca()).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(config)
+}
+
+/// The TLS handshake over an open tunnel with the SNI `host`, the leaf verified for `host`.
+#[track_caller]
+fn tls_over(
+    config: &Arc<rustls::ClientConfig>,
+    stream: TcpStream,
+    host: &str,
+) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+    let name = rustls::pki_types::ServerName::try_from(host.to_owned()).unwrap();
+    let connection = rustls::ClientConnection::new(Arc::clone(config), name).unwrap();
+    let mut tls = rustls::StreamOwned::new(connection, stream);
+    while tls.conn.is_handshaking() {
+        tls.conn
+            .complete_io(&mut tls.sock)
+            .unwrap_or_else(|e| panic!("handshake with {host}: {e}"));
+    }
+    tls
+}
+
+/// `GET path` with the placeholder on an open TLS tunnel to the set-up's upstream; returns the
+/// whole answer (the request says `Connection: close`).
+#[track_caller]
+fn get_over(
+    setup: &Setup,
+    tls: &mut rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
+    path: &str,
+) -> String {
+    write!(
+        tls,
+        "GET {path} HTTP/1.1\r\nHost: {HOST}:{}\r\nAuthorization: Bearer {{{{mint:echo}}}}\r\nConnection: close\r\n\r\n",
+        setup.port()
+    )
+    .unwrap();
+    tls.flush().unwrap();
+    let mut answer = Vec::new();
+    let _ = tls.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer).into_owned()
 }
 
 #[test]
@@ -757,4 +831,134 @@ fn issue_15_a_header_that_would_still_hold_a_placeholder_after_substitution_is_n
         setup.records_with_reason("tunnel_opened").len(),
         cases.len()
     );
+}
+
+/// The broker's resident set size (`VmRSS` of /proc/PID/status), in KiB.
+#[track_caller]
+fn rss_kib(setup: &Setup) -> u64 {
+    let status =
+        std::fs::read_to_string(format!("/proc/{}/status", setup.broker.pid().unwrap())).unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().strip_suffix("kB"))
+        .and_then(|kib| kib.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmRSS in {status}"))
+}
+
+/// Host names the leaf-cache test tunnels to, one each.
+const MANY_HOSTS: usize = 2400;
+
+#[test]
+fn issue_15_the_leaf_cache_stays_bounded_over_thousands_of_distinct_hosts() {
+    // A rule for any `*.example.test` on 443 and a pin for each name: every tunnel passes its
+    // checks, and Mint signs a leaf for each new host. Nothing is sent upstream.
+    let pins: Vec<String> = (0..MANY_HOSTS)
+        .flat_map(|n| {
+            [
+                "--resolve".to_owned(),
+                format!("h{n}.example.test:443:127.0.0.1"),
+            ]
+        })
+        .collect();
+    let setup = Setup::start_with(SetupConfig {
+        serve_args: pins,
+        rules: "  - id: any-example\n    effect: allow\n    match:\n      host: [\"*.example.test\"]\n      port: [443]\n      method: [GET]\n".to_owned(),
+        ..SetupConfig::default()
+    });
+    let config = mint_client_config(&setup);
+    let handshake = |n: usize| {
+        let host = format!("h{n}.example.test");
+        let stream = open_tunnel_to(&setup, &format!("{host}:443"));
+        // Verified against Mint's CA for this very name: a leaf was signed for it.
+        let mut tls = tls_over(&config, stream, &host);
+        tls.conn.send_close_notify();
+        let _ = tls.flush();
+    };
+    // Warm-up: past the cache's 1024 hosts, so it is full and evicting.
+    for n in 0..MANY_HOSTS / 2 {
+        handshake(n);
+    }
+    let warm = rss_kib(&setup);
+    for n in MANY_HOSTS / 2..MANY_HOSTS {
+        handshake(n);
+    }
+    let after = rss_kib(&setup);
+    // 1200 more hosts, each with a leaf and a TLS configuration of its own: unbounded, they
+    // add about 36 MiB (30 KiB a host, seen with the capacity raised to 100 000); bounded, what
+    // is evicted makes room (under 2 MiB seen).
+    let grown = after.saturating_sub(warm);
+    assert!(
+        grown < 8 * 1024,
+        "RSS grew by {grown} KiB over {} more hosts ({warm} KiB then {after} KiB)",
+        MANY_HOSTS / 2
+    );
+    // Each tunnel was opened, and nothing reached the upstream.
+    assert_eq!(setup.records_with_reason("tunnel_opened").len(), MANY_HOSTS);
+    assert!(setup.peer.server.requests().is_empty());
+    let _ = writeln!(
+        std::io::stderr(),
+        "leaf cache: RSS {warm} KiB after {} hosts, {after} KiB after {MANY_HOSTS}",
+        MANY_HOSTS / 2
+    );
+}
+
+#[test]
+fn issue_15_max_connections_holds_with_tunnels() {
+    // Two slots; an idle tunnel must not be closed by the head deadline while the test runs.
+    let setup = Setup::start_with(SetupConfig {
+        serve_args: ["--max-connections", "2", "--header-read-timeout", "60s"]
+            .map(str::to_owned)
+            .to_vec(),
+        ..SetupConfig::default()
+    });
+    let config = mint_client_config(&setup);
+    let first = tls_over(&config, open_tunnel(&setup), HOST);
+    let mut second = tls_over(&config, open_tunnel(&setup), HOST);
+    // A third connection waits in the listen backlog: its CONNECT gets no answer at all.
+    let mut third = TcpStream::connect(setup.broker.addr()).unwrap();
+    let authority = format!("{HOST}:{}", setup.port());
+    send_connect(&mut third, &setup, &authority);
+    third
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    let waited = third.read(&mut byte);
+    assert!(
+        matches!(&waited, Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)),
+        "the third connection was served: {waited:?}"
+    );
+    let connects = |setup: &Setup| {
+        setup
+            .broker
+            .audit_records()
+            .into_iter()
+            .filter(|r| r["phase"] == "decision" && r["method"] == "CONNECT")
+            .count()
+    };
+    assert_eq!(connects(&setup), 2);
+    // One tunnel ends: the waiting connection gets its slot, its tunnel opens and works.
+    drop(first);
+    third
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let head = read_head(&mut third);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut third = tls_over(&config, third, HOST);
+    let answer = get_over(&setup, &mut third, "/echo?tunnel=3");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("[mint:redacted]"), "{answer}");
+    // The tunnel that stayed open works too.
+    let kept = get_over(&setup, &mut second, "/echo?tunnel=2");
+    assert!(kept.starts_with("HTTP/1.1 200"), "{kept}");
+    let upstream = setup.peer.server.requests();
+    assert_eq!(upstream.len(), 2);
+    for request in upstream.snapshot() {
+        assert_eq!(
+            request.header("authorization"),
+            Some(format!("Bearer {CANARY}").as_str())
+        );
+    }
+    assert_eq!(connects(&setup), 3);
+    setup.assert_no_canary(&format!("{answer}{kept}"));
 }
