@@ -230,3 +230,60 @@ fn issue_15_serve_refuses_a_ca_it_must_not_use() {
     assert!(out.stderr.contains("mint ca rotate"), "{}", out.stderr);
     assert!(!leaked(&out.stderr), "the key was shown");
 }
+
+#[test]
+fn issue_15_serve_refuses_an_expired_ca() {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    ok(mint(dir.path()).arg("init"));
+    // A CA in every other way Mint's: P-256, CA:TRUE, keyCertSign; it ended a month ago.
+    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let mut params = CertificateParams::default();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "expired test CA");
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::days(400);
+    params.not_after = now - time::Duration::days(30);
+    let cert = params.self_signed(&key).unwrap();
+    let key_path = dir.path().join(".mint/ca.key");
+    let cert_path = dir.path().join(".mint/ca.pem");
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // openssl agrees that it has expired.
+    let checked = Command::new("openssl")
+        .args(["x509", "-noout", "-checkend", "0", "-in"])
+        .arg(&cert_path)
+        .output()
+        .unwrap();
+    assert!(!checked.status.success(), "{checked:?}");
+
+    let mut cmd = mint(dir.path());
+    cmd.args(["serve", "--listen", "127.0.0.1:0"]);
+    let out = fails(&mut cmd);
+    assert!(out.stderr.contains("expired"), "{}", out.stderr);
+    assert_eq!(
+        out.stderr.matches("mint ca rotate").count(),
+        1,
+        "{}",
+        out.stderr
+    );
+    let key_body: String = key
+        .serialize_pem()
+        .lines()
+        .filter(|line| !line.starts_with("-----"))
+        .collect();
+    assert!(
+        !key_body
+            .as_bytes()
+            .chunks(16)
+            .any(|piece| out.stderr.contains(std::str::from_utf8(piece).unwrap())),
+        "the key was shown"
+    );
+    // Nothing was replaced: the operator decides when to rotate.
+    assert_eq!(std::fs::read_to_string(&cert_path).unwrap(), cert.pem());
+}

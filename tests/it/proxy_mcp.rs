@@ -10,6 +10,9 @@
 //! the allowed tools. A canary API key must reach the server and never the client, the audit log
 //! or Mint's stderr. The client runs two sessions: a `ClientSession` with the initialize
 //! handshake, and the SDK's high-level `Client`, which speaks the modern protocol by default.
+//! The same client also runs configured by its environment alone (`HTTPS_PROXY`, `SSL_CERT_FILE`)
+//! toward the server's own `https://` URL on a real-looking name, through a tunnel Mint
+//! intercepts (issue 15).
 //!
 //! What loopback-only tests cannot show: forward-proxy `http://` toward a host that is not
 //! loopback is sent upstream as `https://`; there is no such server here, so only the decision
@@ -28,7 +31,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use mint_tests::broker::{
-    Broker, CurlResponse, MintHome, curl_via_proxy, parse_raw_answer, raw_http,
+    Broker, CA_VARIABLES, CurlResponse, MintHome, curl_via_proxy, parse_raw_answer, raw_http,
 };
 use mint_tests::echo_upstream::EchoConfig;
 use mint_tests::lab::{self, LabConfig};
@@ -150,9 +153,10 @@ struct McpServer {
 }
 
 impl McpServer {
-    /// Starts the server and waits (bounded) until it prints its port.
+    /// Starts the server, its leaf also for the DNS names `names`, and waits (bounded) until it
+    /// prints its port.
     #[track_caller]
-    fn start(python: &Path, mode: ServerMode) -> McpServer {
+    fn start(python: &Path, mode: ServerMode, names: &[&str]) -> McpServer {
         let dir = tempfile::tempdir().unwrap();
         let mut command = python_command(python);
         command
@@ -174,6 +178,9 @@ impl McpServer {
         }
         if mode.json_response {
             command.arg("--json-response");
+        }
+        for name in names {
+            command.args(["--name", name]);
         }
         let mut child = command.spawn().unwrap();
         let stdout = child.stdout.take().unwrap();
@@ -242,11 +249,17 @@ impl Drop for McpServer {
 // MCP through Mint
 // ---------------------------------------------------------------------------------------------
 
-const MCP_ALIASES: &str =
-    "aliases:\n  - name: mcpkey\n    hosts: [127.0.0.1]\n    source: file:$SECRETS/mcpkey\n";
+/// The MCP server's name in the interception test, pinned to `127.0.0.1` with `--resolve`.
+const MCP_HOST: &str = "mcp.example.test";
 
-/// POLICY.md's shape for an MCP server: the endpoint without `tool`, and the allowed tools.
-fn mcp_policy(scheme: &str, port: u16) -> String {
+/// The alias `mcpkey`, bound to `host`.
+fn mcp_aliases(host: &str) -> String {
+    format!("aliases:\n  - name: mcpkey\n    hosts: [{host}]\n    source: file:$SECRETS/mcpkey\n")
+}
+
+/// POLICY.md's shape for an MCP server on `host`: the endpoint without `tool`, and the allowed
+/// tools.
+fn mcp_policy(scheme: &str, host: &str, port: u16) -> String {
     format!(
         "version: 1
 default: deny
@@ -257,7 +270,7 @@ rules:
     match:
       alias: [mcpkey]
       scheme: [{scheme}]
-      host: [127.0.0.1]
+      host: [{host}]
       port: [{port}]
       method: [POST, GET, DELETE]
       path: [/mcp]
@@ -267,7 +280,7 @@ rules:
     match:
       alias: [mcpkey]
       scheme: [{scheme}]
-      host: [127.0.0.1]
+      host: [{host}]
       port: [{port}]
       method: [POST]
       path: [/mcp]
@@ -279,26 +292,38 @@ rules:
 /// An MCP server, a broker in front of it, and a capability.
 struct McpLab {
     server: McpServer,
-    _home: MintHome,
+    home: MintHome,
     cap: String,
     broker: Broker,
 }
 
 impl McpLab {
+    /// The server on `127.0.0.1`.
     #[track_caller]
     fn start(python: &Path, mode: ServerMode) -> McpLab {
-        let server = McpServer::start(python, mode);
+        McpLab::start_on(python, mode, "127.0.0.1")
+    }
+
+    /// The server as `host`: a DNS name is in its leaf and pinned to `127.0.0.1` with
+    /// `mint serve --resolve`.
+    #[track_caller]
+    fn start_on(python: &Path, mode: ServerMode, host: &str) -> McpLab {
+        let named = host != "127.0.0.1";
+        let names = [host];
+        let server = McpServer::start(python, mode, if named { &names } else { &[] });
         let scheme = if mode.tls { "https" } else { "http" };
         let home = MintHome::new(
-            &mcp_policy(scheme, server.port),
-            MCP_ALIASES,
+            &mcp_policy(scheme, host, server.port),
+            &mcp_aliases(host),
             &[("mcpkey", CANARY)],
         );
         let cap = home.issue_capability("mino", &[]);
-        let broker = home.serve(&server.ca_file(), &[]);
+        let pin = format!("{host}:{}:127.0.0.1", server.port);
+        let resolve: &[&str] = if named { &["--resolve", &pin] } else { &[] };
+        let broker = home.serve(&server.ca_file(), resolve);
         McpLab {
             server,
-            _home: home,
+            home,
             cap,
             broker,
         }
@@ -335,6 +360,9 @@ enum Way {
     Route,
     /// `http://127.0.0.1:PORT/mcp` with Mint as the HTTP proxy (`Proxy-Authorization`).
     Forward,
+    /// `https://mcp.example.test:PORT/mcp` with only `HTTPS_PROXY=http://agent:CAP@MINT` and
+    /// `SSL_CERT_FILE=<Mint's CA>`: a `CONNECT` tunnel Mint intercepts.
+    Intercepted,
 }
 
 /// Runs `tests/python/mcp_http_client.py` against the lab (a `ClientSession` with the initialize
@@ -342,13 +370,26 @@ enum Way {
 /// protocol) and checks everything the issue asks of MCP through Mint.
 #[track_caller]
 fn run_mcp_session(python: &Path, mode: ServerMode, way: Way) {
-    let lab = McpLab::start(python, mode);
+    let host = match way {
+        Way::Intercepted => MCP_HOST,
+        Way::Route | Way::Forward => "127.0.0.1",
+    };
+    let lab = McpLab::start_on(python, mode, host);
     let port = lab.server.port;
     let scheme = if mode.tls { "https" } else { "http" };
     let mut command = python_command(python);
-    command
-        .arg(script("mcp_http_client.py"))
-        .env("MINT_CAPABILITY", &lab.cap);
+    command.arg(script("mcp_http_client.py"));
+    match way {
+        Way::Route | Way::Forward => {
+            command.env("MINT_CAPABILITY", &lab.cap);
+        }
+        Way::Intercepted => {
+            // The machine's CA variables must not decide what the client trusts.
+            for variable in CA_VARIABLES {
+                command.env_remove(variable);
+            }
+        }
+    }
     match way {
         Way::Route => {
             command.args([
@@ -363,6 +404,20 @@ fn run_mcp_session(python: &Path, mode: ServerMode, way: Way) {
                 "--proxy",
                 &lab.broker.base,
             ]);
+        }
+        Way::Intercepted => {
+            assert!(mode.tls, "an intercepted tunnel goes to an https server");
+            command
+                .args([
+                    "--url",
+                    &format!("https://{MCP_HOST}:{port}/mcp"),
+                    "--trust-env",
+                ])
+                .env(
+                    "HTTPS_PROXY",
+                    format!("http://agent:{}@{}", lab.cap, lab.broker.addr()),
+                )
+                .env("SSL_CERT_FILE", lab.home.path().join("ca.pem"));
         }
     }
     let streamed = !mode.json_response;
@@ -495,9 +550,32 @@ fn run_mcp_session(python: &Path, mode: ServerMode, way: Way) {
             "{outcome}"
         );
     }
+    for record in &decisions {
+        assert_eq!(record["host"], host, "{record}");
+    }
+    // Through interception the tunnels are recorded too, as `CONNECT`s (the per-request rules
+    // are decided inside); otherwise there is none.
+    let connects: Vec<&&Value> = decisions
+        .iter()
+        .filter(|r| r["method"] == "CONNECT")
+        .collect();
+    match way {
+        Way::Intercepted => {
+            assert!(!connects.is_empty(), "{decisions:?}");
+            for record in &connects {
+                assert_eq!(record["decision"], "allow", "{record}");
+                assert_eq!(record["agent"], "mino", "{record}");
+            }
+            assert!(
+                records.iter().any(|r| r["reason"] == "tunnel_opened"),
+                "{records:?}"
+            );
+        }
+        Way::Route | Way::Forward => assert!(connects.is_empty(), "{connects:?}"),
+    }
     let endpoint: Vec<&&Value> = decisions
         .iter()
-        .filter(|r| r["mcp_tool"].is_null())
+        .filter(|r| r["mcp_tool"].is_null() && r["method"] != "CONNECT")
         .collect();
     assert!(endpoint.len() >= 4, "{decisions:?}");
     for record in endpoint {
@@ -558,6 +636,24 @@ fn mcp_sdk_with_mint_as_forward_proxy_with_sse_responses() {
             json_response: false,
         },
         Way::Forward,
+    );
+}
+
+/// The SDK client configured by its environment alone (`HTTPS_PROXY` with the capability in the
+/// proxy URL, `SSL_CERT_FILE` with Mint's CA), toward the HTTPS server's own URL on the name
+/// `mcp.example.test` (pinned with `mint serve --resolve`, its CA given as `--upstream-ca`): httpx2
+/// opens a `CONNECT` tunnel, Mint intercepts it and runs every MCP request inside through the
+/// same checks. The allowed tools get the key, the denied one is never sent, SSE streams.
+#[test]
+fn issue_15_mcp_sdk_through_an_intercepted_tunnel_with_sse_responses() {
+    let Some(python) = python() else { return };
+    run_mcp_session(
+        &python,
+        ServerMode {
+            tls: true,
+            json_response: false,
+        },
+        Way::Intercepted,
     );
 }
 

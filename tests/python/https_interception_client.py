@@ -15,6 +15,9 @@ Subcommands, each printing one JSON document on stdout with what the client rece
   Authority Key Identifier fails it), and the requests of STEPS (JSON: a list of
   `{"path": ..., "headers": {...}, "sleep": seconds before}`) sent one after the other on that
   one kept-alive connection. Prints a list of `{"status", "headers", "body"}` (or `{"error"}`).
+- `direct --target HOST:PORT --cafile CA`: a TLS handshake straight to `127.0.0.1:PORT` with the
+  SNI and expected name HOST, verified by the same strict context as `tunnel`. Prints
+  `{"verified": true}`, or `{"verified": false, "error": ...}` when verification failed.
 
 The proxy and CA variables the test did not mean are removed by the test before this runs.
 """
@@ -26,6 +29,7 @@ import base64
 import http.client
 import json
 import os
+import socket
 import ssl
 import sys
 import time
@@ -53,11 +57,29 @@ def run_httpx(url: str) -> dict[str, object]:
         return answer(response.status_code, dict(response.headers), response.text)
 
 
-def run_tunnel(proxy: str, target: str, cafile: str, steps: list[dict]) -> list[dict]:
+def strict_context(cafile: str) -> ssl.SSLContext:
+    """The default context trusting `cafile` only, with `VERIFY_X509_STRICT` (Python 3.13's
+    default): among other checks, a certificate without an Authority Key Identifier fails."""
     context = ssl.create_default_context(cafile=cafile)
     context.verify_flags |= ssl.VERIFY_X509_STRICT
     if not context.verify_flags & ssl.VERIFY_X509_STRICT:
         raise SystemExit("VERIFY_X509_STRICT is not set")
+    return context
+
+
+def run_direct(target: str, cafile: str) -> dict[str, object]:
+    host, port = target.rsplit(":", 1)
+    context = strict_context(cafile)
+    try:
+        with socket.create_connection(("127.0.0.1", int(port)), timeout=20) as raw:
+            with context.wrap_socket(raw, server_hostname=host):
+                return {"verified": True}
+    except ssl.SSLCertVerificationError as error:
+        return {"verified": False, "error": f"{error.verify_message} ({error.verify_code})"}
+
+
+def run_tunnel(proxy: str, target: str, cafile: str, steps: list[dict]) -> list[dict]:
+    context = strict_context(cafile)
     proxy_host, proxy_port = proxy.rsplit(":", 1)
     target_host, target_port = target.rsplit(":", 1)
     token = os.environ["MINT_CAPABILITY"]
@@ -96,11 +118,16 @@ def main() -> int:
     tunnel.add_argument("--target", required=True)
     tunnel.add_argument("--cafile", required=True)
     tunnel.add_argument("steps")
+    direct = sub.add_parser("direct")
+    direct.add_argument("--target", required=True)
+    direct.add_argument("--cafile", required=True)
     args = parser.parse_args()
     if args.client == "requests":
         result: object = run_requests(args.url)
     elif args.client == "httpx":
         result = run_httpx(args.url)
+    elif args.client == "direct":
+        result = run_direct(args.target, args.cafile)
     else:
         result = run_tunnel(args.proxy, args.target, args.cafile, json.loads(args.steps))
     json.dump(result, sys.stdout)

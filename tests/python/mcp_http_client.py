@@ -7,7 +7,11 @@ placeholder (`X-Api-Key: {{mint:mcpkey}}`), pointed at
 `http://MINT/v1/proxy/{http|https}/127.0.0.1:PORT/mcp`. With `--proxy http://MINT` it uses Mint
 as a forward proxy instead: the URL is the server's own (`http://127.0.0.1:PORT/mcp`), the
 transport is httpx2's proxy transport, and the capability travels as the proxy's
-`Proxy-Authorization: Bearer` header. It never knows the key.
+`Proxy-Authorization: Bearer` header. With `--trust-env` it is configured by its environment
+alone, as an agent run with `HTTPS_PROXY` is: the URL is the server's own `https://` one, httpx2
+takes the proxy (the capability as the password of its URL) from HTTPS_PROXY and the CA from
+SSL_CERT_FILE, so Mint intercepts the tunnel; responses are then recorded by a response hook, as
+the transport is httpx2's own. It never knows the key.
 
 Checks, first on a `ClientSession` (the initialize handshake, protocol 2025-11-25):
 1. initialize and tools/list work (the endpoint's non-tool traffic);
@@ -29,6 +33,8 @@ transport wrapper and printed on stdout in one JSON document (`responses`), with
 passed, so the Rust test can assert the secret is nowhere in it.
 
 Usage: MINT_CAPABILITY=... mcp_http_client.py --url URL [--proxy http://MINT] [--gate PATH]
+       HTTPS_PROXY=http://agent:CAP@MINT SSL_CERT_FILE=ca.pem mcp_http_client.py --url URL
+                                                               --trust-env [--gate PATH]
 Exits 0 when every check passed, 1 on the first failure (with the reason on stderr).
 """
 
@@ -106,6 +112,24 @@ class RecordingTransport(httpx2.AsyncBaseTransport):
         await self.inner.aclose()
 
 
+class RecordingHook:
+    """A response hook recording every response (and, as it is read, its body) of a client whose
+    transports httpx2 builds itself from the environment."""
+
+    def __init__(self) -> None:
+        self.responses: list[dict[str, Any]] = []
+
+    async def __call__(self, response: httpx2.Response) -> None:
+        record: dict[str, Any] = {
+            "request": f"{response.request.method} {response.request.url.path}",
+            "status": response.status_code,
+            "headers": [[k.decode("latin-1"), v.decode("latin-1")] for k, v in response.headers.raw],
+            "body": "",
+        }
+        self.responses.append(record)
+        response.stream = RecordingStream(response.stream, record)  # type: ignore[arg-type]
+
+
 def text_of(result: Any) -> str:
     check(not result.is_error, f"tool result flagged as error: {result}")
     texts = [block.text for block in result.content if block.type == "text"]
@@ -114,14 +138,24 @@ def text_of(result: Any) -> str:
 
 
 async def run(
-    url: str, forward: bool, capability: str, gate: Path | None, transport: RecordingTransport
+    url: str,
+    forward: bool,
+    capability: str | None,
+    gate: Path | None,
+    transport: RecordingTransport | RecordingHook,
 ) -> list[str]:
     checks: list[str] = []
     headers = {"X-Api-Key": PLACEHOLDER}
-    if not forward:
+    if not forward and capability is not None:
         headers["Mint-Capability"] = capability
     timeout = httpx2.Timeout(30.0, read=60.0)
-    async with httpx2.AsyncClient(transport=transport, headers=headers, timeout=timeout) as http:
+    if isinstance(transport, RecordingHook):
+        client = httpx2.AsyncClient(
+            headers=headers, timeout=timeout, trust_env=True, event_hooks={"response": [transport]}
+        )
+    else:
+        client = httpx2.AsyncClient(transport=transport, headers=headers, timeout=timeout)
+    async with client as http:
         async with streamable_http_client(url, http_client=http) as (read, write):
             async with ClientSession(read, write, read_timeout_seconds=60) as session:
                 # 1. The handshake and the tool list: the endpoint rule, no tool.
@@ -182,7 +216,10 @@ async def run(
 
 
 async def call_tools(
-    session: Any, transport: RecordingTransport, checks: list[str], label: str = ""
+    session: Any,
+    transport: RecordingTransport | RecordingHook,
+    checks: list[str],
+    label: str = "",
 ) -> None:
     """Checks 2 to 4 on a connected `ClientSession` or `Client`."""
     # 2. An allowed tool.
@@ -216,17 +253,25 @@ async def main() -> int:
     parser.add_argument("--url", required=True)
     parser.add_argument("--proxy")
     parser.add_argument("--gate")
+    parser.add_argument("--trust-env", action="store_true")
     args = parser.parse_args()
-    capability = os.environ["MINT_CAPABILITY"]
+    capability = os.environ.get("MINT_CAPABILITY")
     proxy = None
-    if args.proxy:
-        proxy = httpx2.Proxy(args.proxy, headers={"Proxy-Authorization": f"Bearer {capability}"})
-    transport = RecordingTransport(proxy)
+    transport: RecordingTransport | RecordingHook
+    if args.trust_env:
+        transport = RecordingHook()
+    else:
+        if capability is None:
+            raise SystemExit("MINT_CAPABILITY is not set")
+        if args.proxy:
+            proxy = httpx2.Proxy(args.proxy, headers={"Proxy-Authorization": f"Bearer {capability}"})
+        transport = RecordingTransport(proxy)
     status = 0
     checks: list[str] = []
     try:
         gate = Path(args.gate) if args.gate else None
-        checks = await run(args.url, proxy is not None, capability, gate, transport)
+        forward = proxy is not None or args.trust_env
+        checks = await run(args.url, forward, capability, gate, transport)
     except Exception as error:  # noqa: BLE001 - any failure is a failed test
         for leaf in leaves(error):
             kind = "" if isinstance(leaf, CheckFailed) else f"{type(leaf).__name__}: "

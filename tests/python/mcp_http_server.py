@@ -5,8 +5,9 @@ It stands for a third-party MCP server behind Mint: its endpoint (`/mcp`) requir
 `X-Api-Key` (401 without the right one), which the agent never holds; Mint injects it from an
 alias. It runs `MCPServer.streamable_http_app()` under uvicorn on `127.0.0.1`, on a port the
 kernel picks, over plain HTTP or, with `--tls`, over HTTPS with a certificate authority of its
-own (a CA certificate and a separate leaf for `127.0.0.1`, as rustls refuses a CA certificate
-used as the server's own).
+own (a CA certificate and a separate leaf for `127.0.0.1` and each `--name`, as rustls refuses a
+CA certificate used as the server's own). Each `--name` is also added to the `Host` values the
+SDK's DNS-rebinding protection accepts.
 
 Tools:
 - `search(query)`: returns a text answer. With `--gate PATH` and the query `streamed`, it first
@@ -28,7 +29,7 @@ other processes can read). When listening, prints `listening on PORT` on stdout.
 killed.
 
 Usage: mcp_http_server.py --calls PATH --log PATH --ca-out PATH [--tls] [--json-response]
-                          [--gate PATH]
+                          [--gate PATH] [--name DNS-NAME]...
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.transport_security import TransportSecuritySettings
 
 API_KEY_HEADER = "x-api-key"
 GATE_WAIT_SECONDS = 30.0
@@ -65,8 +67,8 @@ def append_line(path: Path, line: str) -> None:
         file.flush()
 
 
-def make_certificates(directory: Path) -> tuple[Path, Path, Path]:
-    """A CA and a leaf for 127.0.0.1 signed by it: (ca.pem, leaf.pem, leaf.key)."""
+def make_certificates(directory: Path, names: list[str]) -> tuple[Path, Path, Path]:
+    """A CA and a leaf for 127.0.0.1 and `names` signed by it: (ca.pem, leaf.pem, leaf.key)."""
     now = datetime.datetime.now(datetime.timezone.utc)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "mint test MCP server CA")])
@@ -107,7 +109,10 @@ def make_certificates(directory: Path) -> tuple[Path, Path, Path]:
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+                + [x509.DNSName(name) for name in names]
+            ),
             critical=False,
         )
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
@@ -258,10 +263,24 @@ async def serve(args: argparse.Namespace) -> None:
     log = Path(args.log)
     gate = Path(args.gate) if args.gate else None
     server = build_server(calls, gate)
-    app = RequireApiKey(server.streamable_http_app(json_response=args.json_response), key, log)
+    # The SDK's DNS-rebinding protection (on for a server on 127.0.0.1) accepts only loopback
+    # `Host` values: each `--name` is added to them, the protection stays on.
+    security = None
+    if args.name:
+        loopback = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=loopback + [f"{name}:*" for name in args.name],
+            allowed_origins=[f"https://{host}" for host in loopback + [f"{name}:*" for name in args.name]],
+        )
+    app = RequireApiKey(
+        server.streamable_http_app(json_response=args.json_response, transport_security=security),
+        key,
+        log,
+    )
 
     cert_dir = Path(tempfile.mkdtemp(prefix="mcp-server-tls-"))
-    ca_path, leaf_path, key_path = make_certificates(cert_dir)
+    ca_path, leaf_path, key_path = make_certificates(cert_dir, args.name)
     Path(args.ca_out).write_bytes(ca_path.read_bytes())
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -300,6 +319,7 @@ def main() -> int:
     parser.add_argument("--tls", action="store_true")
     parser.add_argument("--json-response", action="store_true")
     parser.add_argument("--gate")
+    parser.add_argument("--name", action="append", default=[])
     args = parser.parse_args()
     asyncio.run(serve(args))
     return 0

@@ -1,0 +1,378 @@
+//! The shared set-up of the HTTPS interception tests (issue 15: tests/it/interception.rs and
+//! tests/it/interception_clients.rs): the real `mint serve` in front of a local HTTPS echo
+//! upstream pinned with `--resolve` to the name `api.example.test`, a canary secret that must
+//! reach the upstream and never the client, the audit log or Mint's stderr, and the ways to run
+//! an unmodified client with only the variables it is meant to read.
+//!
+//! The machine exports CA variables of its own (and may export proxy variables): every client
+//! runs under `env -u` of all of them ([`client_command`]), so an inherited one never decides
+//! what is trusted or where a request goes.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::broker::{Broker, CA_VARIABLES, MintHome};
+use crate::echo_upstream::EchoConfig;
+use crate::{EchoPeer, echo_peer};
+
+/// The secret of the alias `echo`, bound to [`HOST`].
+pub const CANARY: &str = "canary-Hq3vT8xL5pZ2mR7wK9nB4cJ6";
+/// The upstream's name, pinned to `127.0.0.1` with `--resolve`.
+pub const HOST: &str = "api.example.test";
+/// The secret of the alias `elsewhere`, bound to `elsewhere.example.test`.
+pub const OTHER_CANARY: &str = "canary-elsewhere-Zt4Wq8Lm2Xv6Nb9R";
+
+/// The proxy variables a client could pick up from the machine.
+pub const PROXY_VARIABLES: [&str; 8] = [
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
+];
+
+/// A broker intercepting tunnels to [`HOST`] (and `other.example.test`, pinned to the same
+/// upstream, which no rule allows), the echo upstream behind it, and a capability of agent
+/// `mino`. The policy's rule `echo-all` allows `GET` and `POST` to [`HOST`] on the upstream's port
+/// with the alias `echo`.
+#[derive(Debug)]
+pub struct Setup {
+    // Dropped in this order: the broker first, the directory last.
+    /// The running `mint serve`.
+    pub broker: Broker,
+    /// The echo upstream.
+    pub peer: EchoPeer,
+    /// The broker's home (its CA is `ca.pem` there).
+    pub home: MintHome,
+    /// The agent's capability token.
+    pub cap: String,
+    _dir: tempfile::TempDir,
+}
+
+/// What a [`Setup`] adds to its defaults.
+#[derive(Debug, Default)]
+pub struct SetupConfig<'a> {
+    /// Extra `mint cap issue` arguments (`--ttl`).
+    pub cap_args: &'a [&'a str],
+    /// Extra `mint serve` arguments.
+    pub serve_args: Vec<String>,
+    /// Extra policy rules (YAML list items, indented by two spaces).
+    pub rules: String,
+}
+
+// === impl Setup ===
+
+impl Setup {
+    /// The set-up as it comes.
+    #[track_caller]
+    pub fn start() -> Setup {
+        Setup::start_with(SetupConfig::default())
+    }
+
+    /// A set-up whose capability is issued with `mint cap issue` arguments `cap_args`.
+    #[track_caller]
+    pub fn start_with_capability(cap_args: &[&str]) -> Setup {
+        Setup::start_with(SetupConfig {
+            cap_args,
+            ..SetupConfig::default()
+        })
+    }
+
+    /// A set-up with the additions of `config`.
+    #[track_caller]
+    pub fn start_with(config: SetupConfig<'_>) -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let echo = EchoConfig {
+            extra_names: vec![HOST.to_owned(), "other.example.test".to_owned()],
+            ..EchoConfig::default()
+        };
+        let peer = echo_peer(dir.path(), echo);
+        let port = peer.server.port();
+        let policy = format!(
+            "version: 1\ndefault: deny\nrules:\n  - id: echo-all\n    effect: allow\n    match:\n      alias: [echo]\n      host: [{HOST}]\n      port: [{port}]\n      method: [GET, POST]\n{}",
+            config.rules
+        );
+        // `elsewhere` is bound to a host no tunnel here goes to.
+        let aliases = format!(
+            "aliases:\n  - name: echo\n    hosts: [{HOST}]\n    source: file:$SECRETS/echo\n  - name: elsewhere\n    hosts: [elsewhere.example.test]\n    source: file:$SECRETS/elsewhere\n"
+        );
+        let home = MintHome::new(
+            &policy,
+            &aliases,
+            &[("echo", CANARY), ("elsewhere", OTHER_CANARY)],
+        );
+        let cap = home.issue_capability("mino", config.cap_args);
+        let pin = format!("{HOST}:{port}:127.0.0.1");
+        let other = format!("other.example.test:{port}:127.0.0.1");
+        let mut serve_args = vec!["--resolve", &pin, "--resolve", &other];
+        serve_args.extend(config.serve_args.iter().map(String::as_str));
+        let broker = home.serve(&peer.ca_file, &serve_args);
+        Setup {
+            broker,
+            peer,
+            home,
+            cap,
+            _dir: dir,
+        }
+    }
+
+    /// The upstream's port.
+    pub fn port(&self) -> u16 {
+        self.peer.server.port()
+    }
+
+    /// Mint's CA certificate (PEM), what a client must trust.
+    pub fn ca(&self) -> PathBuf {
+        self.home.path().join("ca.pem")
+    }
+
+    /// The proxy URL with the capability as its password: `http://agent:TOKEN@127.0.0.1:PORT`.
+    pub fn proxy(&self) -> String {
+        format!("http://agent:{}@{}", self.cap, self.broker.addr())
+    }
+
+    /// `https://HOST:PORT{path}` on the upstream.
+    pub fn url(&self, path: &str) -> String {
+        format!("https://{HOST}:{}{path}", self.port())
+    }
+
+    /// Neither canary in `seen` (what the agent received), the audit log or Mint's stderr.
+    #[track_caller]
+    pub fn assert_no_canary(&self, seen: &str) {
+        self.broker.assert_clean(seen, &[CANARY, OTHER_CANARY]);
+    }
+
+    /// Waits (bounded) until the audit log holds a record with `reason`, written as a tunnel
+    /// ends, which may be just after the client gave up.
+    #[track_caller]
+    pub fn wait_for_reason(&self, reason: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while self.records_with_reason(reason).is_empty() {
+            assert!(std::time::Instant::now() < deadline, "no {reason} record");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The audit records with `reason`.
+    pub fn records_with_reason(&self, reason: &str) -> Vec<serde_json::Value> {
+        self.broker
+            .audit_records()
+            .into_iter()
+            .filter(|r| r["reason"] == reason)
+            .collect()
+    }
+}
+
+/// A TLS server on `127.0.0.1:0` presenting the certificate of `config`: it counts finished
+/// handshakes and keeps every request head it reads, answering each `200 ok`. The upstream a
+/// test needs when the leaf must be one of Mint's own CA, or when its answers are scripted
+/// ([`TlsUpstream::scripted`]). HTTP/1.1 only: one request a connection. Dropping it stops the
+/// thread.
+pub struct TlsUpstream {
+    port: u16,
+    handshakes: Arc<AtomicUsize>,
+    requests: Arc<Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// The answer of a [`TlsUpstream::scripted`] to a request head: the whole HTTP/1.1 answer.
+pub type TlsScript = dyn Fn(&str) -> Vec<u8> + Send + 'static;
+
+// === impl TlsUpstream ===
+
+impl TlsUpstream {
+    /// Binds `127.0.0.1:0` and answers every request `200 ok`.
+    #[track_caller]
+    pub fn start(config: Arc<rustls::ServerConfig>) -> TlsUpstream {
+        TlsUpstream::scripted(
+            config,
+            Box::new(|_| {
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok".to_vec()
+            }),
+        )
+    }
+
+    /// Binds `127.0.0.1:0` and answers every request head with `script` (which should say
+    /// `Connection: close`).
+    #[track_caller]
+    pub fn scripted(config: Arc<rustls::ServerConfig>, script: Box<TlsScript>) -> TlsUpstream {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let handshakes = Arc::new(AtomicUsize::new(0));
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (handshakes, requests, stop) = (
+                Arc::clone(&handshakes),
+                Arc::clone(&requests),
+                Arc::clone(&stop),
+            );
+            std::thread::spawn(move || {
+                for stream in listener.incoming() {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let Ok(stream) = stream else { continue };
+                    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                    let connection = rustls::ServerConnection::new(Arc::clone(&config)).unwrap();
+                    let mut tls = rustls::StreamOwned::new(connection, stream);
+                    let mut handshake_done = true;
+                    while tls.conn.is_handshaking() {
+                        if tls.conn.complete_io(&mut tls.sock).is_err() {
+                            handshake_done = false;
+                            break;
+                        }
+                    }
+                    if !handshake_done {
+                        continue;
+                    }
+                    handshakes.fetch_add(1, Ordering::SeqCst);
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match tls.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let head = String::from_utf8_lossy(&head).into_owned();
+                    let answer = script(&head);
+                    requests.lock().unwrap().push(head);
+                    let _ = tls.write_all(&answer);
+                    tls.conn.send_close_notify();
+                    let _ = tls.flush();
+                }
+            })
+        };
+        TlsUpstream {
+            port,
+            handshakes,
+            requests,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// The bound port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// How many handshakes finished.
+    pub fn handshakes(&self) -> usize {
+        self.handshakes.load(Ordering::SeqCst)
+    }
+
+    /// The request heads read, in order.
+    pub fn requests(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+impl std::fmt::Debug for TlsUpstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsUpstream")
+            .field("port", &self.port)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for TlsUpstream {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// `env -u VARIABLE... NAME=VALUE... PROGRAM`: `program` run without any CA or proxy variable
+/// of the machine ([`CA_VARIABLES`], [`PROXY_VARIABLES`]), given only `vars`. Add its arguments.
+pub fn client_command(program: impl AsRef<std::ffi::OsStr>, vars: &[(&str, &str)]) -> Command {
+    let mut command = Command::new("env");
+    for variable in CA_VARIABLES.iter().chain(PROXY_VARIABLES.iter()) {
+        command.args(["-u", variable]);
+    }
+    for (name, value) in vars {
+        command.arg(format!("{name}={value}"));
+    }
+    command.arg(program);
+    command
+}
+
+/// What a client printed: stdout and stderr, for canary checks and failure messages.
+pub fn everything(output: &std::process::Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Runs `tests/python/https_interception_client.py ARGS` under `env -u` of every CA and proxy
+/// variable, given only `vars`; returns its JSON (`null` when it failed) and everything it
+/// printed.
+#[track_caller]
+pub fn python_client(args: &[&str], vars: &[(&str, &str)]) -> (serde_json::Value, String) {
+    let script = crate::repo_root().join("tests/python/https_interception_client.py");
+    let output = client_command(crate::repo_root().join(".venv/bin/python"), vars)
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap();
+    let everything = everything(&output);
+    let json = if output.status.success() {
+        serde_json::from_slice(&output.stdout).unwrap()
+    } else {
+        serde_json::Value::Null
+    };
+    (json, everything)
+}
+
+/// Runs the hand-made tunnel of `https_interception_client.py tunnel` with `steps` and the
+/// set-up's capability; returns each step's answer and everything the client printed.
+#[track_caller]
+pub fn tunnel_client(setup: &Setup, steps: &serde_json::Value) -> (Vec<serde_json::Value>, String) {
+    let ca = setup.ca();
+    let (json, everything) = python_client(
+        &[
+            "tunnel",
+            "--proxy",
+            setup.broker.addr(),
+            "--target",
+            &format!("{HOST}:{}", setup.port()),
+            "--cafile",
+            ca.to_str().unwrap(),
+            &steps.to_string(),
+        ],
+        &[("MINT_CAPABILITY", &setup.cap)],
+    );
+    let answers = json
+        .as_array()
+        .cloned()
+        .unwrap_or_else(|| panic!("{everything}"));
+    (answers, everything)
+}
+
+/// The `Mint-Request-Id` of a client's answer (header names in any case).
+#[track_caller]
+pub fn request_id(answer: &serde_json::Value) -> String {
+    answer["headers"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case("mint-request-id"))
+        .and_then(|(_, value)| value.as_str())
+        .unwrap_or_else(|| panic!("no Mint-Request-Id: {answer}"))
+        .to_owned()
+}
