@@ -32,6 +32,18 @@ struct Setup {
     _dir: tempfile::TempDir,
 }
 
+/// The interception CA of a [`Setup`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SetupCa {
+    /// The one `mint serve` makes on its first start.
+    Default,
+    /// One made by `mint ca rotate --name-constraints` before the start: it permits the two
+    /// bound hosts (`api.example.test`, `elsewhere.example.test`) only. The policy also allows
+    /// `GET` to `other.example.test`, without an alias, so that a `CONNECT` to it passes every
+    /// check before the CA's.
+    NameConstrained,
+}
+
 impl Setup {
     fn start() -> Setup {
         Setup::start_with_capability(&[])
@@ -39,6 +51,10 @@ impl Setup {
 
     /// A set-up whose capability is issued with `mint cap issue` arguments `cap_args`.
     fn start_with_capability(cap_args: &[&str]) -> Setup {
+        Setup::start_with(cap_args, SetupCa::Default)
+    }
+
+    fn start_with(cap_args: &[&str], ca: SetupCa) -> Setup {
         let dir = tempfile::tempdir().unwrap();
         let config = EchoConfig {
             extra_names: vec![HOST.to_owned(), "other.example.test".to_owned()],
@@ -46,9 +62,14 @@ impl Setup {
         };
         let peer = echo_peer(dir.path(), config);
         let port = peer.server.port();
-        let policy = format!(
+        let mut policy = format!(
             "version: 1\ndefault: deny\nrules:\n  - id: echo-all\n    effect: allow\n    match:\n      alias: [echo]\n      host: [{HOST}]\n      port: [{port}]\n      method: [GET, POST]\n"
         );
+        if ca == SetupCa::NameConstrained {
+            policy.push_str(&format!(
+                "  - id: other-open\n    effect: allow\n    match:\n      host: [other.example.test]\n      port: [{port}]\n      method: [GET]\n"
+            ));
+        }
         // `elsewhere` is bound to a host no tunnel here goes to.
         let aliases = format!(
             "aliases:\n  - name: echo\n    hosts: [{HOST}]\n    source: file:$SECRETS/echo\n  - name: elsewhere\n    hosts: [elsewhere.example.test]\n    source: file:$SECRETS/elsewhere\n"
@@ -59,6 +80,14 @@ impl Setup {
             &[("echo", CANARY), ("elsewhere", OTHER_CANARY)],
         );
         let cap = home.issue_capability("mino", cap_args);
+        if ca == SetupCa::NameConstrained {
+            let rotated = home
+                .mint()
+                .args(["ca", "rotate", "--name-constraints"])
+                .output()
+                .unwrap();
+            assert!(rotated.status.success(), "{rotated:?}");
+        }
         let pin = format!("{HOST}:{port}:127.0.0.1");
         let other = format!("other.example.test:{port}:127.0.0.1");
         let broker = home.serve(&peer.ca_file, &["--resolve", &pin, "--resolve", &other]);
@@ -239,6 +268,133 @@ fn issue_15_a_host_no_rule_or_alias_names_is_refused_before_the_tunnel() {
         assert_eq!(answer.status, 400, "{target}: {answer:?}");
     }
     assert!(setup.peer.server.requests().is_empty());
+}
+
+/// Issue 15 item 6: under a name-constrained CA, a `CONNECT` to a host outside its constraints
+/// is refused before the `200` (so before any TLS and any leaf), audited, and nothing reaches
+/// the upstream, even though the policy allows the host; a host inside still works through curl,
+/// whose check of Mint's leaf against the constrained CA passes. A host bound later, outside the
+/// constraints, is warned about when the declarations reload.
+#[test]
+fn issue_15_a_connect_outside_the_ca_name_constraints_is_403_before_the_tunnel() {
+    let setup = Setup::start_with(&[], SetupCa::NameConstrained);
+    let port = setup.port();
+    let stderr = setup.broker.stderr();
+    assert!(
+        stderr.contains("The interception CA is name-constrained"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("leave out a host"), "{stderr}");
+
+    let request = format!(
+        "CONNECT other.example.test:{port} HTTP/1.1\r\nHost: other.example.test:{port}\r\nProxy-Authorization: Bearer {}\r\n\r\n",
+        setup.cap
+    );
+    let raw = mint_tests::broker::raw_exchange(setup.broker.addr(), request.as_bytes(), false);
+    let answer = mint_tests::broker::parse_raw_answer(&raw);
+    assert!(
+        raw.starts_with(b"HTTP/1.1 403 "),
+        "a plain HTTP answer: {answer:?}"
+    );
+    let error = &answer.json()["error"];
+    assert_eq!(error["code"], "outside_ca_name_constraints", "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains("name-constrained"), "{message}");
+    assert!(
+        message.contains("mint ca rotate --name-constraints"),
+        "{message}"
+    );
+    let id = answer.header("mint-request-id").unwrap().to_owned();
+    let decision = setup.broker.decision_of(&id);
+    assert_eq!(decision["decision"], "deny", "{decision}");
+    assert_eq!(decision["method"], "CONNECT", "{decision}");
+    assert_eq!(decision["host"], "other.example.test", "{decision}");
+    assert_eq!(decision["agent"], "mino", "{decision}");
+    assert_eq!(
+        decision["reason"], "outside_ca_name_constraints",
+        "{decision}"
+    );
+    assert_eq!(setup.broker.outcome_of(&id)["outcome"], "denied");
+
+    // curl is refused the tunnel the same way, and says so.
+    let output = curl_via_proxy_command("--http1.1", &setup.proxy())
+        .args(["--cacert", setup.ca().to_str().unwrap()])
+        .args(["-H", "Authorization: Bearer {{mint:echo}}"])
+        .arg(format!("https://other.example.test:{port}/echo"))
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "{output:?}");
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(said.contains("403"), "{said}");
+    assert!(setup.records_with_reason("tunnel_opened").is_empty());
+    assert!(
+        setup.peer.server.requests().is_empty(),
+        "nothing reached the upstream"
+    );
+
+    // A host inside: the tunnel opens and curl accepts Mint's leaf under the constrained CA.
+    let response = curl_via_proxy_as(
+        "--http1.1",
+        &setup.proxy(),
+        &[
+            "--cacert",
+            setup.ca().to_str().unwrap(),
+            "-H",
+            "Authorization: Bearer {{mint:echo}}",
+            &setup.url("/echo"),
+        ],
+    );
+    assert_eq!((response.exit, response.status), (0, 200), "{response:?}");
+    assert!(
+        response.body.contains("[mint:redacted]"),
+        "{}",
+        response.body
+    );
+    let upstream = setup.peer.server.requests().snapshot();
+    assert_eq!(upstream.len(), 1);
+    assert_eq!(
+        upstream[0].header("authorization"),
+        Some(format!("Bearer {CANARY}").as_str())
+    );
+    assert_eq!(setup.records_with_reason("tunnel_opened").len(), 1);
+
+    // An alias bound later to a host outside the constraints: warned about at the reload.
+    setup.home.write_private("secrets/gh", "canary-gh-unused");
+    let secrets = setup.home.path().join("secrets");
+    setup.home.write_private(
+        "aliases.yaml",
+        &format!(
+            "aliases:\n  - name: echo\n    hosts: [{HOST}]\n    source: file:{s}/echo\n  - name: elsewhere\n    hosts: [elsewhere.example.test]\n    source: file:{s}/elsewhere\n  - name: gh\n    hosts: [api.github.com]\n    source: file:{s}/gh\n",
+            s = secrets.display()
+        ),
+    );
+    setup.broker.hangup();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !setup.broker.stderr().contains("leave out a host") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}",
+            setup.broker.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let warned: Vec<String> = setup
+        .broker
+        .stderr()
+        .lines()
+        .filter(|line| line.contains("leave out a host"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(warned[0].contains("api.github.com"), "{warned:?}");
+    assert!(warned[0].contains("alias=gh"), "{warned:?}");
+    assert!(warned[0].contains("WARN"), "{warned:?}");
+    setup.assert_no_canary(&format!(
+        "{}{}{}",
+        answer.everything(),
+        said,
+        response.everything()
+    ));
 }
 
 #[test]
