@@ -248,11 +248,10 @@ fn next_steps(paths: &Paths) -> String {
          \x20 3. Issue a capability for your agent (the token is printed once):\n\
          \x20      mint cap issue --agent mino --ttl 24h\n\
          \x20 4. Start the broker, and let the agent trust Mint's CA for HTTPS through it:\n\
+         \x20      mint ca rotate --name-constraints   # optional: a CA for the aliases' hosts only\n\
          \x20      mint serve\n\
          \x20      mint ca export > mint-ca.pem\n\
          \x20      HTTPS_PROXY=http://agent:$TOKEN@127.0.0.1:8700 curl --cacert mint-ca.pem https://...\n\
-         \x20    Once aliases are bound, `mint ca rotate --name-constraints` makes a CA that can sign \
-         for their hosts only (restart `mint serve` and trust it again).\n\
          \nKeep {home} outside every directory the agent can write, and run the agent as another \
          user: the OS keyring does not protect secrets from programs of the same user.\n",
         policy = paths.policy.display(),
