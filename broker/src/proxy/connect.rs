@@ -10,8 +10,8 @@
 //! `mint_policy::normalize` like every other target (`400` otherwise); a host some allow rule
 //! could match or some alias is bound to (`403` otherwise); a host inside the name constraints of
 //! Mint's CA when it has some (`403 outside_ca_name_constraints`: no leaf is signed that clients
-//! would refuse); the addresses the host resolves to,
-//! checked as for a request (`403 address_refused`). Each refusal is audited; an open tunnel
+//! would refuse); the addresses the host resolves to, checked as for a request (`403
+//! address_refused`). Each refusal is audited; an open tunnel
 //! gets a `decision` (allow) and an `outcome` (`completed`, 200, reason `tunnel_opened`) record,
 //! and each request inside gets its own.
 //!
