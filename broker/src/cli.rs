@@ -66,7 +66,7 @@ pub enum Command {
     Policy(PolicyCommand),
     /// Create MINT_HOME (0700) with a default-deny policy, an empty alias file and an empty
     /// capabilities file; never overwrites a file.
-    Init,
+    Init(init::InitArgs),
     /// Declare aliases and store their secrets.
     #[command(subcommand)]
     Alias(alias::AliasCommand),
@@ -179,8 +179,8 @@ pub fn run(cli: Cli, paths: &Paths, out: &mut dyn Write) -> Result<ExitStatus, C
             Ok(ExitStatus::Success)
         }
         Command::Policy(command) => policy::run(command, paths, out),
-        Command::Init => {
-            init::init(paths, out)?;
+        Command::Init(args) => {
+            init::run(&args, paths, out)?;
             Ok(ExitStatus::Success)
         }
         Command::Alias(command) => {

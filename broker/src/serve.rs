@@ -166,6 +166,9 @@ pub fn load_state(paths: &Paths, config: &ServeConfig) -> Result<(AppState, Relo
     if ca.not_after() < SystemTime::now() + CA_EXPIRY_WARNING {
         tracing::warn!(ca.expires = %expires, "The interception CA expires within 30 days; run `mint ca rotate` and trust the new one");
     }
+    if let Some(constraints) = ca.name_constraints() {
+        tracing::info!(ca.name_constraints = %constraints, "The interception CA is name-constrained: CONNECT to a host outside its constraints is refused");
+    }
     let tls = upstream_client_config(config.upstream_ca.as_deref(), Some(ca.cert_der()))?;
     for pin in config.resolve.describe() {
         tracing::info!(resolve = %pin, "Pinned upstream address (--resolve): used for this host and port only, without the address checks");
@@ -175,7 +178,34 @@ pub fn load_state(paths: &Paths, config: &ServeConfig) -> Result<(AppState, Relo
     let leaves = LeafCache::new(Arc::new(ca), config.leaf_cache);
     let state = AppState::new(config.limits, declarations, capabilities, audit, upstream)
         .with_interception(Arc::new(leaves));
+    warn_hosts_outside_ca(&state);
     Ok((state, reloader))
+}
+
+/// Warns about each host an alias is bound to that the interception CA's name constraints leave
+/// out: a `CONNECT` to it is refused until the CA is rotated. Called at start and after each
+/// reload of the declarations.
+pub(crate) fn warn_hosts_outside_ca(state: &AppState) {
+    let Some(constraints) = state
+        .interception()
+        .and_then(|leaves| leaves.ca().name_constraints())
+    else {
+        return;
+    };
+    let declarations = state.declarations();
+    for alias in &declarations.aliases().aliases {
+        for host in alias
+            .hosts
+            .iter()
+            .filter(|host| !constraints.permits_pattern(host))
+        {
+            tracing::warn!(
+                alias = %alias.name,
+                alias.host = %host,
+                "The interception CA's name constraints leave out a host this alias is bound to, so a CONNECT to it is refused; run `mint ca rotate --name-constraints`, restart `mint serve` and trust the new CA"
+            );
+        }
+    }
 }
 
 /// Serves `state` on `listener` until `shutdown` completes, then drains and fsyncs the audit log.

@@ -287,3 +287,153 @@ fn issue_15_serve_refuses_an_expired_ca() {
     // Nothing was replaced: the operator decides when to rotate.
     assert_eq!(std::fs::read_to_string(&cert_path).unwrap(), cert.pem());
 }
+
+/// The subtrees `openssl x509 -text` lists under `Permitted:` and `Excluded:` of a critical
+/// `X509v3 Name Constraints` extension; `None` when the certificate has no such extension.
+fn name_constraints(text: &str) -> Option<(Vec<String>, Vec<String>)> {
+    let mut lines = text
+        .lines()
+        .skip_while(|line| !line.contains("X509v3 Name Constraints"));
+    let header = lines.next()?;
+    assert!(
+        header.contains("X509v3 Name Constraints: critical"),
+        "{text}"
+    );
+    let (mut permitted, mut excluded) = (Vec::new(), Vec::new());
+    let mut list = None;
+    for line in lines {
+        match line.trim() {
+            "Permitted:" => list = Some(&mut permitted),
+            "Excluded:" => list = Some(&mut excluded),
+            entry if entry.starts_with("DNS:") || entry.starts_with("IP:") => {
+                list.as_mut().unwrap().push(entry.to_owned())
+            }
+            _ => break,
+        }
+    }
+    Some((permitted, excluded))
+}
+
+/// Issue 15 item 6: `mint ca rotate --name-constraints` writes a CA whose critical
+/// `nameConstraints` permit exactly the hosts the aliases are bound to (a wildcard as its
+/// suffix), closes the address families no alias is bound in, and keeps every other property of
+/// the CA; plain `rotate` makes an unconstrained CA again.
+#[test]
+fn issue_15_rotate_with_name_constraints_permits_exactly_the_bound_hosts() {
+    let dir = tempfile::tempdir().unwrap();
+    ok(mint(dir.path()).arg("init"));
+    let home = dir.path().join(".mint");
+    let aliases = |text: &str| std::fs::write(home.join("aliases.yaml"), text).unwrap();
+    let cert = || std::fs::read_to_string(home.join("ca.pem")).unwrap();
+
+    aliases(
+        "aliases:\n  - name: github\n    hosts: [api.github.com, \"*.example.com\"]\n    source: env:GITHUB_TOKEN\n  - name: again\n    hosts: [api.github.com]\n    source: env:OTHER_TOKEN\n",
+    );
+    let out = ok(mint(dir.path()).args(["ca", "rotate", "--name-constraints"]));
+    assert!(out.stdout.contains("name-constrained"), "{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("permitted: api.github.com, example.com"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("Restart `mint serve`"),
+        "{}",
+        out.stdout
+    );
+    let text = openssl_text(dir.path(), &cert());
+    let (permitted, excluded) = name_constraints(&text).unwrap();
+    assert_eq!(
+        permitted,
+        ["DNS:api.github.com", "DNS:example.com"],
+        "{text}"
+    );
+    assert_eq!(
+        excluded,
+        ["IP:0.0.0.0/0.0.0.0", "IP:0:0:0:0:0:0:0:0/0:0:0:0:0:0:0:0"],
+        "{text}"
+    );
+    // Every other property of the CA stays.
+    assert!(
+        text.contains("X509v3 Basic Constraints: critical"),
+        "{text}"
+    );
+    assert!(text.contains("CA:TRUE, pathlen:0"), "{text}");
+    assert!(text.contains("Certificate Sign, CRL Sign"), "{text}");
+    assert!(text.contains("ASN1 OID: prime256v1"), "{text}");
+    assert!(
+        text.contains("Subject: O = Mint, CN = Mint interception CA"),
+        "{text}"
+    );
+    assert_eq!(mode(&home.join("ca.key")), 0o600);
+    // `mint ca export` (which checks the CA as `mint serve` does) takes it.
+    assert_eq!(ok(mint(dir.path()).args(["ca", "export"])).stdout, cert());
+
+    // Addresses: each its own /32 or /128; DNS names closed with `invalid` when only addresses
+    // are bound.
+    aliases(
+        "aliases:\n  - name: local\n    hosts: [10.1.2.3, \"2001:db8::1\"]\n    source: env:LOCAL_TOKEN\n",
+    );
+    ok(mint(dir.path()).args(["ca", "rotate", "--name-constraints"]));
+    let text = openssl_text(dir.path(), &cert());
+    let (permitted, excluded) = name_constraints(&text).unwrap();
+    assert_eq!(
+        permitted,
+        [
+            "DNS:invalid",
+            "IP:10.1.2.3/255.255.255.255",
+            "IP:2001:DB8:0:0:0:0:0:1/FFFF:FFFF:FFFF:FFFF:FFFF:FFFF:FFFF:FFFF"
+        ],
+        "{text}"
+    );
+    assert!(excluded.is_empty(), "{text}");
+
+    // Plain `rotate`: unconstrained, whatever the previous CA was.
+    let out = ok(mint(dir.path()).args(["ca", "rotate"]));
+    assert!(
+        out.stdout.contains("not name-constrained"),
+        "{}",
+        out.stdout
+    );
+    let text = openssl_text(dir.path(), &cert());
+    assert!(name_constraints(&text).is_none(), "{text}");
+}
+
+/// A name-constrained CA needs a bound alias: `mint ca rotate --name-constraints` with none
+/// refuses and leaves the CA as it was; `mint init --ca-name-constraints` (a new home has no
+/// alias) refuses before creating anything. Both say what to do instead.
+#[test]
+fn issue_15_name_constraints_without_a_bound_alias_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = fails(mint(dir.path()).args(["init", "--ca-name-constraints"]));
+    assert!(
+        out.stderr.contains("a new home has no alias"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("mint alias add"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("mint ca rotate --name-constraints"),
+        "{}",
+        out.stderr
+    );
+    assert!(!dir.path().join(".mint").exists(), "nothing was created");
+
+    ok(mint(dir.path()).arg("init"));
+    let ca = dir.path().join(".mint/ca.pem");
+    let before = std::fs::read(&ca).unwrap();
+    let out = fails(mint(dir.path()).args(["ca", "rotate", "--name-constraints"]));
+    assert!(
+        out.stderr.contains("no alias in") && out.stderr.contains("is bound to a host"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("mint alias add"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("the CA was not changed"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(std::fs::read(&ca).unwrap(), before);
+}

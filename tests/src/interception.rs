@@ -64,8 +64,13 @@ pub struct SetupConfig<'a> {
     pub cap_args: &'a [&'a str],
     /// Extra `mint serve` arguments.
     pub serve_args: Vec<String>,
-    /// Extra policy rules (YAML list items, indented by two spaces).
+    /// Extra policy rules (YAML list items, indented by two spaces); `$PORT` in them is the
+    /// upstream's port.
     pub rules: String,
+    /// Replace the CA `mint serve` would make with one from `mint ca rotate --name-constraints`
+    /// before the start: it permits the two bound hosts (`api.example.test`,
+    /// `elsewhere.example.test`) only.
+    pub name_constrained: bool,
 }
 
 // === impl Setup ===
@@ -98,7 +103,7 @@ impl Setup {
         let port = peer.server.port();
         let policy = format!(
             "version: 1\ndefault: deny\nrules:\n  - id: echo-all\n    effect: allow\n    match:\n      alias: [echo]\n      host: [{HOST}]\n      port: [{port}]\n      method: [GET, POST]\n{}",
-            config.rules
+            config.rules.replace("$PORT", &port.to_string())
         );
         // `elsewhere` is bound to a host no tunnel here goes to.
         let aliases = format!(
@@ -110,6 +115,14 @@ impl Setup {
             &[("echo", CANARY), ("elsewhere", OTHER_CANARY)],
         );
         let cap = home.issue_capability("mino", config.cap_args);
+        if config.name_constrained {
+            let rotated = home
+                .mint()
+                .args(["ca", "rotate", "--name-constraints"])
+                .output()
+                .unwrap();
+            assert!(rotated.status.success(), "{rotated:?}");
+        }
         let pin = format!("{HOST}:{port}:127.0.0.1");
         let other = format!("other.example.test:{port}:127.0.0.1");
         let mut serve_args = vec!["--resolve", &pin, "--resolve", &other];

@@ -4,7 +4,9 @@
 //! `export` prints the CA certificate (PEM) on stdout, checked as `mint serve` checks it; with
 //! `--bundle`, the system's CA bundle first and Mint's CA after it, for clients whose variable
 //! replaces their default store (`SSL_CERT_FILE`, `REQUESTS_CA_BUNDLE`). `rotate` makes a new CA
-//! in place of the old one; brokers pick it up when they restart. Never prints the key.
+//! in place of the old one; brokers pick it up when they restart. `rotate --name-constraints`
+//! makes one whose critical `nameConstraints` permit only the hosts aliases are bound to, read
+//! from the alias file now (plain `rotate` makes an unconstrained CA). Never prints the key.
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -13,7 +15,9 @@ use std::time::SystemTime;
 use clap::Subcommand;
 
 use crate::config::ca_files::{self, CaFileError};
+use crate::config::declarations::{DeclarationsError, load_alias_file};
 use crate::config::env::Paths;
+use crate::net::ca::name_constraints::NameConstraints;
 
 /// `mint ca` subcommands.
 #[derive(Debug, Subcommand)]
@@ -27,7 +31,13 @@ pub enum CaCommand {
     },
     /// Replace the interception CA with a new one. Agents must trust the new certificate;
     /// running brokers keep the old CA until they restart.
-    Rotate,
+    Rotate {
+        /// Make a name-constrained CA: critical nameConstraints permitting only the hosts the
+        /// aliases are bound to now (each DNS name with every name below it), so that its key
+        /// cannot sign for any other site. Without it, the new CA is unconstrained.
+        #[arg(long)]
+        name_constraints: bool,
+    },
 }
 
 /// Why a `mint ca` command failed.
@@ -37,6 +47,20 @@ pub enum CaCommandError {
     /// The CA files.
     #[error(transparent)]
     Files(#[from] CaFileError),
+    /// The alias file, read for `--name-constraints`.
+    #[error(transparent)]
+    Aliases(#[from] DeclarationsError),
+    /// `--name-constraints` with no alias bound to a host: the CA would permit nothing.
+    #[error(
+        "no alias in `{}` is bound to a host, so a name-constrained CA would permit no site; bind \
+         aliases first (`mint alias add NAME --host HOST`), then run `mint ca rotate \
+         --name-constraints`; the CA was not changed",
+        path.display()
+    )]
+    NoBoundHost {
+        /// The alias file.
+        path: PathBuf,
+    },
     /// No system CA bundle was found for `--bundle`.
     #[error(
         "no system CA bundle found (looked at {}); export without --bundle and add the CA to the client's own store",
@@ -85,19 +109,45 @@ pub fn run(command: CaCommand, paths: &Paths, out: &mut dyn Write) -> Result<(),
                 .and_then(|()| out.flush())
                 .map_err(CaCommandError::Output)
         }
-        CaCommand::Rotate => {
-            ca_files::rotate(paths, now)?;
+        CaCommand::Rotate { name_constraints } => {
+            let constraints = if name_constraints {
+                let (aliases, _) = load_alias_file(&paths.aliases)?;
+                let hosts = aliases.aliases.iter().flat_map(|alias| &alias.hosts);
+                Some(NameConstraints::for_hosts(hosts).ok_or_else(|| {
+                    CaCommandError::NoBoundHost {
+                        path: paths.aliases.clone(),
+                    }
+                })?)
+            } else {
+                None
+            };
+            ca_files::rotate(paths, now, constraints.as_ref())?;
             // Read back through the checks `mint serve` applies.
             ca_files::cert_pem(paths, now)?;
-            writeln!(
-                out,
-                "New interception CA written to {} (key {}).\n\
-                 Restart `mint serve`, and have agents trust the new certificate (`mint ca export`); \
-                 leaves signed by the old CA stop being accepted once they no longer trust it.",
+            let kind = if constraints.is_some() {
+                "name-constrained interception CA"
+            } else {
+                "interception CA (not name-constrained)"
+            };
+            let mut text = format!(
+                "New {kind} written to {} (key {}).\n",
                 paths.ca_cert.display(),
                 paths.ca_key.display()
-            )
-            .map_err(CaCommandError::Output)
+            );
+            if let Some(constraints) = &constraints {
+                text.push_str(&format!(
+                    "It signs only for names inside its constraints ({constraints}); a DNS name \
+                     permits every name below it. After binding an alias to another host, run \
+                     `mint ca rotate --name-constraints` again.\n"
+                ));
+            }
+            text.push_str(
+                "Restart `mint serve`, and have agents trust the new certificate (`mint ca export`); \
+                 leaves signed by the old CA stop being accepted once they no longer trust it.\n",
+            );
+            out.write_all(text.as_bytes())
+                .and_then(|()| out.flush())
+                .map_err(CaCommandError::Output)
         }
     }
 }

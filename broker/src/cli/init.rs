@@ -8,6 +8,10 @@
 //! at every start and reload. Never overwrites: if any of the five files exists, nothing is
 //! created. Each file appears whole or not at all (temp file, fsync, hard link), and a failure
 //! part-way removes what this run created, so a failed `mint init` leaves the disk as it found it.
+//!
+//! `--ca-name-constraints` is refused before anything is created: a name-constrained CA permits
+//! only the hosts aliases are bound to, and a new home has no alias yet (its alias file is one of
+//! the files `mint init` creates, never one it reads). The refusal names the way there.
 
 use std::fs;
 use std::io::{self, Write};
@@ -15,6 +19,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use clap::Args;
 use mint_policy::aliases::AliasFile;
 
 use crate::capability::CapabilityFile;
@@ -25,6 +30,16 @@ use crate::config::secure_file::{
     DIR_MODE, SecureFileError, check_parent_dirs, check_private_dir, create_new,
     create_private_dir, parent_dir,
 };
+
+/// Arguments of `mint init`.
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Name-constrain the interception CA: refused here, since a new home has no alias to
+    /// constrain it to. Bind aliases after `mint init`, then run
+    /// `mint ca rotate --name-constraints`.
+    #[arg(long)]
+    pub ca_name_constraints: bool,
+}
 
 /// Why `mint init` did nothing (or undid what it started).
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +79,13 @@ pub enum InitError {
         /// MINT_HOME.
         path: PathBuf,
     },
+    /// `--ca-name-constraints`: a new home has no alias to constrain the CA to.
+    #[error(
+        "a new home has no alias to constrain the interception CA to, so `--ca-name-constraints` \
+         cannot apply here; nothing was created. Run `mint init`, bind aliases (`mint alias add \
+         NAME --host HOST`), then `mint ca rotate --name-constraints`"
+    )]
+    NameConstraintsWithoutAliases,
     /// Creating the directory or a file failed; what this run created was removed again.
     #[error("{0}; nothing was created")]
     File(#[source] SecureFileError),
@@ -73,6 +95,14 @@ pub enum InitError {
     /// The summary could not be written (the files were created).
     #[error("cannot write the output")]
     Output(#[source] io::Error),
+}
+
+/// Runs `mint init` with its arguments.
+pub fn run(args: &InitArgs, paths: &Paths, out: &mut dyn Write) -> Result<(), InitError> {
+    if args.ca_name_constraints {
+        return Err(InitError::NameConstraintsWithoutAliases);
+    }
+    init(paths, out)
 }
 
 /// Creates the home directory and the three files, then writes what was done and what to do next
@@ -218,6 +248,7 @@ fn next_steps(paths: &Paths) -> String {
          \x20 3. Issue a capability for your agent (the token is printed once):\n\
          \x20      mint cap issue --agent mino --ttl 24h\n\
          \x20 4. Start the broker, and let the agent trust Mint's CA for HTTPS through it:\n\
+         \x20      mint ca rotate --name-constraints   # optional: a CA for the aliases' hosts only\n\
          \x20      mint serve\n\
          \x20      mint ca export > mint-ca.pem\n\
          \x20      HTTPS_PROXY=http://agent:$TOKEN@127.0.0.1:8700 curl --cacert mint-ca.pem https://...\n\

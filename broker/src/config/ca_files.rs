@@ -8,7 +8,8 @@
 //! working) and otherwise refuses to start on a CA that is unsafe or cannot serve: a file another
 //! user could change (the checks of `secure_file::open_trusted`), a key that group or others may
 //! read, a certificate that is not a CA, outside its validity, or not the key's. `mint ca rotate`
-//! replaces both ([`rotate`]). Errors name the file and the fix, never a byte of the key.
+//! replaces both ([`rotate`]), with name constraints when it is given some (`mint ca rotate
+//! --name-constraints`). Errors name the file and the fix, never a byte of the key.
 
 use std::io::{self, Read};
 use std::os::unix::fs::MetadataExt;
@@ -22,6 +23,7 @@ use super::secure_file::{
     DirLock, FILE_MODE, PUBLIC_FILE_MODE, SecureFileError, check_private_dir, create_new_mode,
     effective_uid, open_in_trusted_dirs, open_trusted, parent_dir, write_atomic_mode,
 };
+use crate::net::ca::name_constraints::NameConstraints;
 use crate::net::ca::{CaError, CaPem, CertificateAuthority};
 
 /// Why the CA files could not be read, checked or written.
@@ -143,7 +145,7 @@ pub fn load_or_create(
 /// Makes a new CA and writes its files, which must not exist yet (key 0600 first, then the
 /// certificate 0644; a failure removes what this call wrote).
 pub fn create(paths: &Paths, now: SystemTime) -> Result<(), CaFileError> {
-    let pem = generate(paths, now)?;
+    let pem = generate(paths, now, None)?;
     create_new_mode(&paths.ca_key, pem.key.as_bytes(), FILE_MODE).map_err(CaFileError::Insecure)?;
     if let Err(error) = create_new_mode(&paths.ca_cert, pem.cert.as_bytes(), PUBLIC_FILE_MODE) {
         let _ = std::fs::remove_file(&paths.ca_key);
@@ -152,12 +154,17 @@ pub fn create(paths: &Paths, now: SystemTime) -> Result<(), CaFileError> {
     Ok(())
 }
 
-/// Replaces the CA with a new one (or makes the first). The key is replaced first, then the
+/// Replaces the CA with a new one (or makes the first), name-constrained to `constraints` when
+/// given (otherwise unconstrained, whatever the old one was). The key is replaced first, then the
 /// certificate, each atomically; a crash between the two leaves a pair `mint serve` refuses
 /// (the key is not the certificate's) until `mint ca rotate` runs again. Running brokers keep
 /// the CA they started with until they restart.
-pub fn rotate(paths: &Paths, now: SystemTime) -> Result<(), CaFileError> {
-    let pem = generate(paths, now)?;
+pub fn rotate(
+    paths: &Paths,
+    now: SystemTime,
+    constraints: Option<&NameConstraints>,
+) -> Result<(), CaFileError> {
+    let pem = generate(paths, now, constraints)?;
     let _lock = DirLock::for_file(&paths.ca_cert).map_err(CaFileError::Insecure)?;
     write_atomic_mode(&paths.ca_key, pem.key.as_bytes(), FILE_MODE)
         .map_err(CaFileError::Insecure)?;
@@ -172,11 +179,19 @@ pub fn cert_pem(paths: &Paths, now: SystemTime) -> Result<String, CaFileError> {
 }
 
 /// A new CA's PEM, after checking the directories the files go in.
-fn generate(paths: &Paths, now: SystemTime) -> Result<CaPem, CaFileError> {
+fn generate(
+    paths: &Paths,
+    now: SystemTime,
+    constraints: Option<&NameConstraints>,
+) -> Result<CaPem, CaFileError> {
     for path in [&paths.ca_cert, &paths.ca_key] {
         check_private_dir(parent_dir(path)).map_err(CaFileError::Insecure)?;
     }
-    CertificateAuthority::generate(now).map_err(|problem| CaFileError::Unusable {
+    match constraints {
+        Some(constraints) => CertificateAuthority::generate_name_constrained(now, constraints),
+        None => CertificateAuthority::generate(now),
+    }
+    .map_err(|problem| CaFileError::Unusable {
         path: paths.ca_cert.clone(),
         problem,
     })
@@ -280,7 +295,7 @@ mod tests {
             create(&paths, now),
             Err(CaFileError::Insecure(SecureFileError::Exists { .. }))
         ));
-        rotate(&paths, now).unwrap();
+        rotate(&paths, now, None).unwrap();
         let rotated = load(&paths, now).unwrap();
         assert_ne!(rotated.cert_der(), ca.cert_der());
         assert_eq!(mode(&paths.ca_cert), 0o644);

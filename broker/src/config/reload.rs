@@ -111,6 +111,7 @@ impl Reloader {
                     "Policy and aliases reloaded"
                 );
                 audit_event(state, "policy_reloaded");
+                crate::serve::warn_hosts_outside_ca(state);
                 Ok(true)
             }
             Err(error) => {

@@ -12,6 +12,14 @@
 //! backdated five minutes and never past the CA's own end. [`LeafCache`] keeps the server
 //! configurations of recent hosts, bounded.
 //!
+//! A CA may be name-constrained ([`CertificateAuthority::generate_name_constrained`], critical
+//! `nameConstraints` from [`name_constraints`]): [`CertificateAuthority::from_pem`] reads its
+//! constraints back, [`CertificateAuthority::permits`] tells whether a host is inside them, and
+//! it never signs a leaf for a host outside them. Under constraints a leaf for an IP address has
+//! an empty subject (its address in a critical subject alternative name alone): OpenSSL checks a
+//! subject common name that reads as a dotted name, as `127.0.0.1` does, against the dNSName
+//! subtrees, and would refuse the leaf.
+//!
 //! Pure of files: `config::ca_files` reads and writes them. This CA is never part of Mint's own
 //! upstream trust (`net::tls`): it signs what Mint shows the agent, never what Mint believes.
 //! The key never appears in a `Debug` output, a log line or an error.
@@ -21,6 +29,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
+use mint_policy::host::Host;
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose, SerialNumber,
@@ -33,6 +42,10 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::{CertifiedKey, SigningKey};
 use time::OffsetDateTime;
 use zeroize::Zeroizing;
+
+pub mod name_constraints;
+
+use name_constraints::NameConstraints;
 
 /// How long a new CA is valid.
 pub const CA_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -90,6 +103,18 @@ pub enum CaError {
         /// The host.
         host: String,
     },
+    /// The certificate's `nameConstraints` extension cannot be read (or holds an address range
+    /// that is not 8 or 32 bytes).
+    #[error("the CA certificate's name constraints cannot be read")]
+    BadNameConstraints,
+    /// A leaf for a host outside the CA's name constraints: clients would refuse it.
+    #[error(
+        "`{host}` is outside the CA's name constraints; bind an alias to it and run `mint ca rotate --name-constraints`"
+    )]
+    OutsideNameConstraints {
+        /// The host.
+        host: String,
+    },
     /// rcgen could not generate or sign.
     #[error("cannot sign a certificate: {0}")]
     Sign(#[source] rcgen::Error),
@@ -121,6 +146,8 @@ pub struct CertificateAuthority {
     cert_der: CertificateDer<'static>,
     cert_pem: String,
     not_after: SystemTime,
+    /// The certificate's name constraints, if it has any.
+    name_constraints: Option<NameConstraints>,
     /// The key every leaf of this run certifies: made at load, never written anywhere.
     leaf_key: KeyPair,
     leaf_signing_key: Arc<dyn SigningKey>,
@@ -131,6 +158,7 @@ impl fmt::Debug for CertificateAuthority {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CertificateAuthority")
             .field("not_after", &self.not_after)
+            .field("name_constraints", &self.name_constraints)
             .finish_non_exhaustive()
     }
 }
@@ -140,6 +168,22 @@ impl fmt::Debug for CertificateAuthority {
 impl CertificateAuthority {
     /// A new CA, valid from `now` minus [`BACKDATE`] for [`CA_VALIDITY`].
     pub fn generate(now: SystemTime) -> Result<CaPem, CaError> {
+        CertificateAuthority::generate_with(now, None)
+    }
+
+    /// A new CA as [`CertificateAuthority::generate`] makes, with a critical `nameConstraints`
+    /// extension holding `constraints`.
+    pub fn generate_name_constrained(
+        now: SystemTime,
+        constraints: &NameConstraints,
+    ) -> Result<CaPem, CaError> {
+        CertificateAuthority::generate_with(now, Some(constraints))
+    }
+
+    fn generate_with(
+        now: SystemTime,
+        constraints: Option<&NameConstraints>,
+    ) -> Result<CaPem, CaError> {
         let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(CaError::Sign)?;
         let mut params = CertificateParams::default();
         let mut name = DistinguishedName::new();
@@ -151,6 +195,19 @@ impl CertificateAuthority {
         params.distinguished_name = name;
         params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
         params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        // rcgen marks the extension critical (RFC 5280 requires it).
+        params.name_constraints = constraints.map(|constraints| rcgen::NameConstraints {
+            permitted_subtrees: constraints
+                .permitted()
+                .iter()
+                .map(|s| s.to_rcgen())
+                .collect(),
+            excluded_subtrees: constraints
+                .excluded()
+                .iter()
+                .map(|s| s.to_rcgen())
+                .collect(),
+        });
         params.serial_number = Some(random_serial());
         let not_before = now.checked_sub(BACKDATE).unwrap_or(now);
         params.not_before = to_datetime(not_before);
@@ -164,7 +221,7 @@ impl CertificateAuthority {
 
     /// The CA of `cert_pem` and `key_pem`, checked at `now`: a certificate authority
     /// (`basicConstraints CA:TRUE`, and `keyCertSign` when it lists key usages), inside its
-    /// validity, and `key_pem` its own key.
+    /// validity, `key_pem` its own key, and name constraints (if any) that can be read.
     pub fn from_pem(
         cert_pem: &str,
         key_pem: &str,
@@ -173,7 +230,7 @@ impl CertificateAuthority {
         let cert_der = CertificateDer::from_pem_slice(cert_pem.as_bytes())
             .map_err(|_| CaError::NotACertificate)?;
         let key = KeyPair::from_pem(key_pem).map_err(|_| CaError::NotAKey)?;
-        let not_after = check_ca_certificate(&cert_der, &key, now)?;
+        let (not_after, name_constraints) = check_ca_certificate(&cert_der, &key, now)?;
         let issuer = Issuer::from_ca_cert_der(&cert_der, key).map_err(CaError::Sign)?;
         let leaf_key =
             KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(CaError::Sign)?;
@@ -188,6 +245,7 @@ impl CertificateAuthority {
             cert_pem: pem_of(&cert_der),
             cert_der,
             not_after,
+            name_constraints,
             leaf_key,
             leaf_signing_key,
             provider,
@@ -209,9 +267,23 @@ impl CertificateAuthority {
         self.not_after
     }
 
+    /// The CA's name constraints, when it has some.
+    pub fn name_constraints(&self) -> Option<&NameConstraints> {
+        self.name_constraints.as_ref()
+    }
+
+    /// Whether this CA may sign a leaf for `host`: always, unless it is name-constrained and
+    /// `host` is outside its constraints.
+    pub fn permits(&self, host: &Host) -> bool {
+        self.name_constraints
+            .as_ref()
+            .is_none_or(|constraints| constraints.permits(host))
+    }
+
     /// A leaf for `host` (a canonical host name, or an IP address), valid from `now` minus
     /// [`BACKDATE`] for [`LEAF_VALIDITY`] or until the CA ends if that is sooner, with the chain
-    /// leaf then CA. Returns the chain and when the leaf expires.
+    /// leaf then CA. Returns the chain and when the leaf expires. Refuses a host outside the
+    /// CA's name constraints.
     pub fn leaf(
         &self,
         host: &str,
@@ -223,9 +295,22 @@ impl CertificateAuthority {
         if host.is_empty() || host.ends_with('.') {
             return Err(bad_host());
         }
+        let mut common_name = true;
+        if let Some(constraints) = &self.name_constraints {
+            let parsed = Host::parse_request(host).map_err(|_| bad_host())?;
+            if !constraints.permits(&parsed) {
+                return Err(CaError::OutsideNameConstraints {
+                    host: host.to_owned(),
+                });
+            }
+            // See the module header: an address as a common name breaks the constraints.
+            common_name = parsed.ip().is_none();
+        }
         let mut params = CertificateParams::new(vec![host.to_owned()]).map_err(|_| bad_host())?;
         let mut name = DistinguishedName::new();
-        name.push(DnType::CommonName, host);
+        if common_name {
+            name.push(DnType::CommonName, host);
+        }
         params.distinguished_name = name;
         params.is_ca = IsCa::ExplicitNoCa;
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
@@ -357,12 +442,13 @@ impl LeafCache {
     }
 }
 
-/// Checks a CA certificate against its key at `now`; returns its `notAfter`.
+/// Checks a CA certificate against its key at `now`; returns its `notAfter` and its name
+/// constraints.
 fn check_ca_certificate(
     der: &CertificateDer<'_>,
     key: &KeyPair,
     now: SystemTime,
-) -> Result<SystemTime, CaError> {
+) -> Result<(SystemTime, Option<NameConstraints>), CaError> {
     use rcgen::PublicKeyData as _;
     let (_, cert) =
         x509_parser::parse_x509_certificate(der).map_err(|_| CaError::NotACertificate)?;
@@ -391,7 +477,7 @@ fn check_ca_certificate(
     if cert.public_key().subject_public_key.data.as_ref() != key.der_bytes() {
         return Err(CaError::KeyMismatch);
     }
-    Ok(not_after)
+    Ok((not_after, NameConstraints::from_certificate(&cert)?))
 }
 
 /// `time`'s view of `at` (seconds are enough for a certificate).

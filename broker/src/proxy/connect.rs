@@ -8,8 +8,10 @@
 //! password, or `Bearer`; otherwise `407` with `Proxy-Authenticate`); HTTP/1.1 (an HTTP/2
 //! `CONNECT` is `405`); the target, authority-form `host:port` canonicalized by
 //! `mint_policy::normalize` like every other target (`400` otherwise); a host some allow rule
-//! could match or some alias is bound to (`403` otherwise); the addresses the host resolves to,
-//! checked as for a request (`403 address_refused`). Each refusal is audited; an open tunnel
+//! could match or some alias is bound to (`403` otherwise); a host inside the name constraints of
+//! Mint's CA when it has some (`403 outside_ca_name_constraints`: no leaf is signed that clients
+//! would refuse); the addresses the host resolves to, checked as for a request (`403
+//! address_refused`). Each refusal is audited; an open tunnel
 //! gets a `decision` (allow) and an `outcome` (`completed`, 200, reason `tunnel_opened`) record,
 //! and each request inside gets its own.
 //!
@@ -177,6 +179,13 @@ async fn admit(
             rules: Vec::new(),
             reason: DenyReason::NoAllowRule,
         });
+    }
+
+    // A name-constrained CA cannot sign for a host outside its constraints.
+    if let Some(leaves) = state.interception()
+        && !leaves.ca().permits(&target.host)
+    {
+        return Err(ProxyError::OutsideCaNameConstraints);
     }
 
     // The addresses, as a request's would be checked (private ones are left to each request's

@@ -91,6 +91,12 @@ pub enum ProxyError {
         "CONNECT is served over HTTP/1.1 only: use the proxy URL http://agent:<token>@HOST:PORT in https_proxy"
     )]
     ConnectUnsupported,
+    /// A `CONNECT` to a host outside the name constraints of Mint's interception CA: clients
+    /// would refuse any leaf it signed for the host.
+    #[error(
+        "Mint's interception CA is name-constrained and does not cover this host, so no client would accept its certificate; bind an alias to the host, run `mint ca rotate --name-constraints`, then restart `mint serve` and trust the new CA (`mint ca export`)"
+    )]
+    OutsideCaNameConstraints,
     /// A `CONNECT` without a valid capability in `Proxy-Authorization`: 407, so clients retry
     /// with the credentials of their proxy URL.
     #[error(
@@ -203,7 +209,8 @@ impl ProxyError {
             | ProxyError::SiteNotAllowed { .. }
             | ProxyError::CapabilityScope { .. }
             | ProxyError::PolicyDenied { .. }
-            | ProxyError::AddressRefused(_) => StatusCode::FORBIDDEN,
+            | ProxyError::AddressRefused(_)
+            | ProxyError::OutsideCaNameConstraints => StatusCode::FORBIDDEN,
             ProxyError::NotFound => StatusCode::NOT_FOUND,
             ProxyError::ConnectUnsupported | ProxyError::MethodNotAllowed => {
                 StatusCode::METHOD_NOT_ALLOWED
@@ -238,6 +245,7 @@ impl ProxyError {
             ProxyError::Limited { .. } => "limited",
             ProxyError::AddressRefused(_) => "address_refused",
             ProxyError::ConnectUnsupported => "connect_unsupported",
+            ProxyError::OutsideCaNameConstraints => "outside_ca_name_constraints",
             ProxyError::ProxyAuthRequired => "capability_invalid",
             ProxyError::Misdirected { .. } => "misdirected_request",
             ProxyError::BodyTooLarge { .. } | ProxyError::DecodedBodyTooLarge { .. } => {
@@ -273,7 +281,8 @@ impl ProxyError {
             | ProxyError::SiteNotAllowed { .. }
             | ProxyError::CapabilityScope { .. }
             | ProxyError::PolicyDenied { .. }
-            | ProxyError::AddressRefused(_) => Outcome::Denied,
+            | ProxyError::AddressRefused(_)
+            | ProxyError::OutsideCaNameConstraints => Outcome::Denied,
             ProxyError::Limited { .. } => Outcome::Limited,
             ProxyError::AuditUnavailable
             | ProxyError::UpstreamFailed(_)
@@ -295,6 +304,7 @@ impl ProxyError {
             | ProxyError::PolicyDenied { .. }
             | ProxyError::Limited { .. }
             | ProxyError::AddressRefused(_)
+            | ProxyError::OutsideCaNameConstraints
             | ProxyError::ConnectUnsupported
             | ProxyError::ProxyAuthRequired
             | ProxyError::Misdirected { .. }
