@@ -8,110 +8,11 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use mint_tests::broker::{
-    Broker, CA_VARIABLES, MintHome, curl_via_proxy_as, curl_via_proxy_command,
-};
-use mint_tests::echo_upstream::EchoConfig;
-use mint_tests::{EchoPeer, echo_peer};
-
-const CANARY: &str = "canary-Hq3vT8xL5pZ2mR7wK9nB4cJ6";
-const HOST: &str = "api.example.test";
-/// The secret of the alias `elsewhere`, bound to `elsewhere.example.test`.
-const OTHER_CANARY: &str = "canary-elsewhere-Zt4Wq8Lm2Xv6Nb9R";
-
-struct Setup {
-    // Dropped last: the peer and the broker first.
-    broker: Broker,
-    peer: EchoPeer,
-    home: MintHome,
-    cap: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Setup {
-    fn start() -> Setup {
-        Setup::start_with_capability(&[])
-    }
-
-    /// A set-up whose capability is issued with `mint cap issue` arguments `cap_args`.
-    fn start_with_capability(cap_args: &[&str]) -> Setup {
-        let dir = tempfile::tempdir().unwrap();
-        let config = EchoConfig {
-            extra_names: vec![HOST.to_owned(), "other.example.test".to_owned()],
-            ..EchoConfig::default()
-        };
-        let peer = echo_peer(dir.path(), config);
-        let port = peer.server.port();
-        let policy = format!(
-            "version: 1\ndefault: deny\nrules:\n  - id: echo-all\n    effect: allow\n    match:\n      alias: [echo]\n      host: [{HOST}]\n      port: [{port}]\n      method: [GET, POST]\n"
-        );
-        // `elsewhere` is bound to a host no tunnel here goes to.
-        let aliases = format!(
-            "aliases:\n  - name: echo\n    hosts: [{HOST}]\n    source: file:$SECRETS/echo\n  - name: elsewhere\n    hosts: [elsewhere.example.test]\n    source: file:$SECRETS/elsewhere\n"
-        );
-        let home = MintHome::new(
-            &policy,
-            &aliases,
-            &[("echo", CANARY), ("elsewhere", OTHER_CANARY)],
-        );
-        let cap = home.issue_capability("mino", cap_args);
-        let pin = format!("{HOST}:{port}:127.0.0.1");
-        let other = format!("other.example.test:{port}:127.0.0.1");
-        let broker = home.serve(&peer.ca_file, &["--resolve", &pin, "--resolve", &other]);
-        Setup {
-            broker,
-            peer,
-            home,
-            cap,
-            _dir: dir,
-        }
-    }
-
-    fn port(&self) -> u16 {
-        self.peer.server.port()
-    }
-
-    fn ca(&self) -> PathBuf {
-        self.home.path().join("ca.pem")
-    }
-
-    fn proxy(&self) -> String {
-        format!("http://agent:{}@{}", self.cap, self.broker.addr())
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("https://{HOST}:{}{path}", self.port())
-    }
-
-    #[track_caller]
-    fn assert_no_canary(&self, seen: &str) {
-        self.broker.assert_clean(seen, &[CANARY, OTHER_CANARY]);
-    }
-
-    /// Waits (bounded) until the audit log holds a record with `reason`, written as a tunnel
-    /// ends, which may be just after the client gave up.
-    #[track_caller]
-    fn wait_for_reason(&self, reason: &str) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while self.records_with_reason(reason).is_empty() {
-            assert!(std::time::Instant::now() < deadline, "no {reason} record");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// The audit records with `reason`.
-    fn records_with_reason(&self, reason: &str) -> Vec<serde_json::Value> {
-        self.broker
-            .audit_records()
-            .into_iter()
-            .filter(|r| r["reason"] == reason)
-            .collect()
-    }
-}
+use mint_tests::broker::{CA_VARIABLES, MintHome, curl_via_proxy_as, curl_via_proxy_command};
+use mint_tests::interception::{CANARY, HOST, Setup, open_tunnel};
 
 #[test]
 fn issue_15_curl_over_http1_and_http2_through_an_intercepted_tunnel() {
@@ -265,33 +166,6 @@ fn issue_15_a_host_header_naming_another_host_is_421_and_nothing_is_sent() {
 }
 
 /// Opens a tunnel by hand and returns the socket after the `200`.
-fn open_tunnel(setup: &Setup) -> TcpStream {
-    let mut stream = TcpStream::connect(setup.broker.addr()).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    let port = setup.port();
-    write!(
-        stream,
-        "CONNECT {HOST}:{port} HTTP/1.1\r\nHost: {HOST}:{port}\r\nProxy-Authorization: Bearer {}\r\n\r\n",
-        setup.cap
-    )
-    .unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(stream.read(&mut byte).unwrap(), 1, "the head ended early");
-        head.push(byte[0]);
-    }
-    let head = String::from_utf8(head).unwrap();
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    assert!(
-        !head.to_ascii_lowercase().contains("connection: close"),
-        "{head}"
-    );
-    stream
-}
-
 #[test]
 fn issue_15_plain_http_inside_a_tunnel_closes_it_unanswered() {
     let setup = Setup::start();

@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 
 pub mod broker;
+pub mod interception;
 pub mod lab;
 
 /// The root of the workspace.
