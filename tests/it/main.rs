@@ -6,6 +6,7 @@ mod connection_framing;
 mod demo;
 mod examples;
 mod interception;
+mod interception_tunnel;
 mod local_files;
 mod policy_findings;
 mod proxy;

@@ -9,7 +9,12 @@
 //! `CONNECT` host, case and one trailing dot aside (`sni_mismatch`: the handshake fails with an
 //! `access_denied` alert; an IP-address tunnel may send no SNI), and a client that refuses the
 //! leaf or breaks the handshake (`tls_handshake_failed`). Nothing is ever relayed unterminated.
+//!
+//! At shutdown a tunnel drains like any agent connection, within the same grace period: the
+//! request in flight inside it finishes (and its outcome is audited), then the tunnel closes; an
+//! idle tunnel, or one still waiting for its handshake, closes at once.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
@@ -23,13 +28,13 @@ use rustls::sign::CertifiedKey;
 use tokio_rustls::LazyConfigAcceptor;
 
 use super::connection::ConnectionIo;
-use super::{ConnectionSlot, agent_builder, agent_service};
+use super::{ConnectionSlot, Drain, agent_builder, agent_service};
 use crate::net::ca::LeafCache;
 use crate::proxy::connect::{Tunnel, audit_tunnel_refusal};
 use crate::proxy::{self, AppState};
 
 /// Serves the tunnel `tunnel` once hyper hands over its connection; holds `slot` (the agent
-/// connection's `--max-connections` slot) until the tunnel ends.
+/// connection's `--max-connections` slot, with the server's [`Drain`]) until the tunnel ends.
 pub(crate) async fn serve(
     state: AppState,
     tunnel: Arc<Tunnel>,
@@ -37,13 +42,15 @@ pub(crate) async fn serve(
     on_upgrade: OnUpgrade,
     slot: Option<ConnectionSlot>,
 ) {
+    let mut drain = slot.as_ref().map(|slot| slot.drain.clone());
     let _slot = slot;
-    let upgraded = match on_upgrade.await {
-        Ok(upgraded) => upgraded,
-        Err(error) => {
+    let upgraded = match until_drain(&mut drain, on_upgrade).await {
+        Some(Ok(upgraded)) => upgraded,
+        Some(Err(error)) => {
             tracing::debug!(request.id = %tunnel.connect_id, error = %error, "Tunnel not taken over");
             return;
         }
+        None => return,
     };
     let limits = *state.limits();
     let deadline = tokio::time::Instant::from_std(Instant::now() + limits.header_read_timeout);
@@ -53,10 +60,11 @@ pub(crate) async fn serve(
     };
 
     let accept = LazyConfigAcceptor::new(Acceptor::default(), TokioIo::new(upgraded));
-    let start = match tokio::time::timeout_at(deadline, accept).await {
-        Err(_) => return refuse("tls_handshake_timeout", StatusCode::REQUEST_TIMEOUT),
-        Ok(Err(_)) => return refuse("not_tls", StatusCode::BAD_REQUEST),
-        Ok(Ok(start)) => start,
+    let start = match until_drain(&mut drain, tokio::time::timeout_at(deadline, accept)).await {
+        None => return,
+        Some(Err(_)) => return refuse("tls_handshake_timeout", StatusCode::REQUEST_TIMEOUT),
+        Some(Ok(Err(_))) => return refuse("not_tls", StatusCode::BAD_REQUEST),
+        Some(Ok(Ok(start))) => start,
     };
     let host = tunnel.host().as_text();
     if !sni_names(start.client_hello(), tunnel.host().ip().is_some(), &host) {
@@ -73,10 +81,12 @@ pub(crate) async fn serve(
             return refuse("leaf_unavailable", StatusCode::INTERNAL_SERVER_ERROR);
         }
     };
-    let tls = match tokio::time::timeout_at(deadline, start.into_stream(config)).await {
-        Err(_) => return refuse("tls_handshake_timeout", StatusCode::REQUEST_TIMEOUT),
-        Ok(Err(_)) => return refuse("tls_handshake_failed", StatusCode::BAD_REQUEST),
-        Ok(Ok(tls)) => tls,
+    let handshake = tokio::time::timeout_at(deadline, start.into_stream(config));
+    let tls = match until_drain(&mut drain, handshake).await {
+        None => return,
+        Some(Err(_)) => return refuse("tls_handshake_timeout", StatusCode::REQUEST_TIMEOUT),
+        Some(Ok(Err(_))) => return refuse("tls_handshake_failed", StatusCode::BAD_REQUEST),
+        Some(Ok(Ok(tls))) => tls,
     };
 
     let io = ConnectionIo::new(tls, &state);
@@ -90,8 +100,33 @@ pub(crate) async fn serve(
         })
     };
     let builder = agent_builder(&limits);
-    if let Err(error) = builder.serve_connection(TokioIo::new(io), service).await {
+    let connection = builder.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(connection);
+    let served = match until_drain(&mut drain, connection.as_mut()).await {
+        Some(served) => served,
+        None => {
+            // As for the listener's connections: the request in flight finishes, an idle
+            // tunnel closes (HTTP/2: GOAWAY, then the open streams finish).
+            tracing::debug!(connect.id = %tunnel.connect_id, "Shutting down: draining the tunnel");
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
+    if let Err(error) = served {
         tracing::debug!(connect.id = %tunnel.connect_id, error = %error, "Tunnel ended with an error");
+    }
+}
+
+/// `work`, unless the server's shutdown starts first (`None`). Without a drain (a tunnel not
+/// opened through the accept loop), just `work`.
+async fn until_drain<F: Future>(drain: &mut Option<Drain>, work: F) -> Option<F::Output> {
+    let Some(drain) = drain else {
+        return Some(work.await);
+    };
+    tokio::select! {
+        biased;
+        output = work => Some(output),
+        () = drain.started() => None,
     }
 }
 
