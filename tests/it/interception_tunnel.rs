@@ -101,3 +101,40 @@ fn issue_15_sigterm_drains_tunnels_the_request_inside_finishes_and_is_audited() 
     assert_chain_verifies(&setup);
     setup.assert_no_canary(&format!("{used_head}{used_body}{head}{body}"));
 }
+
+#[test]
+fn issue_15_a_head_not_finished_in_time_inside_a_tunnel_is_a_json_408_over_tls_and_audited() {
+    let setup = Setup::start_with(&[], &["--header-read-timeout", "1s"]);
+    let mut tls = tunnel_tls(open_tunnel(&setup), &setup.ca());
+    // Half a head, then nothing: the head deadline runs from its first byte.
+    write!(
+        tls,
+        "GET /echo HTTP/1.1\r\nHost: {HOST}:{}\r\nAuthorization: Bear",
+        setup.port()
+    )
+    .unwrap();
+    tls.flush().unwrap();
+    let (head, body) = read_answer(&mut tls);
+    assert!(head.starts_with("HTTP/1.1 408 "), "{head}");
+    assert!(head.contains("connection: close"), "{head}");
+    assert!(head.contains("mint-outcome: invalid"), "{head}");
+    let error: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(error["error"]["code"], "invalid_request", "{error}");
+    let id = error["error"]["request_id"].as_str().unwrap().to_owned();
+    assert!(head.contains(&format!("mint-request-id: {id}")), "{head}");
+    // Then the tunnel closes, with TLS close_notify.
+    let mut rest = Vec::new();
+    tls.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty(), "{rest:?}");
+    // Audited like the listener's 408: a deny and an `invalid` outcome with status 408.
+    setup.broker.outcome_of(&id);
+    let records = setup.broker.records_of(&id);
+    assert_eq!(records.len(), 2, "{records:?}");
+    assert_eq!(records[0]["decision"], "deny", "{records:?}");
+    assert_eq!(records[0]["reason"], "header_read_timeout", "{records:?}");
+    assert_eq!(records[1]["outcome"], "invalid", "{records:?}");
+    assert_eq!(records[1]["status"], 408, "{records:?}");
+    assert!(setup.peer.server.requests().is_empty());
+    assert_chain_verifies(&setup);
+    setup.assert_no_canary(&format!("{head}{body}"));
+}
