@@ -138,3 +138,61 @@ fn issue_15_a_head_not_finished_in_time_inside_a_tunnel_is_a_json_408_over_tls_a
     assert_chain_verifies(&setup);
     setup.assert_no_canary(&format!("{head}{body}"));
 }
+
+#[test]
+fn issue_15_policy_explain_answers_a_connect_as_the_broker_does() {
+    let setup = Setup::start();
+    let explain = |authority: &str, json: bool| {
+        let mut command = setup.home.mint();
+        command.args([
+            "policy", "explain", "--agent", "mino", "--method", "CONNECT",
+        ]);
+        command.args(["--url", authority]);
+        if json {
+            command.arg("--json");
+        }
+        let output = command.output().unwrap();
+        let text = String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr);
+        (output.status.code(), text)
+    };
+    // The tunnel the broker opens: explain says it would open, and how to explain what is inside.
+    let open = format!("{HOST}:{}", setup.port());
+    let (code, text) = explain(&open, false);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.starts_with(&format!("allow: CONNECT {open}\n")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("`--method GET --url https://{open}/PATH`")),
+        "{text}"
+    );
+    let (code, text) = explain(&open, true);
+    assert_eq!(code, Some(0), "{text}");
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(json["tunnel"], true, "{json}");
+    let (_, head) = mint_tests::interception::connect_raw(&setup, &open);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+
+    // A host no rule or alias names: explain and the broker both answer 403 no_allow_rule.
+    let closed = format!("unnamed.example.test:{}", setup.port());
+    let (code, text) = explain(&closed, true);
+    assert_eq!(code, Some(1), "{text}");
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(json["status"], 403, "{json}");
+    assert_eq!(json["code"], "policy_denied", "{json}");
+    assert_eq!(json["reason"], "no_allow_rule", "{json}");
+    let (_, head) = mint_tests::interception::connect_raw(&setup, &closed);
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+    let refused = setup.records_with_reason("no_allow_rule");
+    assert!(
+        refused.iter().any(|r| r["host"] == "unnamed.example.test"),
+        "{refused:?}"
+    );
+
+    // Not authority-form: a usage error.
+    let (code, text) = explain(&format!("https://{open}/"), false);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("authority-form"), "{text}");
+}

@@ -23,8 +23,9 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
 use http::{Method, StatusCode, Version};
+use mint_policy::aliases::AliasFile;
 use mint_policy::audit::{AgentName, AuditDecision, CapabilityId, Outcome, RequestId};
-use mint_policy::evaluate::DenyReason;
+use mint_policy::evaluate::{CompiledPolicy, DenyReason};
 use mint_policy::host::Host;
 use mint_policy::normalize::{Target, normalize_target, parse_authority};
 use zeroize::Zeroizing;
@@ -153,31 +154,18 @@ async fn admit(
         .filter(|_| request.uri.scheme().is_none() && request.uri.path_and_query().is_none())
         .ok_or(Invalid::ConnectTarget)?
         .as_str();
-    let (_, port) = parse_authority(authority).map_err(Invalid::Target)?;
-    if port.is_none() {
-        return Err(Invalid::ConnectTarget.into());
-    }
-    let target = normalize_target("https", authority, "/").map_err(Invalid::Target)?;
+    let target = connect_target(authority)?;
     exchange.facts.target =
         Some(TargetFacts::from_target(&target).map_err(|e| Invalid::Unauditable(e.to_string()))?);
 
     // A host no request could be allowed to, and no alias is bound to: no tunnel.
     let declarations = state.declarations();
-    let bound = declarations
-        .aliases()
-        .aliases
-        .iter()
-        .any(|alias| alias.hosts.iter().any(|host| host.matches(&target.host)));
-    if !bound
-        && !declarations
-            .policy()
-            .could_allow_host(grant.agent.as_str(), &target.host, target.port)
-    {
-        return Err(ProxyError::PolicyDenied {
-            rules: Vec::new(),
-            reason: DenyReason::NoAllowRule,
-        });
-    }
+    tunnel_may_open(
+        declarations.policy(),
+        declarations.aliases(),
+        grant.agent.as_str(),
+        &target,
+    )?;
 
     // The addresses, as a request's would be checked (private ones are left to each request's
     // deciding rule).
@@ -199,6 +187,40 @@ async fn admit(
         agent: None,
         capability: None,
         facts: None,
+    })
+}
+
+/// The target of a `CONNECT`: authority-form `host:port` (the port is required), canonicalized by
+/// `mint_policy::normalize` like every other target, as `https://host:port/`. Shared with
+/// `mint policy explain`.
+pub(crate) fn connect_target(authority: &str) -> Result<Target, ProxyError> {
+    let (_, port) = parse_authority(authority).map_err(Invalid::Target)?;
+    if port.is_none() {
+        return Err(Invalid::ConnectTarget.into());
+    }
+    Ok(normalize_target("https", authority, "/").map_err(Invalid::Target)?)
+}
+
+/// Whether a tunnel to `target` may open for `agent`: some allow rule could match its host
+/// (`CompiledPolicy::could_allow_host`: agent, scheme, port and host fit), or some alias is bound
+/// to it; otherwise `403 policy_denied` (`no_allow_rule`). The one check the broker runs before
+/// the `200` and `mint policy explain` runs for a `CONNECT`.
+pub(crate) fn tunnel_may_open(
+    policy: &CompiledPolicy,
+    aliases: &AliasFile,
+    agent: &str,
+    target: &Target,
+) -> Result<(), ProxyError> {
+    let bound = aliases
+        .aliases
+        .iter()
+        .any(|alias| alias.hosts.iter().any(|host| host.matches(&target.host)));
+    if bound || policy.could_allow_host(agent, &target.host, target.port) {
+        return Ok(());
+    }
+    Err(ProxyError::PolicyDenied {
+        rules: Vec::new(),
+        reason: DenyReason::NoAllowRule,
     })
 }
 
