@@ -98,6 +98,19 @@ fn issue_15_sigterm_drains_tunnels_the_request_inside_finishes_and_is_audited() 
         other => panic!("the fresh tunnel was not closed: {other:?}"),
     }
 
+    // Each tunnel's summary says the shutdown ended it, with what it carried.
+    let closed = tunnel_closed_records(&setup, 3);
+    assert!(
+        closed.iter().all(|r| r["ended"] == "shutdown"),
+        "{closed:?}"
+    );
+    let mut requests: Vec<_> = closed
+        .iter()
+        .map(|r| r["requests"].as_u64().unwrap())
+        .collect();
+    requests.sort_unstable();
+    assert_eq!(requests, [0, 1, 1], "{closed:?}");
+
     assert_chain_verifies(&setup);
     setup.assert_no_canary(&format!("{used_head}{used_body}{head}{body}"));
 }
@@ -135,6 +148,10 @@ fn issue_15_a_head_not_finished_in_time_inside_a_tunnel_is_a_json_408_over_tls_a
     assert_eq!(records[1]["outcome"], "invalid", "{records:?}");
     assert_eq!(records[1]["status"], 408, "{records:?}");
     assert!(setup.peer.server.requests().is_empty());
+    // The tunnel's summary: closed by the deadline, no request handed on.
+    let closed = tunnel_closed_records(&setup, 1);
+    assert_eq!(closed[0]["ended"], "timeout", "{closed:?}");
+    assert_eq!(closed[0]["requests"], 0, "{closed:?}");
     assert_chain_verifies(&setup);
     setup.assert_no_canary(&format!("{head}{body}"));
 }
@@ -195,4 +212,100 @@ fn issue_15_policy_explain_answers_a_connect_as_the_broker_does() {
     let (code, text) = explain(&format!("https://{open}/"), false);
     assert_eq!(code, Some(2), "{text}");
     assert!(text.contains("authority-form"), "{text}");
+}
+
+/// The `tunnel_closed` records, once `count` of them are written (bounded wait).
+#[track_caller]
+fn tunnel_closed_records(setup: &Setup, count: usize) -> Vec<serde_json::Value> {
+    wait_until("the tunnels' records", || {
+        setup.records_with_reason("tunnel_closed").len() >= count
+    });
+    let records = setup.records_with_reason("tunnel_closed");
+    assert_eq!(records.len(), count, "{records:?}");
+    records
+}
+
+#[test]
+fn issue_15_a_closed_tunnel_is_audited_with_its_duration_bytes_requests_and_ending() {
+    let setup = Setup::start();
+    let (stream, connect_head) =
+        mint_tests::interception::connect_raw(&setup, &format!("{HOST}:{}", setup.port()));
+    assert!(connect_head.starts_with("HTTP/1.1 200"), "{connect_head}");
+    setup.wait_for_reason("tunnel_opened");
+    let connect_id = setup.records_with_reason("tunnel_opened")[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut tls = tunnel_tls(stream, &setup.ca());
+    let mut seen = String::new();
+    let mut body_bytes = 0;
+    for n in 0..2 {
+        if n == 1 {
+            // The tunnel lasts at least this long.
+            std::thread::sleep(Duration::from_millis(150));
+        }
+        tls.write_all(get(&setup, "/echo").as_bytes()).unwrap();
+        let (head, body) = read_answer(&mut tls);
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        body_bytes += body.len();
+        seen.push_str(&head);
+        seen.push_str(&body);
+    }
+    // The client closes: TLS close_notify, then the end of its stream.
+    tls.conn.send_close_notify();
+    tls.flush().unwrap();
+    tls.sock.shutdown(std::net::Shutdown::Write).unwrap();
+
+    let records = tunnel_closed_records(&setup, 1);
+    let closed = &records[0];
+    assert_eq!(closed["id"], connect_id.as_str(), "{closed}");
+    assert_eq!(closed["phase"], "outcome", "{closed}");
+    assert_eq!(closed["outcome"], "completed", "{closed}");
+    assert_eq!(closed["status"], 200, "{closed}");
+    assert_eq!(closed["method"], "CONNECT", "{closed}");
+    assert_eq!(closed["host"], HOST, "{closed}");
+    assert_eq!(closed["port"], setup.port(), "{closed}");
+    assert_eq!(closed["agent"], "mino", "{closed}");
+    assert_eq!(closed["requests"], 2, "{closed}");
+    assert_eq!(closed["ended"], "client_closed", "{closed}");
+    assert!(closed["duration_ms"].as_u64().unwrap() >= 150, "{closed}");
+    // TLS records each way: more than the requests' and the answers' bytes.
+    assert!(closed["bytes_up"].as_u64().unwrap() > 0, "{closed}");
+    let down = closed["bytes_down"].as_u64().unwrap();
+    assert!(down > body_bytes as u64, "{closed} (bodies: {body_bytes})");
+    // The CONNECT has its decision, its `tunnel_opened` and its `tunnel_closed` records; the
+    // requests inside have their own ids.
+    let mine = setup.broker.records_of(&connect_id);
+    let reasons: Vec<_> = mine.iter().map(|r| r["reason"].clone()).collect();
+    assert_eq!(
+        reasons,
+        [
+            serde_json::Value::Null,
+            "tunnel_opened".into(),
+            "tunnel_closed".into()
+        ],
+        "{mine:?}"
+    );
+    assert_chain_verifies(&setup);
+    // `mint audit tail` shows it (its own row), `--json` gives it back whole.
+    let tail = setup
+        .home
+        .mint()
+        .args(["audit", "tail", "--json"])
+        .output()
+        .unwrap();
+    assert!(tail.status.success(), "{tail:?}");
+    let text = String::from_utf8(tail.stdout).unwrap();
+    let last = text
+        .lines()
+        .filter(|l| l.contains("tunnel_closed"))
+        .collect::<Vec<_>>();
+    assert_eq!(last.len(), 1, "{text}");
+    let shown: serde_json::Value = serde_json::from_str(last[0]).unwrap();
+    assert_eq!(&shown, closed);
+    let table = setup.home.mint().args(["audit", "tail"]).output().unwrap();
+    assert!(table.status.success(), "{table:?}");
+    let table = String::from_utf8(table.stdout).unwrap();
+    assert_eq!(table.matches("CONNECT").count(), 2, "{table}");
+    setup.assert_no_canary(&seen);
 }

@@ -11,20 +11,25 @@
 //! could match or some alias is bound to (`403` otherwise); the addresses the host resolves to,
 //! checked as for a request (`403 address_refused`). Each refusal is audited; an open tunnel
 //! gets a `decision` (allow) and an `outcome` (`completed`, 200, reason `tunnel_opened`) record,
-//! and each request inside gets its own.
+//! each request inside gets its own, and when the tunnel closes a second `outcome` of the
+//! `CONNECT` (reason `tunnel_closed`) sums it up: duration, bytes each way, requests, how it
+//! ended ([`audit_tunnel_closed`]).
 //!
 //! The tunnel keeps the capability token to authenticate each request inside again, so expiry
 //! and revocation bite in a long-lived tunnel. It never leaves this process and never appears in
 //! a `Debug` output.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
 use http::{Method, StatusCode, Version};
 use mint_policy::aliases::AliasFile;
-use mint_policy::audit::{AgentName, AuditDecision, CapabilityId, Outcome, RequestId};
+use mint_policy::audit::{
+    AgentName, AuditDecision, CapabilityId, HttpStatus, Outcome, ReasonCode, RequestId, TunnelEnd,
+};
 use mint_policy::evaluate::{CompiledPolicy, DenyReason};
 use mint_policy::host::Host;
 use mint_policy::normalize::{Target, normalize_target, parse_authority};
@@ -33,7 +38,7 @@ use zeroize::Zeroizing;
 use super::answer::OutcomeWriter;
 use super::error::{Invalid, ProxyError};
 use super::{AppState, Exchange, Mode, capability_token};
-use crate::audit::facts::TargetFacts;
+use crate::audit::facts::{OutcomeFacts, RequestFacts, TargetFacts, outcome_record};
 use crate::net::upstream::ConnectError;
 
 /// An open tunnel: its canonical target and whose it is.
@@ -47,6 +52,21 @@ pub(crate) struct Tunnel {
     agent: Option<AgentName>,
     capability: Option<CapabilityId>,
     facts: Option<TargetFacts>,
+    /// When the `CONNECT` was received.
+    received: Instant,
+}
+
+/// What a closed tunnel carried, for its `tunnel_closed` record.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TunnelSummary {
+    /// Bytes read from the agent after the `200` (TLS records, the handshake included).
+    pub(crate) from_agent: u64,
+    /// Bytes written to the agent after the `200`.
+    pub(crate) to_agent: u64,
+    /// Requests handed to the pipeline.
+    pub(crate) requests: u64,
+    /// How it ended.
+    pub(crate) ended: TunnelEnd,
 }
 
 impl std::fmt::Debug for Tunnel {
@@ -97,6 +117,7 @@ pub(crate) async fn connect(state: &AppState, id: RequestId, request: Request) -
         agent: exchange.facts.agent.clone(),
         capability: exchange.facts.capability.clone(),
         facts: exchange.facts.target.clone(),
+        received: exchange.received,
         ..tunnel
     });
     exchange.outcome_written = true;
@@ -187,6 +208,7 @@ async fn admit(
         agent: None,
         capability: None,
         facts: None,
+        received: Instant::now(),
     })
 }
 
@@ -247,6 +269,36 @@ pub(crate) fn audit_tunnel_refusal(
     exchange.facts.id.clone()
 }
 
+/// Audits a tunnel that has closed: a second `outcome` record of its `CONNECT` (same id, agent,
+/// capability and target), `completed` with status 200 and reason `tunnel_closed`, with
+/// `duration_ms` from the `CONNECT`'s receipt, `bytes_up` and `bytes_down` as the bytes from and
+/// to the agent, `requests` and `ended`. Deferred like every outcome; a failure is logged.
+pub(crate) fn audit_tunnel_closed(state: &AppState, tunnel: &Tunnel, summary: TunnelSummary) {
+    let request = RequestFacts {
+        id: tunnel.connect_id.clone(),
+        agent: tunnel.agent.clone(),
+        capability: tunnel.capability.clone(),
+        method: mint_policy::audit::Method::new(Method::CONNECT.as_str()).ok(),
+        target: tunnel.facts.clone(),
+        aliases: Vec::new(),
+        mcp_tool: None,
+    };
+    let facts = OutcomeFacts {
+        outcome: Outcome::Completed,
+        status: HttpStatus::new(StatusCode::OK.as_u16()).ok(),
+        bytes_up: Some(summary.from_agent),
+        bytes_down: Some(summary.to_agent),
+        duration_ms: Some(u64::try_from(tunnel.received.elapsed().as_millis()).unwrap_or(u64::MAX)),
+        reason: ReasonCode::new("tunnel_closed").ok(),
+    };
+    let mut record = outcome_record(crate::audit::now(), request, facts);
+    record.requests = Some(summary.requests);
+    record.ended = Some(summary.ended);
+    if let Err(error) = state.audit().defer(&record) {
+        tracing::error!(request.id = %record.id, error = %error, "Tunnel record not written");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
@@ -266,6 +318,7 @@ mod tests {
             agent: None,
             capability: None,
             facts: None,
+            received: std::time::Instant::now(),
         };
         assert_eq!(tunnel.token(), canary);
         let ext = TunnelExt(Arc::new(tunnel));

@@ -57,6 +57,7 @@ use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::framing::{ConnectionHeads, RequestStream};
 use super::h2_watch::H2Watch;
@@ -112,6 +113,8 @@ pub(crate) struct ConnectionIo<S = TcpStream> {
     ended: bool,
     /// The 408 being written before the connection is shut down.
     closing: Option<Closing>,
+    /// Set once the head deadline has ended the connection (for a tunnel's record).
+    expired: Arc<AtomicBool>,
     /// The frames of an HTTP/2 connection, followed for the library's refusals.
     h2: H2Watch,
     /// How many bytes were read from the agent.
@@ -171,6 +174,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ConnectionIo<S> {
             replacement: None,
             ended: false,
             closing: None,
+            expired: Arc::default(),
             h2: H2Watch::default(),
             bytes_read: 0,
         }
@@ -179,6 +183,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ConnectionIo<S> {
     /// The framing verdicts of this connection's heads, for its requests.
     pub(crate) fn heads(&self) -> Arc<ConnectionHeads> {
         Arc::clone(&self.heads)
+    }
+
+    /// Set once the head deadline has ended the connection (a 408, or an idle connection
+    /// closed).
+    pub(crate) fn expired(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.expired)
     }
 
     /// Where this connection's requests leave their ids, for the interim `100 Continue`.
@@ -225,6 +235,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ConnectionIo<S> {
     fn expire(&mut self) {
         let started = self.stream.head_started();
         self.ended = true;
+        self.expired.store(true, Ordering::Release);
         self.stream.stop();
         self.deadline = None;
         if !started {
