@@ -309,3 +309,63 @@ fn issue_15_a_closed_tunnel_is_audited_with_its_duration_bytes_requests_and_endi
     assert_eq!(table.matches("CONNECT").count(), 2, "{table}");
     setup.assert_no_canary(&seen);
 }
+
+#[test]
+fn issue_15_a_connect_to_a_name_that_does_not_resolve_is_502_upstream_failed_as_on_v1_proxy() {
+    use mint_tests::interception::UNRESOLVABLE;
+    let setup = Setup::start();
+    // `nowhere.invalid` is allowed by the rule `nowhere` and never resolves (RFC 2606).
+    let authority = format!("{UNRESOLVABLE}:{}", setup.port());
+    let proxied = mint_tests::broker::raw_http(
+        &format!("http://{}", setup.broker.addr()),
+        format!(
+            "GET /v1/proxy/https/{authority}/ HTTP/1.1\r\nHost: {}\r\nMint-Capability: {}\r\nConnection: close\r\n\r\n",
+            setup.broker.addr(),
+            setup.cap
+        )
+        .as_bytes(),
+    );
+    assert_eq!(proxied.status, 502, "{proxied:?}");
+
+    let (mut stream, head) = mint_tests::interception::connect_raw(&setup, &authority);
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest);
+    let rest = String::from_utf8(rest).unwrap();
+    // The same answer: status, code, message, outcome header; and no tunnel: the connection
+    // closes after it.
+    assert!(head.starts_with("HTTP/1.1 502 "), "{head}");
+    assert!(head.contains("connection: close"), "{head}");
+    assert!(head.contains("mint-outcome: failed"), "{head}");
+    let error: serde_json::Value = serde_json::from_str(&rest).unwrap();
+    let expected = proxied.json();
+    assert_eq!(error["error"]["code"], "upstream_failed", "{error}");
+    assert_eq!(error["error"]["code"], expected["error"]["code"]);
+    assert_eq!(error["error"]["message"], expected["error"]["message"]);
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot resolve the upstream host"),
+        "{error}"
+    );
+    // Audited alike: an `allow` decision, then a `failed` outcome, 502, `upstream_failed`.
+    let id = error["error"]["request_id"].as_str().unwrap().to_owned();
+    let proxied_id = proxied.header("mint-request-id").unwrap().to_owned();
+    for (request, method) in [(&id, "CONNECT"), (&proxied_id, "GET")] {
+        let outcome = setup.broker.outcome_of(request);
+        let records = setup.broker.records_of(request);
+        assert_eq!(records.len(), 2, "{records:?}");
+        assert_eq!(records[0]["method"], method, "{records:?}");
+        assert_eq!(records[0]["decision"], "allow", "{records:?}");
+        assert_eq!(records[0]["host"], UNRESOLVABLE, "{records:?}");
+        assert_eq!(outcome["outcome"], "failed", "{outcome}");
+        assert_eq!(outcome["status"], 502, "{outcome}");
+        assert_eq!(outcome["reason"], "upstream_failed", "{outcome}");
+    }
+    // No tunnel was opened, so none closed; nothing reached any upstream.
+    assert!(setup.records_with_reason("tunnel_opened").is_empty());
+    assert!(setup.records_with_reason("tunnel_closed").is_empty());
+    assert!(setup.peer.server.requests().is_empty());
+    assert_chain_verifies(&setup);
+    setup.assert_no_canary(&format!("{head}{rest}"));
+}

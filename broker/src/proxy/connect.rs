@@ -9,7 +9,9 @@
 //! `CONNECT` is `405`); the target, authority-form `host:port` canonicalized by
 //! `mint_policy::normalize` like every other target (`400` otherwise); a host some allow rule
 //! could match or some alias is bound to (`403` otherwise); the addresses the host resolves to,
-//! checked as for a request (`403 address_refused`). Each refusal is audited; an open tunnel
+//! checked as for a request (`403 address_refused`; a name that does not resolve is
+//! `502 upstream_failed`, audited like such a request of `/v1/proxy/`: an `allow` decision and a
+//! `failed` outcome). Each refusal is audited; an open tunnel
 //! gets a `decision` (allow) and an `outcome` (`completed`, 200, reason `tunnel_opened`) record,
 //! each request inside gets its own, and when the tunnel closes a second `outcome` of the
 //! `CONNECT` (reason `tunnel_closed`) sums it up: duration, bytes each way, requests, how it
@@ -104,6 +106,15 @@ pub(crate) async fn connect(state: &AppState, id: RequestId, request: Request) -
     let (head, body) = request.into_parts();
     let tunnel = match admit(state, &mut exchange, &head).await {
         Ok(tunnel) => tunnel,
+        // The host passed every check that decides, then could not be resolved (or its
+        // addresses not checked): audited as `/v1/proxy/` audits such a request, an `allow`
+        // decision and a `failed` outcome (502 `upstream_failed`); no tunnel.
+        Err(error @ ProxyError::UpstreamFailed(_)) if state.interception().is_some() => {
+            if let Err(audit) = exchange.record_allow(state, &[]).await {
+                return exchange.refuse(audit);
+            }
+            return exchange.refuse(error);
+        }
         Err(error) => return exchange.refuse(error),
     };
     let Some(leaves) = state.interception().cloned() else {
