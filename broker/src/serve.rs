@@ -9,7 +9,7 @@
 //! `TCP_NODELAY`, bounds the time to read a request head (slowloris), and on shutdown stops
 //! accepting, lets requests in flight finish within a grace period, then fsyncs the audit log.
 //! Intercepted tunnels drain the same way, within the same grace period: a request in flight
-//! inside one finishes and is audited, an idle one is closed ([`Drain`], `serve::tunnel`).
+//! inside one finishes and is audited, an idle one is closed (`Drain`, `serve::tunnel`).
 //! A client that starts a request head and does not finish it in time gets a JSON 408 and an
 //! audit record; an idle keep-alive connection is closed silently.
 
