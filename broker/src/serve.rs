@@ -8,6 +8,8 @@
 //! The accept loop is Mint's own (hyper-util's connection builder, HTTP/1.1 and HTTP/2): it sets
 //! `TCP_NODELAY`, bounds the time to read a request head (slowloris), and on shutdown stops
 //! accepting, lets requests in flight finish within a grace period, then fsyncs the audit log.
+//! Intercepted tunnels drain the same way, within the same grace period: a request in flight
+//! inside one finishes and is audited, an idle one is closed (`Drain`, `serve::tunnel`).
 //! A client that starts a request head and does not finish it in time gets a JSON 408 and an
 //! audit record; an idle keep-alive connection is closed silently.
 
@@ -22,7 +24,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tower::Service as _;
 
 use crate::audit::{AuditConfig, AuditConfigError, AuditError, AuditLog};
@@ -59,11 +61,30 @@ const PRUNE_INTERVAL: Duration = Duration::from_secs(60);
 
 /// One of the `--max-connections` slots, held by an agent connection and, once it opened an
 /// intercepted tunnel, by that tunnel: the slot frees when both are over. In the extensions of
-/// every request of the connection.
+/// every request of the connection. It carries the server's [`Drain`] to the tunnel.
 #[derive(Clone, Debug)]
-pub(crate) struct ConnectionSlot(
-    #[expect(dead_code, reason = "held for its drop")] Arc<OwnedSemaphorePermit>,
-);
+pub(crate) struct ConnectionSlot {
+    #[expect(dead_code, reason = "held for its drop")]
+    permit: Arc<OwnedSemaphorePermit>,
+    pub(crate) drain: Drain,
+}
+
+/// The server's shutdown as an intercepted tunnel sees it. hyper's `GracefulShutdown` only
+/// watches the connections of the accept loop, and a `CONNECT`'s connection is over for hyper
+/// once it hands the tunnel over; so each tunnel holds one of these: the server signals it when
+/// the shutdown starts, and waits (within the grace period) until every one is dropped.
+#[derive(Clone, Debug)]
+pub(crate) struct Drain(watch::Receiver<()>);
+
+// === impl Drain ===
+
+impl Drain {
+    /// Completes once the shutdown has started (at once if it started before this was cloned).
+    pub(crate) async fn started(&mut self) {
+        // An error: the server is gone, which is a shutdown too.
+        let _ = self.0.changed().await;
+    }
+}
 
 /// What `mint serve` is configured with besides the files of [`Paths`].
 #[derive(Clone, Debug)]
@@ -221,6 +242,8 @@ pub async fn run(
     let builder = agent_builder(&limits);
     let connections = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = GracefulShutdown::new();
+    // Tunnels hold a clone of `drain` (through their connection's slot) until they end.
+    let (tunnels, drain) = watch::channel(());
     let pruner = {
         let state = state.clone();
         tokio::spawn(async move {
@@ -271,7 +294,10 @@ pub async fn run(
                 let io = TokioIo::new(io);
                 let routes = routes.clone();
                 let state = state.clone();
-                let slot = ConnectionSlot(Arc::new(permit));
+                let slot = ConnectionSlot {
+                    permit: Arc::new(permit),
+                    drain: Drain(drain.clone()),
+                };
                 let held = slot.clone();
                 let service = agent_service(heads, id_slot, move |mut request: http::Request<Body>| {
                     request.extensions_mut().insert(slot.clone());
@@ -307,7 +333,13 @@ pub async fn run(
         watcher.abort();
     }
     tracing::info!("Shutting down: waiting for requests in flight");
-    if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown())
+    drop(drain);
+    // Connections and tunnels are told at once; both get the same grace period.
+    tunnels.send_replace(());
+    let drained = async {
+        tokio::join!(graceful.shutdown(), tunnels.closed());
+    };
+    if tokio::time::timeout(limits.shutdown_grace, drained)
         .await
         .is_err()
     {

@@ -16,12 +16,13 @@
 //! - `decision`: requires `decision`, and `reason` unless the decision is `allow`. May carry
 //!   `rule`: absent when no policy ran (the request was refused before, e.g. a bad capability),
 //!   `[]` when the policy's default decided. Refuses `outcome`, `status`, `bytes_up`,
-//!   `bytes_down` and `duration_ms`.
+//!   `bytes_down`, `duration_ms`, `requests` and `ended`.
 //! - `outcome`: requires `outcome`, `status` when the outcome is `completed`, and `reason`
-//!   otherwise. May carry `status`, `bytes_up`, `bytes_down`, `duration_ms`, `reason`. Refuses
-//!   `decision` and `rule`.
+//!   otherwise. May carry `status`, `bytes_up`, `bytes_down`, `duration_ms`, `requests`, `ended`,
+//!   `reason`; `requests` and `ended` (a closed intercepted tunnel, reason `tunnel_closed`) come
+//!   together. Refuses `decision` and `rule`.
 //! - `event`: requires `reason`. Refuses `decision`, `rule`, `outcome`, `status`, `bytes_up`,
-//!   `bytes_down` and `duration_ms`.
+//!   `bytes_down`, `duration_ms`, `requests` and `ended`.
 //!
 //! Parsing is strict: one JSON object on one line (a CR or LF anywhere is refused, so a CRLF log
 //! must be converted first), no duplicate or unknown field, no `null`, every value of the type
@@ -101,6 +102,10 @@ pub enum Field {
     BytesDown,
     /// `duration_ms`: milliseconds from receipt to the end of the answer.
     DurationMs,
+    /// `requests`: how many requests an intercepted tunnel carried.
+    Requests,
+    /// `ended`: how an intercepted tunnel ended.
+    Ended,
     /// `reason`: a short stable code such as `policy_denied`.
     Reason,
     /// `prev`: the chain hash of the previous line.
@@ -111,7 +116,7 @@ pub enum Field {
 
 impl Field {
     /// Every field, in the order `to_line` writes them.
-    pub const ALL: [Field; 23] = [
+    pub const ALL: [Field; 25] = [
         Field::V,
         Field::Ts,
         Field::Id,
@@ -133,6 +138,8 @@ impl Field {
         Field::BytesUp,
         Field::BytesDown,
         Field::DurationMs,
+        Field::Requests,
+        Field::Ended,
         Field::Reason,
         Field::Prev,
     ];
@@ -161,6 +168,8 @@ impl Field {
             Field::BytesUp => "bytes_up",
             Field::BytesDown => "bytes_down",
             Field::DurationMs => "duration_ms",
+            Field::Requests => "requests",
+            Field::Ended => "ended",
             Field::Reason => "reason",
             Field::Prev => "prev",
         }
@@ -560,6 +569,51 @@ impl fmt::Display for Outcome {
     }
 }
 
+/// `ended`: how an intercepted `CONNECT` tunnel ended (its `tunnel_closed` outcome record).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TunnelEnd {
+    /// The agent closed it (or it was never taken over).
+    ClientClosed,
+    /// Mint's shutdown closed it.
+    Shutdown,
+    /// A deadline closed it: the TLS handshake, a request head, or an idle keep-alive.
+    Timeout,
+    /// A TLS or protocol error closed it, or Mint refused its handshake.
+    Error,
+}
+
+// === impl TunnelEnd ===
+
+impl TunnelEnd {
+    /// The JSON spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TunnelEnd::ClientClosed => "client_closed",
+            TunnelEnd::Shutdown => "shutdown",
+            TunnelEnd::Timeout => "timeout",
+            TunnelEnd::Error => "error",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<TunnelEnd> {
+        [
+            TunnelEnd::ClientClosed,
+            TunnelEnd::Shutdown,
+            TunnelEnd::Timeout,
+            TunnelEnd::Error,
+        ]
+        .into_iter()
+        .find(|end| end.as_str() == name)
+    }
+}
+
+impl fmt::Display for TunnelEnd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One audit record. Serializes (and `to_line` writes) its fields in declaration order, leaving
 /// out absent ones. Which fields each phase carries is in the module documentation; `check`
 /// enforces it. Every text field has a type that checked its grammar, so no field can hold a
@@ -628,6 +682,12 @@ pub struct AuditRecord {
     /// Milliseconds from receipt to the end of the answer (outcome records only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
+    /// How many requests an intercepted tunnel carried (its `tunnel_closed` outcome only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requests: Option<u64>,
+    /// How an intercepted tunnel ended (its `tunnel_closed` outcome only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended: Option<TunnelEnd>,
     /// A short stable code saying why.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<ReasonCode>,
@@ -690,6 +750,8 @@ impl AuditRecord {
             bytes_up: None,
             bytes_down: None,
             duration_ms: None,
+            requests: None,
+            ended: None,
             reason: None,
             prev,
         }
@@ -721,6 +783,8 @@ impl AuditRecord {
             (Field::BytesUp, self.bytes_up.is_some()),
             (Field::BytesDown, self.bytes_down.is_some()),
             (Field::DurationMs, self.duration_ms.is_some()),
+            (Field::Requests, self.requests.is_some()),
+            (Field::Ended, self.ended.is_some()),
         ];
         match phase {
             Phase::Decision => {
@@ -752,6 +816,12 @@ impl AuditRecord {
                 }
                 if outcome != Outcome::Completed && self.reason.is_none() {
                     return missing(Field::Reason);
+                }
+                // A closed tunnel's summary is whole or absent.
+                match (self.requests.is_some(), self.ended.is_some()) {
+                    (true, false) => return missing(Field::Ended),
+                    (false, true) => return missing(Field::Requests),
+                    _ => {}
                 }
             }
             Phase::Event => {
@@ -1158,6 +1228,8 @@ impl Parser<'_> {
             Field::BytesUp => draft.bytes_up = Some(self.integer(field, Some)?),
             Field::BytesDown => draft.bytes_down = Some(self.integer(field, Some)?),
             Field::DurationMs => draft.duration_ms = Some(self.integer(field, Some)?),
+            Field::Requests => draft.requests = Some(self.integer(field, Some)?),
+            Field::Ended => draft.ended = Some(self.keyword(field, TunnelEnd::from_name)?),
             Field::Reason => draft.reason = Some(self.text(field, ReasonCode::new)?),
             Field::Prev => draft.prev = Some(self.text(field, ChainHash::new)?),
         }
@@ -1464,6 +1536,8 @@ struct Draft {
     bytes_up: Option<u64>,
     bytes_down: Option<u64>,
     duration_ms: Option<u64>,
+    requests: Option<u64>,
+    ended: Option<TunnelEnd>,
     reason: Option<ReasonCode>,
     prev: Option<ChainHash>,
 }
@@ -1499,6 +1573,8 @@ impl Draft {
             bytes_up: self.bytes_up,
             bytes_down: self.bytes_down,
             duration_ms: self.duration_ms,
+            requests: self.requests,
+            ended: self.ended,
             reason: self.reason,
             prev,
         };

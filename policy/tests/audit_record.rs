@@ -20,7 +20,7 @@ use mint_policy::audit::{
     AgentName, AliasName, AuditDecision, AuditRecord, CapabilityId, ChainHash, Field, GENESIS_PREV,
     Host, HttpStatus, MAX_ALIASES, MAX_DEPTH, MAX_LINE_BYTES, MAX_QUERY_KEYS, MAX_RULE_IDS, Method,
     Outcome, Phase, QueryKey, ReasonCode, RecordError, RecordErrorKind, RequestId, RuleId, Scheme,
-    ShapeError, Timestamp, ToolName, UrlPath, chain_hash, parse_record,
+    ShapeError, Timestamp, ToolName, TunnelEnd, UrlPath, chain_hash, parse_record,
 };
 use proptest::prelude::*;
 
@@ -1213,4 +1213,123 @@ fn check_against_serde_json(line: &str) -> Result<(), TestCaseError> {
         }
     }
     Ok(())
+}
+
+// --- a closed tunnel's summary --------------------------------------------------------------------
+
+/// A `tunnel_closed` outcome, as the broker writes it when an intercepted tunnel closes.
+fn tunnel_closed() -> AuditRecord {
+    let mut record = AuditRecord::outcome(
+        ts("2026-11-30T05:39:21.000Z"),
+        rid("req-1"),
+        Outcome::Completed,
+        ChainHash::genesis(),
+    );
+    record.method = Some(Method::new("CONNECT").unwrap());
+    record.host = Some(Host::new("api.github.com").unwrap());
+    record.status = status(200);
+    record.bytes_up = Some(1_517);
+    record.bytes_down = Some(6_004);
+    record.duration_ms = Some(877);
+    record.requests = Some(2);
+    record.ended = Some(TunnelEnd::ClientClosed);
+    record.reason = Some(reason("tunnel_closed"));
+    record
+}
+
+#[test]
+fn a_closed_tunnel_round_trips_with_requests_and_ended_in_order() {
+    let record = tunnel_closed();
+    record.check().unwrap();
+    let line = record.to_line();
+    assert!(
+        line.contains(
+            r#","duration_ms":877,"requests":2,"ended":"client_closed","reason":"tunnel_closed","#
+        ),
+        "{line}"
+    );
+    assert_eq!(parse_record(&line).unwrap(), record);
+    for ended in [TunnelEnd::Shutdown, TunnelEnd::Timeout, TunnelEnd::Error] {
+        let record = AuditRecord {
+            ended: Some(ended),
+            ..tunnel_closed()
+        };
+        assert_eq!(parse_record(&record.to_line()).unwrap(), record);
+    }
+}
+
+#[test]
+fn a_closed_tunnels_fields_are_checked() {
+    let line = tunnel_closed().to_line();
+    // An unknown ending, a negative or fractional count.
+    for (from, to) in [
+        (r#""ended":"client_closed""#, r#""ended":"vanished""#),
+        (r#""requests":2"#, r#""requests":-2"#),
+        (r#""requests":2"#, r#""requests":2.5"#),
+    ] {
+        let bad = line.replace(from, to);
+        let field = if from.contains("ended") {
+            Field::Ended
+        } else {
+            Field::Requests
+        };
+        assert_eq!(
+            refused(&bad).kind(),
+            RecordErrorKind::InvalidValue { field },
+            "{bad}"
+        );
+    }
+    // One without the other.
+    let mut record = tunnel_closed();
+    record.ended = None;
+    assert_eq!(
+        record.check(),
+        Err(ShapeError::MissingField {
+            field: Field::Ended,
+            phase: Phase::Outcome
+        })
+    );
+    assert_eq!(
+        refused(&record.to_line()).kind(),
+        RecordErrorKind::MissingField {
+            field: Field::Ended
+        }
+    );
+    let mut record = tunnel_closed();
+    record.requests = None;
+    assert_eq!(
+        record.check(),
+        Err(ShapeError::MissingField {
+            field: Field::Requests,
+            phase: Phase::Outcome
+        })
+    );
+    // Outcome records only.
+    for phase in [Phase::Decision, Phase::Event] {
+        let mut record = base_record();
+        if phase == Phase::Event {
+            record = AuditRecord::event(
+                ts("2026-11-30T05:39:20.123Z"),
+                rid("ev-1"),
+                reason("policy_reloaded"),
+                ChainHash::genesis(),
+            );
+        }
+        record.requests = Some(1);
+        record.ended = Some(TunnelEnd::Error);
+        assert_eq!(
+            record.check(),
+            Err(ShapeError::NotAllowed {
+                field: Field::Requests,
+                phase
+            })
+        );
+        assert_eq!(
+            refused(&record.to_line()).kind(),
+            RecordErrorKind::FieldNotAllowed {
+                field: Field::Requests,
+                phase
+            }
+        );
+    }
 }

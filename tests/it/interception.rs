@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use mint_tests::broker::{CA_VARIABLES, MintHome, curl_via_proxy_as, curl_via_proxy_command};
 use mint_tests::interception::{
-    CANARY, HOST, Setup, SetupConfig, TlsUpstream, python_client, request_id, tunnel_client,
+    CANARY, HOST, Setup, SetupConfig, TlsUpstream, open_tunnel, python_client, request_id,
+    tunnel_client,
 };
 
 #[test]
@@ -301,11 +302,6 @@ fn issue_15_a_host_header_naming_another_host_is_421_and_nothing_is_sent() {
     assert_eq!(response.json()["error"]["code"], "misdirected_request");
     assert!(setup.peer.server.requests().is_empty());
     setup.assert_no_canary(&response.everything());
-}
-
-/// Opens a tunnel by hand and returns the socket after the `200`.
-fn open_tunnel(setup: &Setup) -> TcpStream {
-    open_tunnel_to(setup, &format!("{HOST}:{}", setup.port()))
 }
 
 /// Opens a tunnel by hand to `authority` and returns the socket after the `200`.

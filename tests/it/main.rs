@@ -7,6 +7,7 @@ mod demo;
 mod examples;
 mod interception;
 mod interception_clients;
+mod interception_tunnel;
 mod local_files;
 mod policy_findings;
 mod proxy;

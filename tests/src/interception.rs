@@ -10,7 +10,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -26,6 +26,9 @@ pub const CANARY: &str = "canary-Hq3vT8xL5pZ2mR7wK9nB4cJ6";
 pub const HOST: &str = "api.example.test";
 /// The secret of the alias `elsewhere`, bound to `elsewhere.example.test`.
 pub const OTHER_CANARY: &str = "canary-elsewhere-Zt4Wq8Lm2Xv6Nb9R";
+/// A name the policy allows (rule `nowhere`, `GET` on the echo port) that never resolves
+/// (`.invalid` is reserved, RFC 2606): a `CONNECT` to it fails at the address lookup.
+pub const UNRESOLVABLE: &str = "nowhere.invalid";
 
 /// The proxy variables a client could pick up from the machine.
 pub const PROXY_VARIABLES: [&str; 8] = [
@@ -102,7 +105,7 @@ impl Setup {
         let peer = echo_peer(dir.path(), echo);
         let port = peer.server.port();
         let policy = format!(
-            "version: 1\ndefault: deny\nrules:\n  - id: echo-all\n    effect: allow\n    match:\n      alias: [echo]\n      host: [{HOST}]\n      port: [{port}]\n      method: [GET, POST]\n{}",
+            "version: 1\ndefault: deny\nrules:\n  - id: echo-all\n    effect: allow\n    match:\n      alias: [echo]\n      host: [{HOST}]\n      port: [{port}]\n      method: [GET, POST]\n  - id: nowhere\n    effect: allow\n    match:\n      host: [{UNRESOLVABLE}]\n      port: [{port}]\n      method: [GET]\n{}",
             config.rules.replace("$PORT", &port.to_string())
         );
         // `elsewhere` is bound to a host no tunnel here goes to.
@@ -388,4 +391,116 @@ pub fn request_id(answer: &serde_json::Value) -> String {
         .and_then(|(_, value)| value.as_str())
         .unwrap_or_else(|| panic!("no Mint-Request-Id: {answer}"))
         .to_owned()
+}
+
+/// Opens a tunnel to `HOST:PORT` by hand (`Proxy-Authorization: Bearer`); returns the
+/// connection after the `200` head.
+#[track_caller]
+pub fn open_tunnel(setup: &Setup) -> TcpStream {
+    let (stream, head) = connect_raw(setup, &format!("{HOST}:{}", setup.port()));
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        !head.to_ascii_lowercase().contains("connection: close"),
+        "{head}"
+    );
+    stream
+}
+
+/// Sends `CONNECT target` with the set-up's capability; returns the connection and the answer's
+/// head (its body, if any, is left unread).
+#[track_caller]
+pub fn connect_raw(setup: &Setup, target: &str) -> (TcpStream, String) {
+    let mut stream = TcpStream::connect(setup.broker.addr()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    write!(
+        stream,
+        "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: Bearer {}\r\n\r\n",
+        setup.cap
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(stream.read(&mut byte).unwrap(), 1, "the head ended early");
+        head.push(byte[0]);
+    }
+    (stream, String::from_utf8(head).unwrap())
+}
+
+/// A TLS client inside a tunnel: rustls, trusting only Mint's CA (`ca`), SNI [`HOST`], ALPN
+/// `http/1.1`.
+pub type TunnelTls = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+/// Completes TLS over the open tunnel `stream` (see [`TunnelTls`]).
+#[track_caller]
+pub fn tunnel_tls(stream: TcpStream, ca: &Path) -> TunnelTls {
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let name = rustls::pki_types::ServerName::try_from(HOST).unwrap();
+    let connection = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let mut tls = rustls::StreamOwned::new(connection, stream);
+    while tls.conn.is_handshaking() {
+        tls.conn.complete_io(&mut tls.sock).unwrap();
+    }
+    tls
+}
+
+/// Reads one HTTP/1.1 answer from `tls` (its body framed by `Content-Length` or chunked): its
+/// head and body.
+#[track_caller]
+pub fn read_answer(tls: &mut TunnelTls) -> (String, String) {
+    let head = read_until(tls, b"\r\n\r\n");
+    let header = |name: &str| {
+        head.lines().find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            key.eq_ignore_ascii_case(name)
+                .then(|| value.trim().to_owned())
+        })
+    };
+    let mut body = Vec::new();
+    if let Some(length) = header("content-length") {
+        body.resize(length.parse().unwrap(), 0);
+        tls.read_exact(&mut body).unwrap();
+    } else {
+        assert_eq!(
+            header("transfer-encoding").as_deref(),
+            Some("chunked"),
+            "{head}"
+        );
+        loop {
+            let size = read_until(tls, b"\r\n");
+            let size = usize::from_str_radix(size.trim_end(), 16).unwrap();
+            let mut chunk = vec![0; size + 2];
+            tls.read_exact(&mut chunk).unwrap();
+            if size == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..size]);
+        }
+    }
+    (head, String::from_utf8(body).unwrap())
+}
+
+/// Reads from `tls` up to and including `end`.
+#[track_caller]
+fn read_until(tls: &mut TunnelTls, end: &[u8]) -> String {
+    let mut bytes = Vec::new();
+    let mut byte = [0u8; 1];
+    while !bytes.ends_with(end) {
+        assert_eq!(tls.read(&mut byte).unwrap(), 1, "ended early: {bytes:?}");
+        bytes.push(byte[0]);
+    }
+    String::from_utf8(bytes).unwrap()
 }

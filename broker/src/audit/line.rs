@@ -80,12 +80,14 @@ pub(super) fn encode(record: &AuditRecord, prev: &str, out: &mut Vec<u8>) -> Ran
         (&b",\"bytes_up\":"[..], record.bytes_up),
         (b",\"bytes_down\":", record.bytes_down),
         (b",\"duration_ms\":", record.duration_ms),
+        (b",\"requests\":", record.requests),
     ] {
         if let Some(value) = value {
             out.extend_from_slice(key);
             number(out, value);
         }
     }
+    optional(out, b",\"ended\":", record.ended.map(|v| v.as_str()));
     optional(
         out,
         b",\"reason\":",
@@ -225,7 +227,7 @@ mod tests {
     use mint_policy::audit::{
         AgentName, AliasName, AuditDecision, CapabilityId, ChainHash, FieldError, Host, HttpStatus,
         Method, Outcome, Phase, QueryKey, ReasonCode, RequestId, RuleId, Scheme, Timestamp,
-        ToolName, UrlPath, parse_record,
+        ToolName, TunnelEnd, UrlPath, parse_record,
     };
     use proptest::prelude::*;
 
@@ -305,6 +307,15 @@ mod tests {
             proptest::option::of(any::<u64>()),
             proptest::option::of(any::<u64>()),
             proptest::option::of(any::<u64>()),
+            proptest::option::of((
+                any::<u64>(),
+                prop_oneof![
+                    Just(TunnelEnd::ClientClosed),
+                    Just(TunnelEnd::Shutdown),
+                    Just(TunnelEnd::Timeout),
+                    Just(TunnelEnd::Error)
+                ],
+            )),
             proptest::option::of(text(
                 "[a-z][a-z0-9]{0,8}(_[a-z0-9]{1,8}){0,3}",
                 ReasonCode::new,
@@ -331,7 +342,7 @@ mod tests {
             record.mcp_tool = tool;
             // Any combination, whether or not it fits its phase: the serializer writes what it
             // is given, exactly as serde does.
-            let (decision, rule, outcome, status, up, down, duration, reason) = ending;
+            let (decision, rule, outcome, status, up, down, duration, tunnel, reason) = ending;
             record.decision = decision;
             record.rule = rule;
             record.outcome = outcome;
@@ -339,6 +350,8 @@ mod tests {
             record.bytes_up = up;
             record.bytes_down = down;
             record.duration_ms = duration;
+            record.requests = tunnel.map(|(requests, _)| requests);
+            record.ended = tunnel.map(|(_, ended)| ended);
             record.reason = reason;
             record
         })

@@ -244,13 +244,18 @@ impl RowBuilder {
                 });
             }
             Phase::Outcome => {
-                let slot = self
+                let row = self
                     .by_id
                     .get(&record.id)
-                    .and_then(|&at| self.rows.get_mut(at))
-                    .filter(|row| row.outcome.is_none());
-                match slot {
-                    Some(row) => row.outcome = Some(record),
+                    .and_then(|&at| self.rows.get_mut(at));
+                match row {
+                    Some(row) if row.outcome.is_none() => row.outcome = Some(record),
+                    // A second outcome of a request in the window (a tunnel's `tunnel_closed`
+                    // after its `tunnel_opened`) gets a row of its own, as in follow mode.
+                    Some(_) => self.rows.push(Row {
+                        first: record,
+                        outcome: None,
+                    }),
                     None if from_file_start => self.rows.push(Row {
                         first: record,
                         outcome: None,
@@ -605,3 +610,39 @@ pub const MAX_OPEN_REQUESTS: usize = 10_000;
 const WINDOW_BYTES_PER_ROW: u64 = 2048;
 const MIN_WINDOW: u64 = 64 * 1024;
 const READ_BUFFER: usize = 64 * 1024;
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use mint_policy::audit::{AuditDecision, ChainHash, Outcome, Timestamp};
+
+    use super::*;
+
+    fn record(phase: Phase, id: &str) -> AuditRecord {
+        let ts = Timestamp::from_unix_millis(0).unwrap();
+        let id = RequestId::new(id).unwrap();
+        match phase {
+            Phase::Decision => {
+                AuditRecord::decision(ts, id, AuditDecision::Allow, ChainHash::genesis())
+            }
+            _ => AuditRecord::outcome(ts, id, Outcome::Completed, ChainHash::genesis()),
+        }
+    }
+
+    /// A tunnel's `CONNECT` has two outcomes (`tunnel_opened`, then `tunnel_closed`): the second
+    /// gets a row of its own, also in a window that does not start at the file's start.
+    #[test]
+    fn a_second_outcome_of_a_request_gets_its_own_row() {
+        for from_file_start in [true, false] {
+            let mut rows = RowBuilder::default();
+            rows.add(record(Phase::Decision, "c-1"), from_file_start);
+            rows.add(record(Phase::Outcome, "c-1"), from_file_start);
+            rows.add(record(Phase::Outcome, "c-1"), from_file_start);
+            let rows = rows.finish();
+            assert_eq!(rows.len(), 2, "{from_file_start}");
+            assert!(rows[0].outcome.is_some());
+            assert_eq!(rows[1].first.phase, Phase::Outcome);
+        }
+    }
+}

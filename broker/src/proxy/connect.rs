@@ -11,22 +11,30 @@
 //! could match or some alias is bound to (`403` otherwise); a host inside the name constraints of
 //! Mint's CA when it has some (`403 outside_ca_name_constraints`: no leaf is signed that clients
 //! would refuse); the addresses the host resolves to, checked as for a request (`403
-//! address_refused`). Each refusal is audited; an open tunnel
+//! address_refused`; a name that does not resolve is `502 upstream_failed`, audited like such a
+//! request of `/v1/proxy/`: an `allow` decision and a `failed` outcome). Each refusal is audited;
+//! an open tunnel
 //! gets a `decision` (allow) and an `outcome` (`completed`, 200, reason `tunnel_opened`) record,
-//! and each request inside gets its own.
+//! each request inside gets its own, and when the tunnel closes a second `outcome` of the
+//! `CONNECT` (reason `tunnel_closed`) sums it up: duration, bytes each way, requests, how it
+//! ended ([`audit_tunnel_closed`]).
 //!
 //! The tunnel keeps the capability token to authenticate each request inside again, so expiry
 //! and revocation bite in a long-lived tunnel. It never leaves this process and never appears in
 //! a `Debug` output.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
 use http::{Method, StatusCode, Version};
-use mint_policy::audit::{AgentName, AuditDecision, CapabilityId, Outcome, RequestId};
-use mint_policy::evaluate::DenyReason;
+use mint_policy::aliases::AliasFile;
+use mint_policy::audit::{
+    AgentName, AuditDecision, CapabilityId, HttpStatus, Outcome, ReasonCode, RequestId, TunnelEnd,
+};
+use mint_policy::evaluate::{CompiledPolicy, DenyReason};
 use mint_policy::host::Host;
 use mint_policy::normalize::{Target, normalize_target, parse_authority};
 use zeroize::Zeroizing;
@@ -34,7 +42,7 @@ use zeroize::Zeroizing;
 use super::answer::OutcomeWriter;
 use super::error::{Invalid, ProxyError};
 use super::{AppState, Exchange, Mode, capability_token};
-use crate::audit::facts::TargetFacts;
+use crate::audit::facts::{OutcomeFacts, RequestFacts, TargetFacts, outcome_record};
 use crate::net::upstream::ConnectError;
 
 /// An open tunnel: its canonical target and whose it is.
@@ -48,6 +56,21 @@ pub(crate) struct Tunnel {
     agent: Option<AgentName>,
     capability: Option<CapabilityId>,
     facts: Option<TargetFacts>,
+    /// When the `CONNECT` was received.
+    received: Instant,
+}
+
+/// What a closed tunnel carried, for its `tunnel_closed` record.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TunnelSummary {
+    /// Bytes read from the agent after the `200` (TLS records, the handshake included).
+    pub(crate) from_agent: u64,
+    /// Bytes written to the agent after the `200`.
+    pub(crate) to_agent: u64,
+    /// Requests handed to the pipeline.
+    pub(crate) requests: u64,
+    /// How it ended.
+    pub(crate) ended: TunnelEnd,
 }
 
 impl std::fmt::Debug for Tunnel {
@@ -85,6 +108,15 @@ pub(crate) async fn connect(state: &AppState, id: RequestId, request: Request) -
     let (head, body) = request.into_parts();
     let tunnel = match admit(state, &mut exchange, &head).await {
         Ok(tunnel) => tunnel,
+        // The host passed every check that decides, then could not be resolved (or its
+        // addresses not checked): audited as `/v1/proxy/` audits such a request, an `allow`
+        // decision and a `failed` outcome (502 `upstream_failed`); no tunnel.
+        Err(error @ ProxyError::UpstreamFailed(_)) if state.interception().is_some() => {
+            if let Err(audit) = exchange.record_allow(state, &[]).await {
+                return exchange.refuse(audit);
+            }
+            return exchange.refuse(error);
+        }
         Err(error) => return exchange.refuse(error),
     };
     let Some(leaves) = state.interception().cloned() else {
@@ -98,6 +130,7 @@ pub(crate) async fn connect(state: &AppState, id: RequestId, request: Request) -
         agent: exchange.facts.agent.clone(),
         capability: exchange.facts.capability.clone(),
         facts: exchange.facts.target.clone(),
+        received: exchange.received,
         ..tunnel
     });
     exchange.outcome_written = true;
@@ -155,31 +188,18 @@ async fn admit(
         .filter(|_| request.uri.scheme().is_none() && request.uri.path_and_query().is_none())
         .ok_or(Invalid::ConnectTarget)?
         .as_str();
-    let (_, port) = parse_authority(authority).map_err(Invalid::Target)?;
-    if port.is_none() {
-        return Err(Invalid::ConnectTarget.into());
-    }
-    let target = normalize_target("https", authority, "/").map_err(Invalid::Target)?;
+    let target = connect_target(authority)?;
     exchange.facts.target =
         Some(TargetFacts::from_target(&target).map_err(|e| Invalid::Unauditable(e.to_string()))?);
 
     // A host no request could be allowed to, and no alias is bound to: no tunnel.
     let declarations = state.declarations();
-    let bound = declarations
-        .aliases()
-        .aliases
-        .iter()
-        .any(|alias| alias.hosts.iter().any(|host| host.matches(&target.host)));
-    if !bound
-        && !declarations
-            .policy()
-            .could_allow_host(grant.agent.as_str(), &target.host, target.port)
-    {
-        return Err(ProxyError::PolicyDenied {
-            rules: Vec::new(),
-            reason: DenyReason::NoAllowRule,
-        });
-    }
+    tunnel_may_open(
+        declarations.policy(),
+        declarations.aliases(),
+        grant.agent.as_str(),
+        &target,
+    )?;
 
     // A name-constrained CA cannot sign for a host outside its constraints.
     if let Some(leaves) = state.interception()
@@ -208,6 +228,41 @@ async fn admit(
         agent: None,
         capability: None,
         facts: None,
+        received: Instant::now(),
+    })
+}
+
+/// The target of a `CONNECT`: authority-form `host:port` (the port is required), canonicalized by
+/// `mint_policy::normalize` like every other target, as `https://host:port/`. Shared with
+/// `mint policy explain`.
+pub(crate) fn connect_target(authority: &str) -> Result<Target, ProxyError> {
+    let (_, port) = parse_authority(authority).map_err(Invalid::Target)?;
+    if port.is_none() {
+        return Err(Invalid::ConnectTarget.into());
+    }
+    Ok(normalize_target("https", authority, "/").map_err(Invalid::Target)?)
+}
+
+/// Whether a tunnel to `target` may open for `agent`: some allow rule could match its host
+/// (`CompiledPolicy::could_allow_host`: agent, scheme, port and host fit), or some alias is bound
+/// to it; otherwise `403 policy_denied` (`no_allow_rule`). The one check the broker runs before
+/// the `200` and `mint policy explain` runs for a `CONNECT`.
+pub(crate) fn tunnel_may_open(
+    policy: &CompiledPolicy,
+    aliases: &AliasFile,
+    agent: &str,
+    target: &Target,
+) -> Result<(), ProxyError> {
+    let bound = aliases
+        .aliases
+        .iter()
+        .any(|alias| alias.hosts.iter().any(|host| host.matches(&target.host)));
+    if bound || policy.could_allow_host(agent, &target.host, target.port) {
+        return Ok(());
+    }
+    Err(ProxyError::PolicyDenied {
+        rules: Vec::new(),
+        reason: DenyReason::NoAllowRule,
     })
 }
 
@@ -234,6 +289,36 @@ pub(crate) fn audit_tunnel_refusal(
     exchange.facts.id.clone()
 }
 
+/// Audits a tunnel that has closed: a second `outcome` record of its `CONNECT` (same id, agent,
+/// capability and target), `completed` with status 200 and reason `tunnel_closed`, with
+/// `duration_ms` from the `CONNECT`'s receipt, `bytes_up` and `bytes_down` as the bytes from and
+/// to the agent, `requests` and `ended`. Deferred like every outcome; a failure is logged.
+pub(crate) fn audit_tunnel_closed(state: &AppState, tunnel: &Tunnel, summary: TunnelSummary) {
+    let request = RequestFacts {
+        id: tunnel.connect_id.clone(),
+        agent: tunnel.agent.clone(),
+        capability: tunnel.capability.clone(),
+        method: mint_policy::audit::Method::new(Method::CONNECT.as_str()).ok(),
+        target: tunnel.facts.clone(),
+        aliases: Vec::new(),
+        mcp_tool: None,
+    };
+    let facts = OutcomeFacts {
+        outcome: Outcome::Completed,
+        status: HttpStatus::new(StatusCode::OK.as_u16()).ok(),
+        bytes_up: Some(summary.from_agent),
+        bytes_down: Some(summary.to_agent),
+        duration_ms: Some(u64::try_from(tunnel.received.elapsed().as_millis()).unwrap_or(u64::MAX)),
+        reason: ReasonCode::new("tunnel_closed").ok(),
+    };
+    let mut record = outcome_record(crate::audit::now(), request, facts);
+    record.requests = Some(summary.requests);
+    record.ended = Some(summary.ended);
+    if let Err(error) = state.audit().defer(&record) {
+        tracing::error!(request.id = %record.id, error = %error, "Tunnel record not written");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
@@ -253,6 +338,7 @@ mod tests {
             agent: None,
             capability: None,
             facts: None,
+            received: std::time::Instant::now(),
         };
         assert_eq!(tunnel.token(), canary);
         let ext = TunnelExt(Arc::new(tunnel));

@@ -13,8 +13,11 @@
 //!   of the answer before it if that came later: the deadline never runs while a request is
 //!   being handled or its answer is being written, so a long answer (an SSE stream) is never cut
 //!   by it, whatever bytes the agent sends meanwhile. A client that started a head and did not
-//!   finish it (slowloris) gets a JSON 408 and an audit record; a connection that never sent a
-//!   byte is closed silently. Either way hyper reads end-of-file. A connection idle between
+//!   finish it (slowloris) gets a JSON 408 and an audit record, then the connection is shut down
+//!   (TLS `close_notify` inside a tunnel, then TCP FIN): the 408 is written out before hyper
+//!   sees the end, bounded by the header read timeout again for a client that does not read, the
+//!   same way on the listener and inside a tunnel. A connection that never sent a byte is closed
+//!   silently. Either way hyper then reads end-of-file. A connection idle between
 //!   keep-alive requests is closed by hyper's own header read timeout (set to twice this one).
 //! - **hyper's own answers.** When hyper cannot parse a head (the first or any later one) it
 //!   writes a bare `400`, `414` or `431`; that answer is replaced by Mint's JSON error with
@@ -54,6 +57,7 @@ use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::framing::{ConnectionHeads, RequestStream};
 use super::h2_watch::H2Watch;
@@ -107,6 +111,10 @@ pub(crate) struct ConnectionIo<S = TcpStream> {
     replacement: Option<Replacement>,
     /// The connection was ended here (deadline): reads give end-of-file, writes are dropped.
     ended: bool,
+    /// The 408 being written before the connection is shut down.
+    closing: Option<Closing>,
+    /// Set once the head deadline has ended the connection (for a tunnel's record).
+    expired: Arc<AtomicBool>,
     /// The frames of an HTTP/2 connection, followed for the library's refusals.
     h2: H2Watch,
     /// How many bytes were read from the agent.
@@ -122,6 +130,16 @@ impl<S> std::fmt::Debug for ConnectionIo<S> {
             .field("ended", &self.ended)
             .finish_non_exhaustive()
     }
+}
+
+/// The last answer of a connection ended by the head deadline, written and flushed, then the
+/// stream shut down, before hyper reads end-of-file; given up at `deadline`.
+#[derive(Debug)]
+struct Closing {
+    bytes: Vec<u8>,
+    written: usize,
+    flushed: bool,
+    deadline: Pin<Box<Sleep>>,
 }
 
 /// Mint's answer written in place of hyper's.
@@ -155,6 +173,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ConnectionIo<S> {
             answers_out: 0,
             replacement: None,
             ended: false,
+            closing: None,
+            expired: Arc::default(),
             h2: H2Watch::default(),
             bytes_read: 0,
         }
@@ -163,6 +183,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ConnectionIo<S> {
     /// The framing verdicts of this connection's heads, for its requests.
     pub(crate) fn heads(&self) -> Arc<ConnectionHeads> {
         Arc::clone(&self.heads)
+    }
+
+    /// Set once the head deadline has ended the connection (a 408, or an idle connection
+    /// closed).
+    pub(crate) fn expired(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.expired)
     }
 
     /// Where this connection's requests leave their ids, for the interim `100 Continue`.
@@ -209,6 +235,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ConnectionIo<S> {
     fn expire(&mut self) {
         let started = self.stream.head_started();
         self.ended = true;
+        self.expired.store(true, Ordering::Release);
         self.stream.stop();
         self.deadline = None;
         if !started {
@@ -226,11 +253,57 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ConnectionIo<S> {
             "the request head was not received in time",
             id.as_str(),
         );
-        // Best effort, without waiting: a client that does not read gets nothing more (inside a
-        // tunnel the answer is only as whole as the TLS layer can take it at once).
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        let _ = Pin::new(&mut self.inner).poll_write(&mut cx, &answer);
-        let _ = Pin::new(&mut self.inner).poll_flush(&mut cx);
+        // Written by `poll_closing` with the reader's context: a TLS stream (inside a tunnel)
+        // takes it into its buffer, so it must be flushed, and `close_notify` sent, before the
+        // connection ends; hyper, which reads an unfinished head, never shuts the stream down.
+        self.closing = Some(Closing {
+            bytes: answer,
+            written: 0,
+            flushed: false,
+            deadline: Box::pin(tokio::time::sleep(self.header_timeout)),
+        });
+    }
+
+    /// Writes the 408 of an expired head, flushes it and shuts the stream down; ready (for an
+    /// end-of-file to hyper) when done, on an error, or when the client has not taken it in time.
+    fn poll_closing(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(closing) = self.closing.as_mut() else {
+            return Poll::Ready(());
+        };
+        let done = loop {
+            if closing.deadline.as_mut().poll(cx).is_ready() {
+                tracing::debug!("The 408 was not taken in time; connection dropped");
+                break true;
+            }
+            if let Some(rest) = closing
+                .bytes
+                .get(closing.written..)
+                .filter(|r| !r.is_empty())
+            {
+                match Pin::new(&mut self.inner).poll_write(cx, rest) {
+                    Poll::Ready(Ok(0) | Err(_)) => break true,
+                    Poll::Ready(Ok(n)) => closing.written += n,
+                    Poll::Pending => break false,
+                }
+            } else if !closing.flushed {
+                match Pin::new(&mut self.inner).poll_flush(cx) {
+                    Poll::Ready(Ok(())) => closing.flushed = true,
+                    Poll::Ready(Err(_)) => break true,
+                    Poll::Pending => break false,
+                }
+            } else {
+                match Pin::new(&mut self.inner).poll_shutdown(cx) {
+                    Poll::Ready(_) => break true,
+                    Poll::Pending => break false,
+                }
+            }
+        };
+        if done {
+            self.closing = None;
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
     }
 
     /// Starts replacing hyper's answer when `first` is one: a 4xx head without
@@ -382,7 +455,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ConnectionIo<S> {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if this.ended {
-            return Poll::Ready(Ok(()));
+            // End of file, once the 408 of an expired head (if any) is out.
+            return this.poll_closing(cx).map(Ok);
         }
         let before = buf.filled().len();
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
@@ -400,8 +474,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ConnectionIo<S> {
                         .is_some_and(|deadline| deadline.as_mut().poll(cx).is_ready());
                 if expired {
                     this.expire();
-                    // End of file: hyper stops reading and closes the connection.
-                    return Poll::Ready(Ok(()));
+                    // End of file once the 408 is out: hyper stops reading and closes the
+                    // connection.
+                    return this.poll_closing(cx).map(Ok);
                 }
                 Poll::Pending
             }

@@ -9,27 +9,44 @@
 //! `CONNECT` host, case and one trailing dot aside (`sni_mismatch`: the handshake fails with an
 //! `access_denied` alert; an IP-address tunnel may send no SNI), and a client that refuses the
 //! leaf or breaks the handshake (`tls_handshake_failed`). Nothing is ever relayed unterminated.
+//!
+//! When a tunnel closes, however it ends, its `CONNECT` gets a second `outcome` record, reason
+//! `tunnel_closed`: how long it lasted, the bytes from and to the agent on its connection (TLS
+//! records, the handshake included), how many requests it carried and how it ended
+//! (`client_closed`, `shutdown`, `timeout` or `error`).
+//!
+//! At shutdown a tunnel drains like any agent connection, within the same grace period: the
+//! request in flight inside it finishes (and its outcome is audited), then the tunnel closes; an
+//! idle tunnel, or one still waiting for its handshake, closes at once.
 
+use std::future::Future;
+use std::io::ErrorKind;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::{Instant, SystemTime};
 
 use axum::body::Body;
 use http::StatusCode;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
+use mint_policy::audit::TunnelEnd;
 use rustls::ServerConfig;
 use rustls::server::{Acceptor, ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_rustls::LazyConfigAcceptor;
 
 use super::connection::ConnectionIo;
-use super::{ConnectionSlot, agent_builder, agent_service};
+use super::{ConnectionSlot, Drain, agent_builder, agent_service};
 use crate::net::ca::LeafCache;
-use crate::proxy::connect::{Tunnel, audit_tunnel_refusal};
+use crate::proxy::connect::{Tunnel, TunnelSummary, audit_tunnel_closed, audit_tunnel_refusal};
 use crate::proxy::{self, AppState};
 
 /// Serves the tunnel `tunnel` once hyper hands over its connection; holds `slot` (the agent
-/// connection's `--max-connections` slot) until the tunnel ends.
+/// connection's `--max-connections` slot, with the server's [`Drain`]) until the tunnel ends,
+/// then audits its summary (`tunnel_closed`).
 pub(crate) async fn serve(
     state: AppState,
     tunnel: Arc<Tunnel>,
@@ -37,26 +54,64 @@ pub(crate) async fn serve(
     on_upgrade: OnUpgrade,
     slot: Option<ConnectionSlot>,
 ) {
-    let _slot = slot;
-    let upgraded = match on_upgrade.await {
-        Ok(upgraded) => upgraded,
-        Err(error) => {
+    let mut drain = slot.as_ref().map(|slot| slot.drain.clone());
+    let counts = Arc::new(Counts::default());
+    let ended = run(&state, &tunnel, &leaves, on_upgrade, &mut drain, &counts).await;
+    let summary = TunnelSummary {
+        from_agent: counts.from_agent.load(Ordering::Acquire),
+        to_agent: counts.to_agent.load(Ordering::Acquire),
+        requests: counts.requests.load(Ordering::Acquire),
+        ended,
+    };
+    tracing::debug!(connect.id = %tunnel.connect_id, ended = %ended, requests = summary.requests, "Tunnel closed");
+    audit_tunnel_closed(&state, &tunnel, summary);
+    // The drain and the slot go last: the record is queued before the shutdown's sync.
+    drop(drain);
+    drop(slot);
+}
+
+/// The tunnel's life after the `200`: the handshake, then its requests; returns how it ended.
+async fn run(
+    state: &AppState,
+    tunnel: &Arc<Tunnel>,
+    leaves: &LeafCache,
+    on_upgrade: OnUpgrade,
+    drain: &mut Option<Drain>,
+    counts: &Arc<Counts>,
+) -> TunnelEnd {
+    let upgraded = match until_drain(drain, on_upgrade).await {
+        Some(Ok(upgraded)) => upgraded,
+        Some(Err(error)) => {
             tracing::debug!(request.id = %tunnel.connect_id, error = %error, "Tunnel not taken over");
-            return;
+            return TunnelEnd::ClientClosed;
         }
+        None => return TunnelEnd::Shutdown,
     };
     let limits = *state.limits();
     let deadline = tokio::time::Instant::from_std(Instant::now() + limits.header_read_timeout);
-    let refuse = |reason: &'static str, status: StatusCode| {
-        let id = audit_tunnel_refusal(&state, &tunnel, reason, status);
+    let refuse = |reason: &'static str, status: StatusCode, ended: TunnelEnd| {
+        let id = audit_tunnel_refusal(state, tunnel, reason, status);
         tracing::info!(request.id = %id, connect.id = %tunnel.connect_id, reason, "Tunnel closed before any request");
+        ended
     };
+    let (timeout, error) = (TunnelEnd::Timeout, TunnelEnd::Error);
 
-    let accept = LazyConfigAcceptor::new(Acceptor::default(), TokioIo::new(upgraded));
-    let start = match tokio::time::timeout_at(deadline, accept).await {
-        Err(_) => return refuse("tls_handshake_timeout", StatusCode::REQUEST_TIMEOUT),
-        Ok(Err(_)) => return refuse("not_tls", StatusCode::BAD_REQUEST),
-        Ok(Ok(start)) => start,
+    let io = Counted {
+        inner: TokioIo::new(upgraded),
+        counts: Arc::clone(counts),
+    };
+    let accept = LazyConfigAcceptor::new(Acceptor::default(), io);
+    let start = match until_drain(drain, tokio::time::timeout_at(deadline, accept)).await {
+        None => return TunnelEnd::Shutdown,
+        Some(Err(_)) => {
+            return refuse(
+                "tls_handshake_timeout",
+                StatusCode::REQUEST_TIMEOUT,
+                timeout,
+            );
+        }
+        Some(Ok(Err(_))) => return refuse("not_tls", StatusCode::BAD_REQUEST, error),
+        Some(Ok(Ok(start))) => start,
     };
     let host = tunnel.host().as_text();
     if !sni_names(start.client_hello(), tunnel.host().ip().is_some(), &host) {
@@ -64,34 +119,178 @@ pub(crate) async fn serve(
         if let Some(config) = refusing_config() {
             let _ = tokio::time::timeout_at(deadline, start.into_stream(config)).await;
         }
-        return refuse("sni_mismatch", StatusCode::MISDIRECTED_REQUEST);
+        return refuse("sni_mismatch", StatusCode::MISDIRECTED_REQUEST, error);
     }
     let config = match leaves.server_config(&host, SystemTime::now()) {
         Ok(config) => config,
-        Err(error) => {
-            tracing::error!(connect.id = %tunnel.connect_id, error = %error, "No leaf for the tunnel");
-            return refuse("leaf_unavailable", StatusCode::INTERNAL_SERVER_ERROR);
+        Err(problem) => {
+            tracing::error!(connect.id = %tunnel.connect_id, error = %problem, "No leaf for the tunnel");
+            return refuse("leaf_unavailable", StatusCode::INTERNAL_SERVER_ERROR, error);
         }
     };
-    let tls = match tokio::time::timeout_at(deadline, start.into_stream(config)).await {
-        Err(_) => return refuse("tls_handshake_timeout", StatusCode::REQUEST_TIMEOUT),
-        Ok(Err(_)) => return refuse("tls_handshake_failed", StatusCode::BAD_REQUEST),
-        Ok(Ok(tls)) => tls,
+    let handshake = tokio::time::timeout_at(deadline, start.into_stream(config));
+    let tls = match until_drain(drain, handshake).await {
+        None => return TunnelEnd::Shutdown,
+        Some(Err(_)) => {
+            return refuse(
+                "tls_handshake_timeout",
+                StatusCode::REQUEST_TIMEOUT,
+                timeout,
+            );
+        }
+        Some(Ok(Err(_))) => {
+            return refuse("tls_handshake_failed", StatusCode::BAD_REQUEST, error);
+        }
+        Some(Ok(Ok(tls))) => tls,
     };
 
-    let io = ConnectionIo::new(tls, &state);
+    let io = ConnectionIo::new(tls, state);
+    let expired = io.expired();
     let heads = io.heads();
     let id_slot = io.id_slot();
     let service = {
-        let (state, tunnel) = (state.clone(), Arc::clone(&tunnel));
+        let (state, tunnel, counts) = (state.clone(), Arc::clone(tunnel), Arc::clone(counts));
         agent_service(heads, id_slot, move |request: http::Request<Body>| {
+            counts.requests.fetch_add(1, Ordering::AcqRel);
             let (state, tunnel) = (state.clone(), Arc::clone(&tunnel));
             async move { proxy::intercepted(&state, &tunnel, request).await }
         })
     };
     let builder = agent_builder(&limits);
-    if let Err(error) = builder.serve_connection(TokioIo::new(io), service).await {
-        tracing::debug!(connect.id = %tunnel.connect_id, error = %error, "Tunnel ended with an error");
+    let connection = builder.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(connection);
+    let (served, drained) = match until_drain(drain, connection.as_mut()).await {
+        Some(served) => (served, false),
+        None => {
+            // As for the listener's connections: the request in flight finishes, an idle
+            // tunnel closes (HTTP/2: GOAWAY, then the open streams finish).
+            tracing::debug!(connect.id = %tunnel.connect_id, "Shutting down: draining the tunnel");
+            connection.as_mut().graceful_shutdown();
+            (connection.await, true)
+        }
+    };
+    if let Err(problem) = &served {
+        tracing::debug!(connect.id = %tunnel.connect_id, error = %problem, "Tunnel ended with an error");
+    }
+    match served {
+        _ if drained => TunnelEnd::Shutdown,
+        _ if expired.load(Ordering::Acquire) => TunnelEnd::Timeout,
+        Ok(()) => TunnelEnd::ClientClosed,
+        Err(problem) => ending_of(problem.as_ref()),
+    }
+}
+
+/// How a tunnel whose connection failed with `error` ended: a deadline of hyper's (an idle
+/// keep-alive), the agent going away (a reset, an end of stream without TLS `close_notify`, a
+/// request cut short), or an error.
+fn ending_of(error: &(dyn std::error::Error + 'static)) -> TunnelEnd {
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if let Some(hyper) = error.downcast_ref::<hyper::Error>() {
+            if hyper.is_timeout() {
+                return TunnelEnd::Timeout;
+            }
+            if hyper.is_incomplete_message() || hyper.is_canceled() {
+                return TunnelEnd::ClientClosed;
+            }
+        }
+        if let Some(io) = error.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                ErrorKind::UnexpectedEof
+                    | ErrorKind::ConnectionReset
+                    | ErrorKind::ConnectionAborted
+                    | ErrorKind::BrokenPipe
+            )
+        {
+            return TunnelEnd::ClientClosed;
+        }
+        cause = error.source();
+    }
+    TunnelEnd::Error
+}
+
+/// What a tunnel carried so far: bytes each way on the agent's connection (TLS records) and
+/// requests handed to the pipeline.
+#[derive(Debug, Default)]
+struct Counts {
+    from_agent: AtomicU64,
+    to_agent: AtomicU64,
+    requests: AtomicU64,
+}
+
+/// The agent's connection after the `200`, counting the bytes each way into [`Counts`].
+#[derive(Debug)]
+struct Counted<S> {
+    inner: S,
+    counts: Arc<Counts>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let read = Pin::new(&mut this.inner).poll_read(cx, buf);
+        let n = buf.filled().len().saturating_sub(before) as u64;
+        this.counts.from_agent.fetch_add(n, Ordering::AcqRel);
+        read
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = written {
+            this.counts.to_agent.fetch_add(n as u64, Ordering::AcqRel);
+        }
+        written
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = written {
+            this.counts.to_agent.fetch_add(n as u64, Ordering::AcqRel);
+        }
+        written
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+/// `work`, unless the server's shutdown starts first (`None`). Without a drain (a tunnel not
+/// opened through the accept loop), just `work`.
+async fn until_drain<F: Future>(drain: &mut Option<Drain>, work: F) -> Option<F::Output> {
+    let Some(drain) = drain else {
+        return Some(work.await);
+    };
+    tokio::select! {
+        biased;
+        output = work => Some(output),
+        () = drain.started() => None,
     }
 }
 

@@ -423,6 +423,19 @@ mod tests {
     }
 
     #[test]
+    fn returns_a_closed_tunnels_summary_whole() {
+        let line = r#"{"v":1,"ts":"2026-11-30T05:39:21.000Z","id":"req-1","phase":"outcome","method":"CONNECT","scheme":"https","host":"api.github.com","port":443,"outcome":"completed","status":200,"bytes_up":1517,"bytes_down":6004,"duration_ms":877,"requests":2,"ended":"client_closed","reason":"tunnel_closed","prev":"sha256:0000000000000000000000000000000000000000000000000000000000000000"}"#;
+        let mut tail = tail_of(format!("{line}\n").as_bytes(), 5);
+        assert_eq!((tail.records.len(), tail.skipped), (1, 0));
+        let text = render("audit.log", tail.records.make_contiguous(), 0).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let event = &value["events"][0];
+        assert_eq!(event["requests"], 2, "{event}");
+        assert_eq!(event["ended"], "client_closed", "{event}");
+        assert_eq!(event["reason"], "tunnel_closed", "{event}");
+    }
+
+    #[test]
     fn empty_files_have_no_line() {
         let tail = tail_of(b"", 5);
         assert_eq!((tail.records.len(), tail.skipped), (0, 0));

@@ -7,7 +7,10 @@
 //! headers checked, the MCP tools named, placeholders found (`placeholder::scan`) and checked
 //! against the alias declarations, then the policy evaluated once per call (deny overrides) and
 //! the call limits counted. It reports the decision, the deciding rules, every alias with where
-//! it sits and where it may go, and each applicable limit's remaining budget.
+//! it sits and where it may go, and each applicable limit's remaining budget. A `CONNECT`
+//! (`--url host:port`) is decided as the broker decides it before its `200`
+//! (`proxy::connect::connect_target` and `tunnel_may_open`): a tunnel would open or not; each
+//! request inside is explained on its own, with its method and URL.
 //!
 //! Reads the policy and alias files exactly as `mint serve` does (through `read_config_file`, so
 //! a file the broker would refuse is refused here too, never explained), the body file, and (only
@@ -40,6 +43,7 @@ use crate::config::declaration_file::{
 };
 use crate::config::env::Paths;
 use crate::config::secure_file::SecureFileError;
+use crate::proxy::connect;
 use crate::proxy::pipeline::{self, JsonRpcIds, RawTarget};
 use crate::proxy::{ProxyError, ProxyLimits, headers};
 use crate::secrets::placeholder::{Part, Place, Placeholders};
@@ -60,8 +64,9 @@ pub struct ExplainArgs {
     #[arg(long, value_name = "METHOD")]
     pub method: String,
 
-    /// The target: `https://host[:port]/path?query` (`http` only toward loopback hosts). Write
-    /// `{{mint:ALIAS}}` where a secret would go; never a real token.
+    /// The target: `https://host[:port]/path?query` (`http` only toward loopback hosts); for
+    /// `--method CONNECT`, authority-form `host:port`. Write `{{mint:ALIAS}}` where a secret
+    /// would go; never a real token.
     #[arg(long, value_name = "URL")]
     pub url: String,
 
@@ -233,6 +238,9 @@ pub enum Verdict {
     /// Refused as the proxy would answer: `PolicyDenied` and `Limited` are the policy's and
     /// the limits' refusals, every other variant a refusal before the policy.
     Refused(ProxyError),
+    /// A `CONNECT` whose tunnel would open: no rule decides it, each request inside is decided
+    /// on its own.
+    Tunnel,
 }
 
 /// Why explain could not explain. Usage problems and unreadable or invalid files exit 2.
@@ -296,7 +304,18 @@ impl ExplainArgs {
         })?;
         let method = Method::from_bytes(self.method.as_bytes())
             .map_err(|_| usage("--method must be an HTTP method token, such as `GET`"))?;
-        if !self.url.contains("://") {
+        if method == Method::CONNECT {
+            if self.url.contains("://") || self.url.contains('/') {
+                return Err(usage(
+                    "--url of a CONNECT must be authority-form `host:port`, as a client sends it",
+                ));
+            }
+            if self.tool.is_some() || self.body_json.is_some() {
+                return Err(usage(
+                    "a CONNECT has no tool or body: explain each request inside the tunnel with its own method and URL",
+                ));
+            }
+        } else if !self.url.contains("://") {
             return Err(usage(
                 "--url must be an absolute URL: `https://host[:port]/path?query`",
             ));
@@ -422,7 +441,7 @@ impl Verdict {
     /// `allow`, `deny` or `limited`, as the audit record's `decision`.
     pub fn decision(&self) -> &'static str {
         match self {
-            Verdict::Allow { .. } => "allow",
+            Verdict::Allow { .. } | Verdict::Tunnel => "allow",
             Verdict::Refused(ProxyError::Limited { .. }) => "limited",
             Verdict::Refused(_) => "deny",
         }
@@ -436,13 +455,13 @@ impl Verdict {
             Verdict::Refused(
                 error @ (ProxyError::PolicyDenied { .. } | ProxyError::Limited { .. }),
             ) => Some(error.rules()),
-            Verdict::Refused(_) => None,
+            Verdict::Refused(_) | Verdict::Tunnel => None,
         }
     }
 
-    /// Whether the request is allowed.
+    /// Whether the request is allowed (for a `CONNECT`: the tunnel would open).
     pub fn is_allow(&self) -> bool {
-        matches!(self, Verdict::Allow { .. })
+        matches!(self, Verdict::Allow { .. } | Verdict::Tunnel)
     }
 }
 
@@ -533,6 +552,13 @@ pub fn examine(
     max_body: u64,
 ) -> Explanation {
     let mut explanation = Explanation::new(request);
+    if request.method == Method::CONNECT {
+        explanation.verdict = match tunnel(&mut explanation, policy, aliases, request) {
+            Ok(()) => Verdict::Tunnel,
+            Err(error) => Verdict::Refused(error),
+        };
+        return explanation;
+    }
     explanation.verdict = match pipeline(&mut explanation, policy, aliases, request, max_body) {
         Ok(rules) => Verdict::Allow { rules },
         Err(error) => {
@@ -541,6 +567,19 @@ pub fn examine(
         }
     };
     explanation
+}
+
+/// A `CONNECT`, decided by the broker's own checks before its `200` (`proxy::connect`), without
+/// the capability and the addresses: the target, then whether a tunnel to it may open.
+fn tunnel(
+    explanation: &mut Explanation,
+    policy: &CompiledPolicy,
+    aliases: &AliasFile,
+    request: &ExplainRequest,
+) -> Result<(), ProxyError> {
+    let target = connect::connect_target(&request.url)?;
+    let target = explanation.target.insert(target);
+    connect::tunnel_may_open(policy, aliases, &request.agent, target)
 }
 
 /// The proxy's `forward`, steps 2 to 4, without the capability and the limits, through the
@@ -552,11 +591,6 @@ fn pipeline(
     request: &ExplainRequest,
     max_body: u64,
 ) -> Result<Vec<String>, ProxyError> {
-    // The front door answers CONNECT before anything else.
-    if request.method == Method::CONNECT {
-        return Err(ProxyError::ConnectUnsupported);
-    }
-
     // 2. The target, the method, framing and headers, the body.
     let raw = RawTarget::from_url(&request.url)?;
     let (target, _) = raw.canonicalize()?;

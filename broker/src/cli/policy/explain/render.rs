@@ -28,7 +28,13 @@ pub(crate) fn human(explanation: &Explanation, source: &BudgetSource) -> String 
         rows.push(("status", vec![status]));
         rows.push(("reason", vec![error.to_string()]));
     }
-    rows.push(("rules", vec![rules_text(x.verdict.rules())]));
+    let rules = match x.verdict {
+        Verdict::Tunnel => {
+            "(none: each request inside the tunnel is decided on its own)".to_owned()
+        }
+        _ => rules_text(x.verdict.rules()),
+    };
+    rows.push(("rules", vec![rules]));
     rows.push(("agent", vec![x.agent.clone()]));
     if let Some(target) = &x.target {
         let keys = target.query_keys();
@@ -105,10 +111,11 @@ pub(crate) fn human(explanation: &Explanation, source: &BudgetSource) -> String 
         rows.push(("limits", limit_table(&x.limits)));
     }
 
-    let target = x
-        .target
-        .as_ref()
-        .map_or_else(|| "(target refused before parsing)".to_owned(), target_text);
+    let target = match &x.target {
+        None => "(target refused before parsing)".to_owned(),
+        Some(target) if x.method == "CONNECT" => target.host.authority(Some(target.port)),
+        Some(target) => target_text(target),
+    };
     let mut out = format!("{}: {} {target}\n", x.verdict.decision(), x.method);
     for (label, lines) in rows {
         for (n, line) in lines.iter().enumerate() {
@@ -128,11 +135,12 @@ pub(crate) fn json(explanation: &Explanation, source: &BudgetSource) -> String {
     let x = explanation;
     let refusal = match &x.verdict {
         Verdict::Refused(error) => Some(error),
-        Verdict::Allow { .. } => None,
+        Verdict::Allow { .. } | Verdict::Tunnel => None,
     };
     let rules = x.verdict.rules();
     let report = Report {
         decision: x.verdict.decision(),
+        tunnel: matches!(x.verdict, Verdict::Tunnel),
         status: refusal.map(|e| e.status().as_u16()),
         code: refusal.map(ProxyError::code),
         message: refusal.map(ToString::to_string),
@@ -219,6 +227,7 @@ pub(crate) fn json(explanation: &Explanation, source: &BudgetSource) -> String {
 #[derive(Serialize)]
 struct Report<'a> {
     decision: &'static str,
+    tunnel: bool,
     status: Option<u16>,
     code: Option<&'static str>,
     message: Option<String>,
@@ -431,7 +440,17 @@ fn notes(x: &Explanation, source: &BudgetSource) -> Vec<String> {
             path.display()
         )),
     }
-    if x.verdict.is_allow() {
+    if let (Verdict::Tunnel, Some(target)) = (&x.verdict, &x.target) {
+        notes.push(format!(
+            "a tunnel would open: each request inside it is decided on its own, as on \
+             /v1/proxy/; explain one with its method and URL, e.g. `--method GET --url \
+             https://{}/PATH`",
+            target.host.authority(Some(target.port))
+        ));
+        notes.push(
+            "not checked here: the capability, and the addresses the host resolves to".to_owned(),
+        );
+    } else if x.verdict.is_allow() {
         notes.push(
             "not checked here: the capability's alias narrowing, and the addresses the host \
              resolves to"

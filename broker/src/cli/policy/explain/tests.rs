@@ -189,6 +189,7 @@ const NOW: Duration = Duration::from_secs(1_800_000_000);
 fn answer(x: &Explanation) -> String {
     match &x.verdict {
         Verdict::Allow { .. } => "allow".to_owned(),
+        Verdict::Tunnel => "tunnel".to_owned(),
         Verdict::Refused(error) => format!("{} {}", error.status().as_u16(), error.code()),
     }
 }
@@ -462,7 +463,8 @@ fn stripped_headers_are_not_scanned() {
 fn method_and_framing_checks() {
     for (method, headers, query, expected) in [
         ("get", &[][..], "", "400 invalid_request"),
-        ("CONNECT", &[][..], "", "405 connect_unsupported"),
+        // A CONNECT names an authority, not a URL.
+        ("CONNECT", &[][..], "", "400 invalid_request"),
         (
             "GET",
             &[("x-http-method-override", "DELETE")][..],
@@ -487,6 +489,142 @@ fn method_and_framing_checks() {
         let url = format!("https://api.github.com/user{query}");
         let x = explain_fresh(&request(method, &url, headers, b""));
         assert_eq!(answer(&x), expected, "{method} {headers:?} {query}");
+    }
+}
+
+#[test]
+fn connect_is_decided_as_the_broker_decides_it_before_the_200() {
+    let connect = |agent: &str, authority: &str| {
+        let mut request = request("CONNECT", authority, &[], b"");
+        request.agent = agent.to_owned();
+        explain_fresh(&request)
+    };
+    for (agent, authority, expected, host) in [
+        // Allow rules could match (and `github` is bound there).
+        ("mino", "api.github.com:443", "tunnel", "api.github.com"),
+        // Canonicalized like every target.
+        ("mino", "API.GitHub.com.:443", "tunnel", "api.github.com"),
+        // Only allow rules could match (no alias is bound there).
+        ("mino", "mcp.example.com:443", "tunnel", "mcp.example.com"),
+        // Only an alias is bound there: its agent, port and rules do not matter.
+        ("mino", "slack.com:443", "tunnel", "slack.com"),
+        ("someone", "api.github.com:8443", "tunnel", "api.github.com"),
+        // Neither: the rules name another agent or port, or no rule names the host.
+        (
+            "someone",
+            "mcp.example.com:443",
+            "403 policy_denied",
+            "mcp.example.com",
+        ),
+        (
+            "mino",
+            "mcp.example.com:8443",
+            "403 policy_denied",
+            "mcp.example.com",
+        ),
+        (
+            "mino",
+            "elsewhere.example:443",
+            "403 policy_denied",
+            "elsewhere.example",
+        ),
+    ] {
+        let x = connect(agent, authority);
+        assert_eq!(answer(&x), expected, "{agent} {authority}: {x:?}");
+        assert_eq!(x.target.as_ref().unwrap().host.as_text(), host);
+        assert!(x.aliases.is_empty() && x.evaluations.is_empty() && x.limits.is_empty());
+        if let Verdict::Refused(error) = &x.verdict {
+            assert_eq!(error.reason(), "no_allow_rule", "{agent} {authority}");
+        }
+    }
+    // Not authority-form `host:port`: the broker's 400.
+    for authority in [
+        "api.github.com",
+        "https://api.github.com:443/",
+        "user@api.github.com:443",
+    ] {
+        let x = connect("mino", authority);
+        assert_refused(&x, "400 invalid_request");
+    }
+}
+
+#[test]
+fn a_tunnel_is_rendered_with_what_decides_the_requests_inside() {
+    let x = connect_explained("api.github.com:443");
+    let human = render::human(&x, &BudgetSource::NotNeeded);
+    assert!(
+        human.starts_with("allow: CONNECT api.github.com:443\n"),
+        "{human}"
+    );
+    assert!(
+        human.contains("each request inside the tunnel is decided on its own"),
+        "{human}"
+    );
+    assert!(
+        human.contains("`--method GET --url https://api.github.com:443/PATH`"),
+        "{human}"
+    );
+    assert!(
+        human.contains("the addresses the host resolves to"),
+        "{human}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&render::json(&x, &BudgetSource::NotNeeded)).unwrap();
+    assert_eq!(json["decision"], "allow", "{json}");
+    assert_eq!(json["tunnel"], true, "{json}");
+    assert_eq!(json["method"], "CONNECT", "{json}");
+    assert_eq!(json["target"]["host"], "api.github.com", "{json}");
+    assert!(json["rules"].is_null(), "{json}");
+
+    let x = connect_explained("elsewhere.example:443");
+    let human = render::human(&x, &BudgetSource::NotNeeded);
+    assert!(
+        human.starts_with("deny: CONNECT elsewhere.example:443\n"),
+        "{human}"
+    );
+    assert!(human.contains("403 policy_denied"), "{human}");
+    let json: serde_json::Value =
+        serde_json::from_str(&render::json(&x, &BudgetSource::NotNeeded)).unwrap();
+    assert_eq!(json["tunnel"], false, "{json}");
+    assert_eq!(json["reason"], "no_allow_rule", "{json}");
+    // A request, as before, is no tunnel.
+    let x = explain_fresh(&get("https://api.github.com/user", &[AUTH]));
+    let json: serde_json::Value =
+        serde_json::from_str(&render::json(&x, &BudgetSource::NotNeeded)).unwrap();
+    assert_eq!(json["tunnel"], false, "{json}");
+}
+
+fn connect_explained(authority: &str) -> Explanation {
+    explain_fresh(&request("CONNECT", authority, &[], b""))
+}
+
+#[test]
+fn connect_arguments_take_an_authority_and_no_tool_or_body() {
+    use clap::Parser as _;
+    let args = |extra: &[&str]| {
+        let mut argv = vec![
+            "mint", "policy", "explain", "--agent", "mino", "--method", "CONNECT",
+        ];
+        argv.extend_from_slice(extra);
+        match crate::cli::Cli::try_parse_from(argv).unwrap().command {
+            crate::cli::Command::Policy(crate::cli::policy::PolicyCommand::Explain(args)) => args,
+            other => panic!("{other:?}"),
+        }
+    };
+    let ok = args(&["--url", "api.github.com:443"])
+        .request(1 << 20)
+        .unwrap();
+    assert_eq!(ok.method, Method::CONNECT);
+    for extra in [
+        &["--url", "https://api.github.com:443"][..],
+        &["--url", "api.github.com:443/x"],
+        &["--url", "api.github.com:443", "--tool", "query-docs"],
+    ] {
+        let error = args(extra).request(1 << 20).unwrap_err();
+        assert!(
+            matches!(error, ExplainError::Usage(_)),
+            "{extra:?}: {error}"
+        );
     }
 }
 
@@ -1239,6 +1377,7 @@ async fn explain_answers_as_the_proxy_router_does() {
         let expected = match &explained.verdict {
             Verdict::Allow { .. } => (502, "upstream_failed".to_owned()),
             Verdict::Refused(error) => (error.status().as_u16(), error.code().to_owned()),
+            Verdict::Tunnel => panic!("no CONNECT among these cases"),
         };
 
         let (scheme, rest) = url.split_once("://").unwrap();
