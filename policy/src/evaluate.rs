@@ -281,12 +281,25 @@ impl CompiledPolicy {
     /// none is worth a TLS handshake. Deny rules are not consulted (one could always spare some
     /// path); each request inside the tunnel is evaluated in full.
     pub fn could_allow_host(&self, agent: &str, host: &Host, port: u16) -> bool {
-        if self.policy.default == DefaultEffect::Allow && !host.is_loopback() {
-            return true;
-        }
-        self.policy.rules.iter().any(|rule| {
+        (self.policy.default == DefaultEffect::Allow && !host.is_loopback())
+            || self
+                .rules_that_could_allow_host(agent, host, port)
+                .next()
+                .is_some()
+    }
+
+    /// The ids of the allow rules that [`CompiledPolicy::could_allow_host`] finds could match
+    /// some request of `agent` over `https` to `host:port`, in the policy's order: what admits a
+    /// tunnel, named in its decision record.
+    pub fn rules_that_could_allow_host<'a>(
+        &'a self,
+        agent: &'a str,
+        host: &'a Host,
+        port: u16,
+    ) -> impl Iterator<Item = &'a str> + 'a {
+        self.policy.rules.iter().filter_map(move |rule| {
             let m = &rule.matcher;
-            rule.effect == Effect::Allow
+            let fits = rule.effect == Effect::Allow
                 && m.scheme
                     .as_ref()
                     .is_none_or(|schemes| schemes.contains(&Scheme::Https))
@@ -298,7 +311,8 @@ impl CompiledPolicy {
                     .is_none_or(|globs| globs.iter().any(|g| g.matches(agent)))
                 && m.host
                     .as_ref()
-                    .is_none_or(|patterns| patterns.iter().any(|p| p.matches(host)))
+                    .is_none_or(|patterns| patterns.iter().any(|p| p.matches(host)));
+            fits.then_some(rule.id.as_str())
         })
     }
 

@@ -50,15 +50,18 @@ fn demo_once_shows_every_case_and_exits_zero() {
         rows[1].contains("deny") && rows[1].contains("no-deletes") && rows[1].contains("denied")
     );
     assert!(rows[2].contains("302"));
-    // The intercepted request: the tunnel, the request inside it decided by the same rule, and
-    // the tunnel's closing record if it was written before the tail was read.
+    // The intercepted request: the tunnel (admitted by the rules that could allow a request
+    // inside), the request inside it decided by the same rule, and the tunnel's closing record
+    // if it was written before the tail was read.
     let tunneled: Vec<&str> = stdout
         .lines()
         .filter(|line| line.contains("demo-agent") && line.contains("api.demo.test:"))
         .collect();
     assert!((2..=3).contains(&tunneled.len()), "{stdout}");
     assert!(
-        tunneled[0].contains("CONNECT") && tunneled[0].contains("allow"),
+        tunneled[0].contains("CONNECT")
+            && tunneled[0].contains("allow")
+            && tunneled[0].contains("demo-read"),
         "{stdout}"
     );
     assert!(

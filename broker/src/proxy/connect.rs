@@ -106,13 +106,15 @@ pub(crate) async fn connect(state: &AppState, id: RequestId, request: Request) -
     let mut exchange = Exchange::new(state, id.clone(), Some(&Method::CONNECT));
     // The head only: a request (its body) is not `Sync`, so it is not held across an await.
     let (head, body) = request.into_parts();
-    let tunnel = match admit(state, &mut exchange, &head).await {
+    // The allow rules that admit the tunnel, named in its decision record.
+    let mut admitting = Vec::new();
+    let tunnel = match admit(state, &mut exchange, &head, &mut admitting).await {
         Ok(tunnel) => tunnel,
         // The host passed every check that decides, then could not be resolved (or its
         // addresses not checked): audited as `/v1/proxy/` audits such a request, an `allow`
         // decision and a `failed` outcome (502 `upstream_failed`); no tunnel.
         Err(error @ ProxyError::UpstreamFailed(_)) if state.interception().is_some() => {
-            if let Err(audit) = exchange.record_allow(state, &[]).await {
+            if let Err(audit) = exchange.record_allow(state, &admitting).await {
                 return exchange.refuse(audit);
             }
             return exchange.refuse(error);
@@ -122,7 +124,7 @@ pub(crate) async fn connect(state: &AppState, id: RequestId, request: Request) -
     let Some(leaves) = state.interception().cloned() else {
         return exchange.refuse(ProxyError::ConnectUnsupported);
     };
-    if let Err(error) = exchange.record_allow(state, &[]).await {
+    if let Err(error) = exchange.record_allow(state, &admitting).await {
         return exchange.refuse(error);
     }
     let tunnel = Arc::new(Tunnel {
@@ -165,11 +167,13 @@ pub(crate) async fn connect(state: &AppState, id: RequestId, request: Request) -
     response
 }
 
-/// The checks before the `200`; fills the exchange's facts as they are learned.
+/// The checks before the `200`; fills the exchange's facts as they are learned, and `admitting`
+/// with the allow rules that could admit a request inside once the policy has been asked.
 async fn admit(
     state: &AppState,
     exchange: &mut Exchange,
     request: &http::request::Parts,
+    admitting: &mut Vec<String>,
 ) -> Result<Tunnel, ProxyError> {
     let token = capability_token(&request.headers, Mode::Forward);
     let grant = state
@@ -194,7 +198,7 @@ async fn admit(
 
     // A host no request could be allowed to, and no alias is bound to: no tunnel.
     let declarations = state.declarations();
-    tunnel_may_open(
+    *admitting = tunnel_may_open(
         declarations.policy(),
         declarations.aliases(),
         grant.agent.as_str(),
@@ -246,19 +250,24 @@ pub(crate) fn connect_target(authority: &str) -> Result<Target, ProxyError> {
 /// Whether a tunnel to `target` may open for `agent`: some allow rule could match its host
 /// (`CompiledPolicy::could_allow_host`: agent, scheme, port and host fit), or some alias is bound
 /// to it; otherwise `403 policy_denied` (`no_allow_rule`). The one check the broker runs before
-/// the `200` and `mint policy explain` runs for a `CONNECT`.
+/// the `200` and `mint policy explain` runs for a `CONNECT`. Returns the allow rules that could
+/// admit a request inside, which the tunnel's decision record names (none when only an alias
+/// binding or `default: allow` admits it).
 pub(crate) fn tunnel_may_open(
     policy: &CompiledPolicy,
     aliases: &AliasFile,
     agent: &str,
     target: &Target,
-) -> Result<(), ProxyError> {
+) -> Result<Vec<String>, ProxyError> {
     let bound = aliases
         .aliases
         .iter()
         .any(|alias| alias.hosts.iter().any(|host| host.matches(&target.host)));
     if bound || policy.could_allow_host(agent, &target.host, target.port) {
-        return Ok(());
+        return Ok(policy
+            .rules_that_could_allow_host(agent, &target.host, target.port)
+            .map(str::to_owned)
+            .collect());
     }
     Err(ProxyError::PolicyDenied {
         rules: Vec::new(),

@@ -238,9 +238,13 @@ pub enum Verdict {
     /// Refused as the proxy would answer: `PolicyDenied` and `Limited` are the policy's and
     /// the limits' refusals, every other variant a refusal before the policy.
     Refused(ProxyError),
-    /// A `CONNECT` whose tunnel would open: no rule decides it, each request inside is decided
-    /// on its own.
-    Tunnel,
+    /// A `CONNECT` whose tunnel would open: each request inside is decided on its own; `rules`
+    /// are the allow rules that could admit one (empty when an alias binding or `default: allow`
+    /// alone admits the tunnel), as the tunnel's decision record names them.
+    Tunnel {
+        /// The ids of those rules, in the policy's order.
+        rules: Vec<String>,
+    },
 }
 
 /// Why explain could not explain. Usage problems and unreadable or invalid files exit 2.
@@ -441,7 +445,7 @@ impl Verdict {
     /// `allow`, `deny` or `limited`, as the audit record's `decision`.
     pub fn decision(&self) -> &'static str {
         match self {
-            Verdict::Allow { .. } | Verdict::Tunnel => "allow",
+            Verdict::Allow { .. } | Verdict::Tunnel { .. } => "allow",
             Verdict::Refused(ProxyError::Limited { .. }) => "limited",
             Verdict::Refused(_) => "deny",
         }
@@ -455,13 +459,14 @@ impl Verdict {
             Verdict::Refused(
                 error @ (ProxyError::PolicyDenied { .. } | ProxyError::Limited { .. }),
             ) => Some(error.rules()),
-            Verdict::Refused(_) | Verdict::Tunnel => None,
+            Verdict::Tunnel { rules } => (!rules.is_empty()).then_some(rules.as_slice()),
+            Verdict::Refused(_) => None,
         }
     }
 
     /// Whether the request is allowed (for a `CONNECT`: the tunnel would open).
     pub fn is_allow(&self) -> bool {
-        matches!(self, Verdict::Allow { .. } | Verdict::Tunnel)
+        matches!(self, Verdict::Allow { .. } | Verdict::Tunnel { .. })
     }
 }
 
@@ -554,7 +559,7 @@ pub fn examine(
     let mut explanation = Explanation::new(request);
     if request.method == Method::CONNECT {
         explanation.verdict = match tunnel(&mut explanation, policy, aliases, request) {
-            Ok(()) => Verdict::Tunnel,
+            Ok(rules) => Verdict::Tunnel { rules },
             Err(error) => Verdict::Refused(error),
         };
         return explanation;
@@ -576,7 +581,7 @@ fn tunnel(
     policy: &CompiledPolicy,
     aliases: &AliasFile,
     request: &ExplainRequest,
-) -> Result<(), ProxyError> {
+) -> Result<Vec<String>, ProxyError> {
     let target = connect::connect_target(&request.url)?;
     let target = explanation.target.insert(target);
     connect::tunnel_may_open(policy, aliases, &request.agent, target)

@@ -28,10 +28,14 @@ pub(crate) fn human(explanation: &Explanation, source: &BudgetSource) -> String 
         rows.push(("status", vec![status]));
         rows.push(("reason", vec![error.to_string()]));
     }
-    let rules = match x.verdict {
-        Verdict::Tunnel => {
+    let rules = match &x.verdict {
+        Verdict::Tunnel { rules } if rules.is_empty() => {
             "(none: each request inside the tunnel is decided on its own)".to_owned()
         }
+        Verdict::Tunnel { rules } => format!(
+            "{} could allow requests inside; each is decided on its own",
+            rules.join(", ")
+        ),
         _ => rules_text(x.verdict.rules()),
     };
     rows.push(("rules", vec![rules]));
@@ -135,12 +139,12 @@ pub(crate) fn json(explanation: &Explanation, source: &BudgetSource) -> String {
     let x = explanation;
     let refusal = match &x.verdict {
         Verdict::Refused(error) => Some(error),
-        Verdict::Allow { .. } | Verdict::Tunnel => None,
+        Verdict::Allow { .. } | Verdict::Tunnel { .. } => None,
     };
     let rules = x.verdict.rules();
     let report = Report {
         decision: x.verdict.decision(),
-        tunnel: matches!(x.verdict, Verdict::Tunnel),
+        tunnel: matches!(x.verdict, Verdict::Tunnel { .. }),
         status: refusal.map(|e| e.status().as_u16()),
         code: refusal.map(ProxyError::code),
         message: refusal.map(ToString::to_string),
@@ -440,7 +444,7 @@ fn notes(x: &Explanation, source: &BudgetSource) -> Vec<String> {
             path.display()
         )),
     }
-    if let (Verdict::Tunnel, Some(target)) = (&x.verdict, &x.target) {
+    if let (Verdict::Tunnel { .. }, Some(target)) = (&x.verdict, &x.target) {
         notes.push(format!(
             "a tunnel would open: each request inside it is decided on its own, as on \
              /v1/proxy/; explain one with its method and URL, e.g. `--method GET --url \

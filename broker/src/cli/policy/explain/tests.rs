@@ -189,7 +189,7 @@ const NOW: Duration = Duration::from_secs(1_800_000_000);
 fn answer(x: &Explanation) -> String {
     match &x.verdict {
         Verdict::Allow { .. } => "allow".to_owned(),
-        Verdict::Tunnel => "tunnel".to_owned(),
+        Verdict::Tunnel { .. } => "tunnel".to_owned(),
         Verdict::Refused(error) => format!("{} {}", error.status().as_u16(), error.code()),
     }
 }
@@ -557,7 +557,7 @@ fn a_tunnel_is_rendered_with_what_decides_the_requests_inside() {
         "{human}"
     );
     assert!(
-        human.contains("each request inside the tunnel is decided on its own"),
+        human.contains("could allow requests inside; each is decided on its own"),
         "{human}"
     );
     assert!(
@@ -574,7 +574,12 @@ fn a_tunnel_is_rendered_with_what_decides_the_requests_inside() {
     assert_eq!(json["tunnel"], true, "{json}");
     assert_eq!(json["method"], "CONNECT", "{json}");
     assert_eq!(json["target"]["host"], "api.github.com", "{json}");
-    assert!(json["rules"].is_null(), "{json}");
+    // The allow rules that could admit a request inside: what the tunnel's decision record names.
+    let rules = json["rules"].as_array().unwrap();
+    assert!(!rules.is_empty(), "{json}");
+    for rule in rules {
+        assert!(human.contains(rule.as_str().unwrap()), "{human}");
+    }
 
     let x = connect_explained("elsewhere.example:443");
     let human = render::human(&x, &BudgetSource::NotNeeded);
@@ -1377,7 +1382,7 @@ async fn explain_answers_as_the_proxy_router_does() {
         let expected = match &explained.verdict {
             Verdict::Allow { .. } => (502, "upstream_failed".to_owned()),
             Verdict::Refused(error) => (error.status().as_u16(), error.code().to_owned()),
-            Verdict::Tunnel => panic!("no CONNECT among these cases"),
+            Verdict::Tunnel { .. } => panic!("no CONNECT among these cases"),
         };
 
         let (scheme, rest) = url.split_once("://").unwrap();
