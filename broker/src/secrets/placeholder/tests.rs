@@ -57,14 +57,22 @@ impl Req {
     }
 
     fn scan(&self) -> Result<Placeholders, PlaceholderError> {
-        scan(&RequestParts {
-            scheme: self.scheme,
-            authority: self.authority,
-            path: &self.path,
-            query: self.query.as_deref(),
-            headers: &self.headers,
-            body: &self.body,
-        })
+        scan(
+            &RequestParts {
+                scheme: self.scheme,
+                authority: self.authority,
+                path: &self.path,
+                query: self.query.as_deref(),
+                headers: &self.headers,
+                body: &self.body,
+            },
+            &body_places(),
+        )
+    }
+
+    #[track_caller]
+    fn skipped(&self) -> Skipped {
+        self.scan().unwrap().skipped().clone()
     }
 
     #[track_caller]
@@ -76,6 +84,28 @@ impl Req {
             .map(|f| (f.alias.clone(), f.place))
             .collect()
     }
+}
+
+/// The body places of the test aliases: `github`, `slack`, `b` and `x` name JSON string values;
+/// `headeronly` names no body place.
+fn body_places() -> BodyPlaces {
+    let mut yaml = String::from("aliases:\n");
+    for name in ["github", "slack", "b", "x"] {
+        yaml.push_str(&format!(
+            "  - name: {name}\n    hosts: [api.github.com]\n    sites: [header, body]\n"
+        ));
+    }
+    yaml.push_str("  - name: headeronly\n    hosts: [api.github.com]\n");
+    let load = mint_policy::aliases::load_aliases(yaml.as_bytes(), "aliases.yaml");
+    BodyPlaces::new(&load.aliases.unwrap())
+}
+
+fn listed(skipped: &Skipped) -> Vec<(&str, InertPlace)> {
+    skipped
+        .listed()
+        .iter()
+        .map(|(alias, place)| (alias.as_str(), *place))
+        .collect()
 }
 
 fn site(alias: &str, site: Site) -> (String, Place) {
@@ -165,9 +195,7 @@ fn json_string_values_are_body_sites() {
 }
 
 #[test]
-fn json_keys_escapes_and_non_json_bodies_are_forbidden() {
-    let key = Req::new().json(r#"{"{{mint:github}}":1}"#);
-    assert_eq!(key.places(), [forbidden("github", Forbidden::JsonKey)]);
+fn escapes_at_a_named_place_are_forbidden() {
     let escaped = Req::new().json(r#"["\u007b\u007Bmint:github}}","%7B%7Bmint:slack}}"]"#);
     assert_eq!(
         escaped.places(),
@@ -176,20 +204,74 @@ fn json_keys_escapes_and_non_json_bodies_are_forbidden() {
             forbidden("slack", Forbidden::EncodedInJson)
         ]
     );
-    let form = Req::new()
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body("t=%7B%7Bmint%3Agithub%7D%7D");
-    assert_eq!(form.places(), [forbidden("github", Forbidden::NotJsonBody)]);
-    let untyped = Req::new().body(r#"{"t":"{{mint:github}}"}"#);
+}
+
+#[test]
+fn body_quotes_where_mint_never_substitutes_are_inert() {
+    let cases: Vec<(Req, Vec<(&str, InertPlace)>)> = vec![
+        (
+            Req::new().json(r#"{"{{mint:github}}":1}"#),
+            vec![("github", InertPlace::JsonKey)],
+        ),
+        (
+            Req::new()
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body("t=%7B%7Bmint%3Agithub%7D%7D"),
+            vec![("github", InertPlace::Text)],
+        ),
+        (
+            Req::new().body(r#"{"t":"{{mint:github}}"}"#),
+            vec![("github", InertPlace::Text)],
+        ),
+        (
+            Req::new().json(r#"{"t":"{{mint:github}}",}"#),
+            vec![("github", InertPlace::Text)],
+        ),
+        (
+            Req::new()
+                .header("content-encoding", "gzip")
+                .json(r#"{"t":"{{mint:github}}"}"#),
+            vec![("github", InertPlace::Text)],
+        ),
+        (
+            Req::new().json(r#"{"t":"{{mint:undeclared}} and {{mint:headeronly}}"}"#),
+            vec![
+                ("undeclared", InertPlace::JsonValue),
+                ("headeronly", InertPlace::JsonValue),
+            ],
+        ),
+        (Req::new().json(r#"{"{{mint:Oops":"x"}"#), vec![]),
+        (Req::new().body("{{mint:Oops}} {{mint:"), vec![]),
+    ];
+    for (req, expected) in cases {
+        let found = req.scan().unwrap();
+        assert!(found.is_empty(), "{found:?}");
+        assert_eq!(listed(found.skipped()), expected);
+        assert!(found.skipped().count() >= 1);
+    }
+}
+
+#[test]
+fn inert_quotes_are_listed_once_bounded_and_never_count_toward_the_limit() {
+    // 100,000 quotes: the list stays at most MAX_SKIPPED entries, each alias and place once.
+    let mut text = String::new();
+    for i in 0..100_000 {
+        text.push_str(&format!("{{{{mint:q{}}}}} ", i % 40));
+    }
+    let body = serde_json::json!({ "messages": [{ "content": text }] }).to_string();
+    let req = Req::new()
+        .json(&body)
+        .header("authorization", "{{mint:github}}");
+    let found = req.scan().unwrap();
+    assert_eq!(found.found().len(), 1);
+    assert_eq!(found.skipped().count(), 100_000);
+    assert_eq!(found.skipped().listed().len(), MAX_SKIPPED);
+    let same = Req::new().json(r#"["{{mint:headeronly}}","{{mint:headeronly}}"]"#);
     assert_eq!(
-        untyped.places(),
-        [forbidden("github", Forbidden::NotJsonBody)]
+        listed(&same.skipped()),
+        [("headeronly", InertPlace::JsonValue)]
     );
-    let invalid = Req::new().json(r#"{"t":"{{mint:github}}",}"#);
-    assert_eq!(
-        invalid.places(),
-        [forbidden("github", Forbidden::NotJsonBody)]
-    );
+    assert_eq!(same.skipped().count(), 2);
 }
 
 #[test]
