@@ -87,7 +87,7 @@ fn json_body(len: usize, with_placeholder: bool) -> Vec<u8> {
 
 /// `github`, released for every site, and named for the body's `token` member.
 fn body_places() -> BodyPlaces {
-    let yaml = "aliases:\n  - name: github\n    hosts: [api.github.com]\n    sites: [header, query, body]\n";
+    let yaml = "aliases:\n  - name: github\n    hosts: [api.github.com]\n    sites: [header, query, {body: [/token]}]\n";
     BodyPlaces::new(
         &load_aliases(yaml.as_bytes(), "aliases.yaml")
             .aliases

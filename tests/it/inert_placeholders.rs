@@ -16,8 +16,11 @@ use mint_tests::{EchoPeer, echo_peer};
 const HOST: &str = "api.example.test";
 /// The model API key: alias `model`, bound to [`HOST`], header only.
 const MODEL_CANARY: &str = "canary-model-Rk7Wq2Xn9Lp4Tz6V";
-/// The secret of `github`, bound to `api.github.com` only.
+/// The secret of `github`, bound to `api.github.com` only (header, and the body at
+/// `/client_secret`).
 const GITHUB_CANARY: &str = "canary-github-Hb3Ys8Mc5Jd1Qf7G";
+/// The secret of `client`, bound to [`HOST`], substituted in a JSON body at `/client_secret` only.
+const CLIENT_CANARY: &str = "canary-client-Vn5Kc2Pw8Dq4Ls1J";
 
 struct Setup {
     // Dropped first: the broker, then the upstream, then the home.
@@ -38,13 +41,29 @@ impl Setup {
         let peer = echo_peer(dir.path(), config);
         let port = peer.server.port();
         let policy = format!(
-            "version: 1\ndefault: deny\nrules:\n  - id: model\n    effect: allow\n    match:\n      alias: [model]\n      host: [{HOST}]\n      port: [{port}]\n      method: [POST]\n"
+            "version: 1\ndefault: deny\nrules:\n  - id: model\n    effect: allow\n    match:\n      alias: [model]\n      host: [{HOST}]\n      port: [{port}]\n      method: [POST]\n  - id: token\n    effect: allow\n    match:\n      alias: [client]\n      host: [{HOST}]\n      port: [{port}]\n      method: [POST]\n      path: [/echo/token]\n    inject: [body]\n"
         );
-        let aliases = "aliases:\n  - name: model\n    hosts: [api.example.test]\n    source: file:$SECRETS/model\n  - name: github\n    hosts: [api.github.com]\n    source: file:$SECRETS/github\n";
+        let aliases = "aliases:
+  - name: model
+    hosts: [api.example.test]
+    source: file:$SECRETS/model
+  - name: github
+    hosts: [api.github.com]
+    sites: [header, {body: [/client_secret]}]
+    source: file:$SECRETS/github
+  - name: client
+    hosts: [api.example.test]
+    sites: [{body: [/client_secret]}]
+    source: file:$SECRETS/client
+";
         let home = MintHome::new(
             &policy,
             aliases,
-            &[("model", MODEL_CANARY), ("github", GITHUB_CANARY)],
+            &[
+                ("model", MODEL_CANARY),
+                ("github", GITHUB_CANARY),
+                ("client", CLIENT_CANARY),
+            ],
         );
         let cap = home.issue_capability("mino", &[]);
         let pin = format!("{HOST}:{port}:127.0.0.1");
@@ -107,8 +126,10 @@ impl Setup {
 
     #[track_caller]
     fn assert_clean(&self, seen: &str) {
-        self.broker
-            .assert_clean(seen, &[MODEL_CANARY, GITHUB_CANARY, &self.cap]);
+        self.broker.assert_clean(
+            seen,
+            &[MODEL_CANARY, GITHUB_CANARY, CLIENT_CANARY, &self.cap],
+        );
     }
 }
 
@@ -216,4 +237,92 @@ fn issue_16_quotes_do_not_count_toward_the_placeholder_limit() {
     );
     assert_eq!(decision["skipped_count"], 1_000, "{decision}");
     setup.assert_clean(&response.everything());
+}
+
+/// A token request naming the secret at `/client_secret`, and quoting the same placeholder in a
+/// sibling field and in a nested transcript.
+fn token_request() -> Vec<u8> {
+    concat!(
+        "{\"grant_type\":\"client_credentials\",\"client_secret\":\"{{mint:client}}\",",
+        "\"note\":\"{{mint:client}}\",",
+        "\"transcript\":{\"messages\":[{\"role\":\"user\",\"content\":\"send {{mint:client}}\"}]}}"
+    )
+    .as_bytes()
+    .to_vec()
+}
+
+#[test]
+fn issue_16_a_body_secret_goes_only_to_the_named_pointer() {
+    let setup = Setup::start();
+    let body = token_request();
+    let expected = String::from_utf8(body.clone())
+        .unwrap()
+        .replacen("{{mint:client}}", CLIENT_CANARY, 1)
+        .into_bytes();
+    for via in VIAS {
+        let response = setup.post(via, "/echo/token", &[], &body);
+        assert_eq!(response.status, 200, "{via}: {response:?}");
+        let seen = setup.peer.server.requests().last().unwrap();
+        // The secret at /client_secret and nowhere else; every other byte as sent.
+        assert_eq!(seen.body, expected, "{via}");
+        assert_eq!(
+            seen.header("content-length"),
+            Some(expected.len().to_string().as_str()),
+            "{via}"
+        );
+        // The echo of the secret is scrubbed; the quotes come back as text.
+        assert!(
+            response.body.contains("[mint:redacted]"),
+            "{via}: {}",
+            response.body
+        );
+        let id = response.header("mint-request-id").unwrap();
+        let decision = setup.broker.decision_of(id);
+        assert_eq!(decision["decision"], "allow", "{via}: {decision}");
+        assert_eq!(
+            decision["aliases"],
+            serde_json::json!(["client"]),
+            "{decision}"
+        );
+        assert_eq!(
+            decision["skipped"],
+            serde_json::json!(["client@json_value"]),
+            "{via}: {decision}"
+        );
+        assert_eq!(decision["skipped_count"], 2, "{via}: {decision}");
+        setup.assert_clean(&response.everything());
+    }
+}
+
+#[test]
+fn issue_16_a_placeholder_at_a_named_pointer_is_still_checked() {
+    let setup = Setup::start();
+    for via in VIAS {
+        for (body, status, code) in [
+            // `github` names /client_secret too, but is bound to api.github.com.
+            (
+                &br#"{"client_secret":"{{mint:github}}"}"#[..],
+                403,
+                "alias_not_bound",
+            ),
+            // Escaped or malformed where it would be substituted.
+            (
+                br#"{"client_secret":"\u007b{mint:client}}"}"#,
+                403,
+                "site_not_allowed",
+            ),
+            (
+                br#"{"client_secret":"{{mint:Client}}"}"#,
+                400,
+                "malformed_placeholder",
+            ),
+        ] {
+            let before = setup.peer.server.requests().len();
+            let response = setup.post(via, "/echo/token", &[], body);
+            assert_eq!(response.status, status, "{via}: {response:?}");
+            assert_eq!(response.json()["error"]["code"], code, "{via}");
+            assert_eq!(setup.peer.server.requests().len(), before, "{via}");
+            setup.assert_clean(&response.everything());
+        }
+    }
 }

@@ -943,7 +943,7 @@ fn query_site_needs_both_the_alias_and_the_rule() {
     }
 }
 
-/// An alias with `sites: [body]` and a rule with `inject: [body]`: a raw placeholder in a string
+/// An alias with `sites: [{body: [/token]}]` and a rule with `inject: [body]`: a raw placeholder in a string
 /// value of an `application/json` body reaches the upstream as the secret (JSON-escaped), and the
 /// echo is scrubbed. Refused: the same under a rule without `inject: [body]` (policy), and a
 /// placeholder spelled with JSON or percent escapes where it would be substituted (site).
@@ -958,7 +958,7 @@ fn json_body_site_needs_json_and_the_rule() {
                 "  - id: body-ok\n    effect: allow\n    match:\n      alias: [j]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [POST]\n      path: [\"/echo/j/**\"]\n    inject: [body]\n  - id: body-not-injected\n    effect: allow\n    match:\n      alias: [j]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [POST]\n      path: [\"/echo/n/**\"]\n"
             )
         },
-        &header_aliases(&[("j", "127.0.0.1", "body")]),
+        &header_aliases(&[("j", "127.0.0.1", "{body: [/token]}")]),
         &[("j", CANARY_J)],
     );
     let json_body = r#"{"token":"{{mint:j}}","n":1}"#;

@@ -2259,7 +2259,7 @@ fn python_httpx_client_gets_answers_with_the_secret_redacted() {
         "aliases:
   - name: echo
     hosts: [127.0.0.1]
-    sites: [header, body]
+    sites: [header, {body: [/token]}]
     source: file:$SECRETS/echo
 ",
         &[],

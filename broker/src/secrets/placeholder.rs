@@ -40,7 +40,7 @@
 //! member name, a body that is not JSON or has a content coding, an undeclared alias, a malformed
 //! spelling) is inert: Mint never substitutes there, so it forwards the text unchanged and
 //! records the alias and the kind of place in [`Skipped`] (bounded: at most
-//! [`MAX_SKIPPED`](mint_policy::audit::MAX_SKIPPED) entries and a count). An agent quotes its own
+//! [`MAX_SKIPPED`] entries and a count). An agent quotes its own
 //! placeholders in a conversation; refusing those requests would cut it off from its model.
 //! Inert quotes do not count toward [`MAX_PLACEHOLDERS`]. A malformed placeholder in a string
 //! value is still refused when an alias names that place: there it was meant as a credential.
@@ -514,8 +514,9 @@ pub(crate) fn scan_header(
     })
 }
 
-/// Scans the body: a placeholder of a JSON string value at a place its alias names is a body
-/// site (refused when escaped); every other one is inert and only counted in the sink.
+/// Scans the body: a placeholder of a JSON string value at a pointer its alias names is a body
+/// site (refused when escaped; a malformed one at any named pointer is refused); every other one
+/// is inert and only counted in the sink.
 pub(crate) fn scan_body(
     headers: &HeaderMap,
     body: &[u8],
@@ -527,14 +528,18 @@ pub(crate) fn scan_body(
     if !may_hold_placeholder(body, json) {
         return Ok(());
     }
-    if json && let Some(strings) = json::candidate_strings(body) {
+    if json && let Some(strings) = json::candidate_strings(body, places) {
         for string in strings {
             // INVARIANT: the tokenizer reports ranges within `body`.
             let content = &body[string.content.clone()];
             let offset = string.content.start;
             spelling::events(content, Layer::JsonPercent, |event| {
                 match event {
-                    Event::Hit(hit) if !string.is_key && places.names_json_value(&hit.alias) => {
+                    Event::Hit(hit)
+                        if string
+                            .node
+                            .is_some_and(|node| places.names(node, &hit.alias)) =>
+                    {
                         let place = if hit.raw {
                             Place::Site(Site::Body)
                         } else {
@@ -549,7 +554,7 @@ pub(crate) fn scan_body(
                     }
                     Event::Hit(hit) => sink.skipped.add(Some(hit.alias), inert(string.is_key)),
                     Event::Malformed { offset: at, reason }
-                        if !string.is_key && places.any_json_value() =>
+                        if string.node.is_some_and(|node| places.is_named(node)) =>
                     {
                         return Err(PlaceholderError::Malformed {
                             part: Part::Body,

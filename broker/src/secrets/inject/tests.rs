@@ -31,17 +31,28 @@ fn secrets() -> Secrets {
     secrets
 }
 
-/// The body places of the test aliases: every one but `headeronly` names JSON string values;
-/// `unknown` is declared but has no secret in [`secrets`].
+/// The body places of the test aliases: `github` names `/a` and `/v`, `bodyonly` `/n/1/k`,
+/// `unknown` (declared, but without a secret in [`secrets`]) `/a`; `headeronly` none.
 fn places() -> BodyPlaces {
-    let mut yaml = String::from("aliases:\n");
-    for name in ["github", "bodyonly", "bell", "crlf", "unknown"] {
-        yaml.push_str(&format!(
-            "  - name: {name}\n    hosts: [api.example.com]\n    sites: [header, query, body]\n"
-        ));
-    }
-    yaml.push_str("  - name: headeronly\n    hosts: [api.example.com]\n");
+    let yaml = "aliases:
+  - name: github
+    hosts: [api.example.com]
+    sites: [header, query, {body: [/a, /v]}]
+  - name: bodyonly
+    hosts: [api.example.com]
+    sites: [{body: [/n/1/k]}]
+  - name: bell
+    hosts: [api.example.com]
+  - name: crlf
+    hosts: [api.example.com]
+  - name: unknown
+    hosts: [api.example.com]
+    sites: [{body: [/a]}]
+  - name: headeronly
+    hosts: [api.example.com]
+";
     let load = mint_policy::aliases::load_aliases(yaml.as_bytes(), "aliases.yaml");
+    assert!(load.errors().next().is_none(), "{:?}", load.diagnostics);
     BodyPlaces::new(&load.aliases.unwrap())
 }
 
@@ -236,6 +247,29 @@ fn inert_body_quotes_are_left_as_they_are() {
         let out = body(&headers, raw.clone(), &places(), &secrets()).unwrap();
         assert_eq!(out, raw);
     }
+}
+
+/// Issue 16: an alias with `body: [/client_secret]` is substituted there and nowhere else: a
+/// sibling field, a nested transcript and a member name keep the placeholder as text, and every
+/// byte but the substituted ones is forwarded as it came.
+#[test]
+fn body_substitution_happens_only_at_the_named_pointer() {
+    let yaml = "aliases:\n  - name: github\n    hosts: [api.example.com]\n    sites: [{body: [/client_secret]}]\n";
+    let load = mint_policy::aliases::load_aliases(yaml.as_bytes(), "aliases.yaml");
+    let places = BodyPlaces::new(&load.aliases.unwrap());
+    let raw = concat!(
+        "{\"grant_type\":\"client_credentials\",\"client_secret\":\"{{mint:github}}\",",
+        "\"note\":\"{{mint:github}}\",",
+        "\"messages\":[{\"role\":\"user\",\"content\":\"my key is {{mint:github}}\"}],",
+        "\"{{mint:github}}\":0}"
+    );
+    let out = body(&json_headers(), Bytes::from(raw), &places, &secrets()).unwrap();
+    let escaped = serde_json::to_string(CANARY).unwrap();
+    let expected = raw.replacen("{{mint:github}}", escaped.trim_matches('"'), 1);
+    assert_eq!(out, expected.as_bytes());
+    let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(value["client_secret"], CANARY);
+    assert_eq!(value["note"], "{{mint:github}}");
 }
 
 #[test]

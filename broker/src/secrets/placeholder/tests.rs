@@ -86,17 +86,27 @@ impl Req {
     }
 }
 
-/// The body places of the test aliases: `github`, `slack`, `b` and `x` name JSON string values;
-/// `headeronly` names no body place.
+/// The body places of the test aliases: `github` names `/token` and `/0`, `slack`
+/// `/nested/0/x` and `/1`, `b` `/v`, `x` `/a`; `headeronly` names no body place.
 fn body_places() -> BodyPlaces {
-    let mut yaml = String::from("aliases:\n");
-    for name in ["github", "slack", "b", "x"] {
-        yaml.push_str(&format!(
-            "  - name: {name}\n    hosts: [api.github.com]\n    sites: [header, body]\n"
-        ));
-    }
-    yaml.push_str("  - name: headeronly\n    hosts: [api.github.com]\n");
+    let yaml = "aliases:
+  - name: github
+    hosts: [api.github.com]
+    sites: [header, {body: [/token, /0]}]
+  - name: slack
+    hosts: [api.github.com]
+    sites: [header, {body: [/nested/0/x, /1]}]
+  - name: b
+    hosts: [api.github.com]
+    sites: [header, query, {body: [/v]}]
+  - name: x
+    hosts: [api.github.com]
+    sites: [{body: [/a]}]
+  - name: headeronly
+    hosts: [api.github.com]
+";
     let load = mint_policy::aliases::load_aliases(yaml.as_bytes(), "aliases.yaml");
+    assert!(load.errors().next().is_none(), "{:?}", load.diagnostics);
     BodyPlaces::new(&load.aliases.unwrap())
 }
 
@@ -451,7 +461,10 @@ fn the_tokenizer_is_strict() {
         "[1,[2,{\"a\":null}],true,false]",
         "{\"a\":{\"b\":[\"\\ud83d\\ude00\",\"\\n\"]}}",
     ] {
-        assert!(candidate_strings(valid.as_bytes()).is_some(), "{valid}");
+        assert!(
+            candidate_strings(valid.as_bytes(), &BodyPlaces::default()).is_some(),
+            "{valid}"
+        );
     }
     for invalid in [
         "",
@@ -474,15 +487,15 @@ fn the_tokenizer_is_strict() {
         "// c\n1",
     ] {
         assert!(
-            candidate_strings(invalid.as_bytes()).is_none(),
+            candidate_strings(invalid.as_bytes(), &BodyPlaces::default()).is_none(),
             "{invalid:?}"
         );
     }
-    assert!(candidate_strings(b"\"\xff\"").is_none());
+    assert!(candidate_strings(b"\"\xff\"", &BodyPlaces::default()).is_none());
     let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
-    assert!(candidate_strings(deep(127).as_bytes()).is_some());
-    assert!(candidate_strings(deep(128).as_bytes()).is_none());
-    assert!(candidate_strings(deep(100_000).as_bytes()).is_none());
+    assert!(candidate_strings(deep(127).as_bytes(), &BodyPlaces::default()).is_some());
+    assert!(candidate_strings(deep(128).as_bytes(), &BodyPlaces::default()).is_none());
+    assert!(candidate_strings(deep(100_000).as_bytes(), &BodyPlaces::default()).is_none());
 }
 
 /// Percent-encodes each byte of `text` when the matching flag says so, in the given hex case.
@@ -538,10 +551,173 @@ proptest! {
         value in any::<Vec<(String, i32)>>(),
     ) {
         let text = text.concat();
-        let ours = candidate_strings(text.as_bytes()).is_some();
+        let ours = candidate_strings(text.as_bytes(), &BodyPlaces::default()).is_some();
         let serde = serde_json::from_str::<serde_json::Value>(&text).is_ok();
         prop_assert_eq!(ours, serde, "{}", text);
         let written = serde_json::to_string(&value).unwrap();
-        prop_assert!(candidate_strings(written.as_bytes()).is_some());
+        prop_assert!(candidate_strings(written.as_bytes(), &BodyPlaces::default()).is_some());
+    }
+}
+
+/// `client` names `/client_secret`, `/a~1b/0` (member `a/b`, element 0) and `/~0/1/x`.
+fn pointer_places() -> BodyPlaces {
+    let yaml = "aliases:
+  - name: client
+    hosts: [auth.example.com]
+    sites: [{body: [/client_secret, /a~1b/0, /~0/1/x]}]
+  - name: other
+    hosts: [auth.example.com]
+    sites: [{body: [/other]}]
+";
+    let load = mint_policy::aliases::load_aliases(yaml.as_bytes(), "aliases.yaml");
+    assert!(load.errors().next().is_none(), "{:?}", load.diagnostics);
+    BodyPlaces::new(&load.aliases.unwrap())
+}
+
+fn scan_json(body: &str, places: &BodyPlaces) -> Result<Placeholders, PlaceholderError> {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    scan(
+        &RequestParts {
+            scheme: "https",
+            authority: "auth.example.com",
+            path: "/token",
+            query: None,
+            headers: &headers,
+            body: body.as_bytes(),
+        },
+        places,
+    )
+}
+
+#[test]
+fn a_body_placeholder_is_live_only_at_a_pointer_its_alias_names() {
+    let places = pointer_places();
+    for (body, live, skipped) in [
+        // At the pointer; an escaped member name is the same member.
+        (r#"{"client_secret":"{{mint:client}}"}"#, 1, 0),
+        (r#"{"client\u005fsecret":"{{mint:client}}"}"#, 1, 0),
+        // Escaped tokens and array indexes.
+        (r#"{"a/b":["{{mint:client}}","{{mint:client}}"]}"#, 1, 1),
+        (
+            r#"{"~":[0,{"x":"{{mint:client}}","y":"{{mint:client}}"}]}"#,
+            1,
+            1,
+        ),
+        // Duplicate members: each is the named place.
+        (
+            r#"{"client_secret":"{{mint:client}}","client_secret":"{{mint:client}}"}"#,
+            2,
+            0,
+        ),
+        // A sibling, a nested transcript, a deeper member of the same name.
+        (
+            r#"{"note":"{{mint:client}}","messages":[{"content":"{{mint:client}}"}],"x":{"client_secret":"{{mint:client}}"}}"#,
+            0,
+            3,
+        ),
+        // Another alias's pointer; an index with a leading zero is no index.
+        (
+            r#"{"other":"{{mint:client}}","client_secret":"{{mint:other}}"}"#,
+            0,
+            2,
+        ),
+        // A pointer to an object: the strings inside are not it.
+        (r#"{"client_secret":{"v":"{{mint:client}}"}}"#, 0, 1),
+    ] {
+        let found = scan_json(body, &places).unwrap();
+        assert_eq!(found.found().len(), live, "{body}");
+        assert!(
+            found
+                .found()
+                .iter()
+                .all(|f| f.place == Place::Site(Site::Body)),
+            "{body}"
+        );
+        assert_eq!(found.skipped().count(), skipped, "{body}");
+    }
+    // At a named pointer an escaped spelling is refused, and so is a malformed one.
+    let escaped = scan_json(r#"{"client_secret":"\u007b{mint:client}}"}"#, &places).unwrap();
+    assert_eq!(
+        escaped.found()[0].place,
+        Place::Forbidden(Forbidden::EncodedInJson)
+    );
+    assert!(matches!(
+        scan_json(r#"{"client_secret":"{{mint:Client}}"}"#, &places),
+        Err(PlaceholderError::Malformed { .. })
+    ));
+    // Elsewhere a malformed one is text.
+    let text = scan_json(r#"{"note":"{{mint:Client}}"}"#, &places).unwrap();
+    assert_eq!(text.skipped().count(), 1);
+}
+
+/// A JSON value for the property test: objects and arrays whose strings may hold a placeholder.
+fn json_tree() -> impl Strategy<Value = serde_json::Value> {
+    let leaf = prop_oneof![
+        Just(serde_json::Value::from("{{mint:client}}")),
+        Just(serde_json::Value::from("text")),
+        Just(serde_json::Value::from(1)),
+    ];
+    leaf.prop_recursive(4, 32, 4, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::Array),
+            proptest::collection::btree_map(
+                prop_oneof![
+                    Just("client_secret".to_owned()),
+                    Just("a/b".to_owned()),
+                    Just("~".to_owned()),
+                    Just("x".to_owned()),
+                    Just("1".to_owned()),
+                ],
+                inner,
+                0..4
+            )
+            .prop_map(|map| serde_json::Value::Object(map.into_iter().collect())),
+        ]
+    })
+}
+
+/// Every string leaf with its RFC 6901 pointer.
+fn leaves(value: &serde_json::Value, pointer: String, out: &mut Vec<(String, String)>) {
+    match value {
+        serde_json::Value::String(text) => out.push((pointer, text.clone())),
+        serde_json::Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                leaves(item, format!("{pointer}/{i}"), out);
+            }
+        }
+        serde_json::Value::Object(map) => {
+            for (key, item) in map {
+                let token = key.replace('~', "~0").replace('/', "~1");
+                leaves(item, format!("{pointer}/{token}"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    /// A placeholder is live exactly when the pointer of its string is one its alias names;
+    /// every other one is counted as skipped.
+    #[test]
+    fn live_placeholders_are_exactly_those_at_named_pointers(tree in json_tree()) {
+        let named = ["/client_secret", "/a~1b/0", "/~0/1/x"];
+        let mut all = Vec::new();
+        leaves(&tree, String::new(), &mut all);
+        let quoted: Vec<&String> = all
+            .iter()
+            .filter(|(_, text)| text == "{{mint:client}}")
+            .map(|(pointer, _)| pointer)
+            .collect();
+        let live = quoted.iter().filter(|p| named.contains(&p.as_str())).count();
+        prop_assume!(live <= MAX_PLACEHOLDERS);
+        let found = scan_json(&tree.to_string(), &pointer_places()).unwrap();
+        prop_assert_eq!(found.found().len(), live);
+        prop_assert_eq!(found.skipped().count() as usize, quoted.len() - live);
     }
 }

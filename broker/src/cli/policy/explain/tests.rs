@@ -103,7 +103,7 @@ const ALIASES: &str = r#"
 aliases:
   - name: github
     hosts: [api.github.com]
-    sites: [header, body]
+    sites: [header, {body: [/token, /b]}]
   - name: search
     hosts: [api.github.com]
     sites: [query]
