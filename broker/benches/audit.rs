@@ -54,6 +54,8 @@ fn sample_facts() -> RequestFacts {
             ],
         }),
         aliases: vec![AliasName::new("github").unwrap()],
+        skipped: Vec::new(),
+        skipped_count: None,
         mcp_tool: None,
     }
 }

@@ -17,6 +17,8 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use mint_broker::secrets::inject::{self, Secrets};
 use mint_broker::secrets::placeholder::{self, RequestParts};
+use mint_policy::aliases::load_aliases;
+use mint_policy::body::BodyPlaces;
 use mint_policy::normalize::normalize_target;
 use mint_policy::site::{Site, SiteSet};
 use secrecy::SecretString;
@@ -83,7 +85,18 @@ fn json_body(len: usize, with_placeholder: bool) -> Vec<u8> {
     body.into_bytes()
 }
 
+/// `github`, released for every site, and named for the body's `token` member.
+fn body_places() -> BodyPlaces {
+    let yaml = "aliases:\n  - name: github\n    hosts: [api.github.com]\n    sites: [header, query, {body: [/token]}]\n";
+    BodyPlaces::new(
+        &load_aliases(yaml.as_bytes(), "aliases.yaml")
+            .aliases
+            .unwrap(),
+    )
+}
+
 fn bench(c: &mut Criterion) {
+    let places = body_places();
     let mut secrets = Secrets::new();
     secrets.insert(
         "github",
@@ -113,7 +126,7 @@ fn bench(c: &mut Criterion) {
                     headers,
                     body,
                 };
-                black_box(placeholder::scan(black_box(&parts)).unwrap())
+                black_box(placeholder::scan(black_box(&parts), &places).unwrap())
             });
         });
     }
@@ -127,7 +140,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("substitute_headers_query_body", |b| {
         b.iter(|| {
             let mut headers = with.0.clone();
-            let body = inject::body(&headers, body.clone(), &secrets).unwrap();
+            let body = inject::body(&headers, body.clone(), &places, &secrets).unwrap();
             inject::headers(&mut headers, &secrets).unwrap();
             let uri = inject::uri(&target, &secrets).unwrap();
             black_box((headers, uri, body))
@@ -146,7 +159,7 @@ fn bench(c: &mut Criterion) {
                 headers: &headers,
                 body: &big,
             };
-            black_box(placeholder::scan(black_box(&parts)).unwrap())
+            black_box(placeholder::scan(black_box(&parts), &places).unwrap())
         });
     });
     group.finish();

@@ -42,7 +42,7 @@ use http::{Method, StatusCode, Version};
 use http_body_util::{BodyExt, Full};
 use mint_policy::audit::{
     AgentName, AliasName, AuditDecision, CapabilityId, Outcome, ReasonCode, RequestId, RuleId,
-    ToolName,
+    SkippedQuote, ToolName,
 };
 use mint_policy::evaluate::AliasUse;
 use mint_policy::limits::{Charge, Limiter};
@@ -468,6 +468,7 @@ async fn list_aliases(State(state): State<AppState>, request: Request) -> Respon
                 "description": alias.description,
                 "hosts": alias.hosts.iter().map(|h| h.as_text()).collect::<Vec<_>>(),
                 "sites": alias.sites.iter().map(Site::as_str).collect::<Vec<_>>(),
+                "body": alias.body.iter().map(|p| p.as_str()).collect::<Vec<_>>(),
                 "placeholder": format!("{{{{mint:{}}}}}", alias.name),
             })
         })
@@ -553,6 +554,8 @@ impl Exchange {
                 method: method.and_then(|m| mint_policy::audit::Method::new(m.as_str()).ok()),
                 target: None,
                 aliases: Vec::new(),
+                skipped: Vec::new(),
+                skipped_count: None,
                 mcp_tool: None,
             },
             received: Instant::now(),
@@ -800,7 +803,8 @@ async fn forward(
     // refused unread, so it costs no body-sized memory.
     use hyper::body::Body as _;
     if declared != Some(0) && !body.is_end_stream() {
-        let found = pipeline::find_placeholders(&raw, &request_headers, &[])?;
+        let found =
+            pipeline::find_placeholders(&raw, &request_headers, &[], declarations.body_places())?;
         exchange.facts.aliases = audit_aliases(&found);
         pipeline::check_placeholders(&found, declarations.aliases())?;
         let uses = found.alias_uses();
@@ -840,8 +844,10 @@ async fn forward(
         .and_then(|tool| ToolName::new(tool.as_str()).ok());
 
     // 3c. Placeholders, aliases, bindings, sites, capability narrowing.
-    let found = pipeline::find_placeholders(&raw, &request_headers, &body)?;
+    let found =
+        pipeline::find_placeholders(&raw, &request_headers, &body, declarations.body_places())?;
     exchange.facts.aliases = audit_aliases(&found);
+    (exchange.facts.skipped, exchange.facts.skipped_count) = audit_skipped(&found);
     pipeline::check_placeholders(&found, declarations.aliases())?;
     let uses = found.alias_uses();
     check_alias_uses(&declarations, &target, &grant, &uses)?;
@@ -887,6 +893,19 @@ fn audit_aliases(found: &crate::secrets::placeholder::Placeholders) -> Vec<Alias
         .into_iter()
         .filter_map(|alias| AliasName::new(alias).ok())
         .collect()
+}
+
+/// Where the body quoted placeholders as text, as the audit record holds them.
+fn audit_skipped(
+    found: &crate::secrets::placeholder::Placeholders,
+) -> (Vec<SkippedQuote>, Option<u64>) {
+    let skipped = found.skipped();
+    let listed = skipped
+        .listed()
+        .iter()
+        .filter_map(|(alias, place)| SkippedQuote::new(format!("{alias}@{place}")).ok())
+        .collect();
+    (listed, (!skipped.is_empty()).then(|| skipped.count()))
 }
 
 /// Alias by alias: its declaration (bound to the host, in sites it allows), then the
@@ -940,7 +959,8 @@ async fn send(
     let secrets = declarations
         .secrets_for(&uses)
         .ok_or_else(|| ProxyError::Internal("an alias secret is not loaded".to_owned()))?;
-    let body = inject::body(&request_headers, body, &secrets).map_err(inject_error)?;
+    let body = inject::body(&request_headers, body, declarations.body_places(), &secrets)
+        .map_err(inject_error)?;
     inject::headers(&mut request_headers, &secrets).map_err(inject_error)?;
     let uri = inject::uri(&target, &secrets).map_err(inject_error)?;
     drop(secrets);

@@ -114,6 +114,8 @@ fn facts(request: &IncomingRequest) -> RequestFacts {
         method: Some(Method::new(request.method).unwrap()),
         target: Some(TargetFacts::from_target(&target).unwrap()),
         aliases: alias_names(request),
+        skipped: Vec::new(),
+        skipped_count: None,
         mcp_tool: Some(ToolName::new("query-docs").unwrap()),
     }
 }

@@ -196,6 +196,7 @@ fn canary_never_leaves_the_library() {
             name: "newline".to_owned(),
             hosts: vec!["api.example.com".to_owned()],
             sites: Vec::new(),
+            body: Vec::new(),
             source: None,
             description: None,
             secret_stdin: true,

@@ -10,6 +10,7 @@ use std::fmt;
 
 use serde::{Serialize, Serializer};
 
+use crate::body::{JsonPointer, MAX_POINTERS};
 use crate::diagnostic::{Code, Diagnostic, Findings, Pos, Severity};
 use crate::fields::{EntryKey, MapReader, Sink, entry_key, join, string};
 use crate::host::HostPattern;
@@ -28,8 +29,12 @@ pub struct Alias {
     /// Hosts the secret may be sent to.
     #[serde(serialize_with = "serialize_patterns")]
     pub hosts: Vec<HostPattern>,
-    /// Request sites the secret may sit in.
+    /// Request sites the secret may sit in; holds `body` exactly when `body` names a pointer.
     pub sites: SiteSet,
+    /// The JSON Pointers of a JSON body where the secret may sit; a placeholder anywhere else in
+    /// a body is inert.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub body: Vec<JsonPointer>,
     /// Where the broker reads the value.
     pub source: SecretSource,
     /// Where the declaration starts in the file.
@@ -124,7 +129,18 @@ impl AliasFile {
             }
             let hosts: Vec<String> = alias.hosts.iter().map(|h| q(&h.as_text())).collect();
             out.push_str(&format!("    hosts: [{}]\n", hosts.join(", ")));
-            let sites: Vec<&str> = alias.sites.iter().map(Site::as_str).collect();
+            let sites: Vec<String> = alias
+                .sites
+                .iter()
+                .map(|site| match site {
+                    Site::Body => {
+                        let pointers: Vec<String> =
+                            alias.body.iter().map(|p| q(p.as_str())).collect();
+                        format!("{{body: [{}]}}", pointers.join(", "))
+                    }
+                    other => other.as_str().to_owned(),
+                })
+                .collect();
             out.push_str(&format!("    sites: [{}]\n", sites.join(", ")));
             out.push_str(&format!("    source: {}\n", q(&alias.source.to_string())));
         }
@@ -325,6 +341,7 @@ fn read_alias(
     }
 
     let mut sites = SiteSet::HEADER;
+    let mut body = Vec::new();
     if let Some(n) = map.take("sites") {
         let path = join(&prefix, "sites");
         sites = SiteSet::EMPTY;
@@ -341,17 +358,30 @@ fn read_alias(
             );
         }
         for item in items {
-            match item.value() {
-                Some(Value::Str(text)) if Site::parse(text).is_some() => {
+            match (&item.kind, item.value()) {
+                (_, Some(Value::Str("body"))) => sink.error(
+                    Code::BodySiteWithoutPointers,
+                    item,
+                    &path,
+                    "`body` must name where in a JSON body the secret goes, as JSON Pointers: \
+                     write `{body: [/client_secret]}`; a placeholder anywhere else in a body is \
+                     forwarded as text",
+                ),
+                (_, Some(Value::Str(text))) if Site::parse(text).is_some() => {
                     if let Some(site) = Site::parse(text) {
                         sites = sites.with(site);
+                    }
+                }
+                (NodeKind::Map(entries), _) => {
+                    if read_body_site(entries, item, &path, &mut body, sink) {
+                        sites = sites.with(Site::Body);
                     }
                 }
                 _ => sink.error(
                     Code::InvalidSite,
                     item,
                     &path,
-                    "a site is `header`, `query` or `body`",
+                    "a site is `header`, `query` or `{body: [/json/pointer, ...]}`",
                 ),
             }
         }
@@ -389,9 +419,87 @@ fn read_alias(
         description,
         hosts,
         sites,
+        body,
         source: source?,
         pos: node.pos(),
     })
+}
+
+/// Reads `{body: [POINTER, ...]}` into `body`; whether it named at least one valid pointer.
+fn read_body_site(
+    entries: &[(Node, Node)],
+    item: &Node,
+    path: &str,
+    body: &mut Vec<JsonPointer>,
+    sink: &mut Sink<'_>,
+) -> bool {
+    let [(key, value)] = entries else {
+        sink.error(
+            Code::InvalidSite,
+            item,
+            path,
+            "a body site is one key, `body`, with a list of JSON Pointers: `{body: [/client_secret]}`",
+        );
+        return false;
+    };
+    if key.value() != Some(Value::Str("body")) {
+        sink.error(
+            Code::InvalidSite,
+            key,
+            path,
+            "a site is `header`, `query` or `{body: [/json/pointer, ...]}`",
+        );
+        return false;
+    }
+    let path = format!("{path}.body");
+    let pointers: Vec<&Node> = match &value.kind {
+        NodeKind::Seq(items) => items.iter().collect(),
+        NodeKind::Scalar { .. } => vec![value],
+        NodeKind::Map(_) => {
+            sink.wrong_type(value, &path, "a list of JSON Pointers");
+            return false;
+        }
+    };
+    if pointers.is_empty() {
+        sink.error(
+            Code::EmptyList,
+            value,
+            &path,
+            "name at least one JSON Pointer, such as `/client_secret`, or remove the body site",
+        );
+        return false;
+    }
+    if pointers.len() > MAX_POINTERS {
+        sink.error(
+            Code::InvalidJsonPointer,
+            value,
+            &path,
+            format!("an alias names at most {MAX_POINTERS} JSON Pointers"),
+        );
+        return false;
+    }
+    let mut named = false;
+    for (i, node) in pointers.into_iter().enumerate() {
+        let item_path = format!("{path}[{i}]");
+        let Some(text) = string(node, &item_path, sink) else {
+            continue;
+        };
+        match JsonPointer::parse(text) {
+            Ok(pointer) => {
+                if !body.contains(&pointer) {
+                    body.push(pointer);
+                }
+                named = true;
+            }
+            Err(error) => sink.error(
+                Code::InvalidJsonPointer,
+                node,
+                &item_path,
+                error.to_string(),
+            ),
+        }
+    }
+    named
 }
 
 fn serialize_patterns<S: Serializer>(

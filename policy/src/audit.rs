@@ -11,8 +11,8 @@
 //! Shape rules, checked by `AuditRecord::check` and by `parse_record`:
 //!
 //! - Every record: `v`, `ts`, `id`, `phase` and `prev` are required. The request fields `agent`,
-//!   `capability`, `method`, `scheme`, `host`, `port`, `path`, `query_keys`, `aliases` and
-//!   `mcp_tool` are optional in every phase.
+//!   `capability`, `method`, `scheme`, `host`, `port`, `path`, `query_keys`, `aliases`,
+//!   `skipped`, `skipped_count` and `mcp_tool` are optional in every phase.
 //! - `decision`: requires `decision`, and `reason` unless the decision is `allow`. May carry
 //!   `rule`: absent when no policy ran (the request was refused before, e.g. a bad capability),
 //!   `[]` when the policy's default decided. Refuses `outcome`, `status`, `bytes_up`,
@@ -48,6 +48,9 @@ pub const MAX_QUERY_KEYS: usize = 64;
 
 /// The most names `aliases` may hold.
 pub const MAX_ALIASES: usize = 64;
+
+/// The most entries `skipped` may hold; `skipped_count` counts every inert placeholder.
+pub const MAX_SKIPPED: usize = 16;
 
 /// The most rule ids `rule` may hold. A writer with more deciding rules keeps the first ones.
 pub const MAX_RULE_IDS: usize = 256;
@@ -86,6 +89,10 @@ pub enum Field {
     QueryKeys,
     /// `aliases`: the aliases whose placeholders the request holds.
     Aliases,
+    /// `skipped`: where the body quoted placeholders Mint forwarded as text (`alias@place`).
+    Skipped,
+    /// `skipped_count`: how many placeholders the body quoted as text, malformed ones included.
+    SkippedCount,
     /// `mcp_tool`: the MCP tool called (JSON-RPC `tools/call` `params.name`).
     McpTool,
     /// `decision`: `allow`, `deny` or `limited`.
@@ -116,7 +123,7 @@ pub enum Field {
 
 impl Field {
     /// Every field, in the order `to_line` writes them.
-    pub const ALL: [Field; 25] = [
+    pub const ALL: [Field; 27] = [
         Field::V,
         Field::Ts,
         Field::Id,
@@ -130,6 +137,8 @@ impl Field {
         Field::Path,
         Field::QueryKeys,
         Field::Aliases,
+        Field::Skipped,
+        Field::SkippedCount,
         Field::McpTool,
         Field::Decision,
         Field::Rule,
@@ -160,6 +169,8 @@ impl Field {
             Field::Path => "path",
             Field::QueryKeys => "query_keys",
             Field::Aliases => "aliases",
+            Field::Skipped => "skipped",
+            Field::SkippedCount => "skipped_count",
             Field::McpTool => "mcp_tool",
             Field::Decision => "decision",
             Field::Rule => "rule",
@@ -299,6 +310,13 @@ text_type! {
 text_type! {
     /// One of `aliases`: an alias name, `[a-z0-9][a-z0-9_-]{0,63}`.
     AliasName, Field::Aliases, is_alias_name
+}
+
+text_type! {
+    /// One of `skipped`: an alias name, `@` and the place in the body where a placeholder of that
+    /// alias was forwarded as text (`json_value`, `json_key`, `text`): `github@json_value`. Never
+    /// a pointer or a field name of the body, which are the agent's data.
+    SkippedQuote, Field::Skipped, is_skipped_quote
 }
 
 text_type! {
@@ -657,6 +675,14 @@ pub struct AuditRecord {
     /// `MAX_ALIASES`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub aliases: Vec<AliasName>,
+    /// Where the body quoted placeholders that were forwarded as text, each `alias@place` once;
+    /// empty is written as absent. At most `MAX_SKIPPED`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<SkippedQuote>,
+    /// How many placeholders the body quoted as text (malformed ones and those past
+    /// `MAX_SKIPPED` included).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped_count: Option<u64>,
     /// The MCP tool called.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mcp_tool: Option<ToolName>,
@@ -742,6 +768,8 @@ impl AuditRecord {
             path: None,
             query_keys: Vec::new(),
             aliases: Vec::new(),
+            skipped: Vec::new(),
+            skipped_count: None,
             mcp_tool: None,
             decision: None,
             rule: None,
@@ -770,6 +798,9 @@ impl AuditRecord {
         }
         if self.aliases.len() > MAX_ALIASES {
             return too_many(Field::Aliases);
+        }
+        if self.skipped.len() > MAX_SKIPPED {
+            return too_many(Field::Skipped);
         }
         if self
             .rule
@@ -1215,6 +1246,8 @@ impl Parser<'_> {
                 draft.query_keys = self.list(field, MAX_QUERY_KEYS, QueryKey::new)?
             }
             Field::Aliases => draft.aliases = self.list(field, MAX_ALIASES, AliasName::new)?,
+            Field::Skipped => draft.skipped = self.list(field, MAX_SKIPPED, SkippedQuote::new)?,
+            Field::SkippedCount => draft.skipped_count = Some(self.integer(field, Some)?),
             Field::McpTool => draft.mcp_tool = Some(self.text(field, ToolName::new)?),
             Field::Decision => {
                 draft.decision = Some(self.keyword(field, AuditDecision::from_name)?);
@@ -1528,6 +1561,8 @@ struct Draft {
     path: Option<UrlPath>,
     query_keys: Vec<QueryKey>,
     aliases: Vec<AliasName>,
+    skipped: Vec<SkippedQuote>,
+    skipped_count: Option<u64>,
     mcp_tool: Option<ToolName>,
     decision: Option<AuditDecision>,
     rule: Option<Vec<RuleId>>,
@@ -1565,6 +1600,8 @@ impl Draft {
             path: self.path,
             query_keys: self.query_keys,
             aliases: self.aliases,
+            skipped: self.skipped,
+            skipped_count: self.skipped_count,
             mcp_tool: self.mcp_tool,
             decision: self.decision,
             rule: self.rule,
@@ -1696,6 +1733,12 @@ fn is_alias_name(text: &str) -> bool {
         && bounded(text, 1, 64, |b| {
             b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-'
         })
+}
+
+fn is_skipped_quote(text: &str) -> bool {
+    text.split_once('@').is_some_and(|(alias, place)| {
+        is_alias_name(alias) && crate::body::InertPlace::from_name(place).is_some()
+    })
 }
 
 fn is_tool_name(text: &str) -> bool {

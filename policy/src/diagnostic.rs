@@ -130,6 +130,10 @@ codes! {
     DuplicateAlias = "E050", "duplicate alias";
     /// A secret source other than `keyring`, `env:VAR` or `file:/absolute/path`.
     InvalidSource = "E051", "invalid secret source";
+    /// A bare `body` site: the body site must name its JSON Pointers.
+    BodySiteWithoutPointers = "E052", "body site without pointers";
+    /// A `body` pointer that is not a JSON Pointer (RFC 6901), or too many of them.
+    InvalidJsonPointer = "E053", "invalid JSON Pointer";
     /// `default: allow`.
     DefaultAllow = "W001", "default allow";
     /// The legacy `call_limits` map.

@@ -14,6 +14,7 @@
 
 pub mod aliases;
 pub mod audit;
+pub mod body;
 pub mod check;
 pub mod diagnostic;
 pub mod duration;

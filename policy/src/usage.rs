@@ -119,8 +119,9 @@ pub fn usage(listen: &str) -> Usage {
             },
             SiteUsage {
                 site: "body",
-                when: "only as a JSON string value written as is, in a body sent as \
-                       application/json (or +json), when the alias and the policy rule allow body",
+                when: "only at the JSON Pointers the alias names, as a JSON string value written \
+                       as is, in a body sent as application/json (or +json), when the policy rule \
+                       allows body; anywhere else in a body a placeholder is sent as text",
             },
         ],
         tools: TOOLS,

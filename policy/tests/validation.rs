@@ -748,3 +748,57 @@ fn findings_are_capped() {
         last.message
     );
 }
+
+/// Issue 16: the body site names JSON Pointers. A bare `body` (the old form, which substituted
+/// in any JSON string of the body) is refused with E052 and a message that says how to name
+/// them; a pointer that is not RFC 6901 is E053. The new form reads back through `to_yaml`.
+#[test]
+fn alias_body_site_names_json_pointers() {
+    let load = load_aliases(
+        b"aliases:\n  - name: gh\n    hosts: [api.github.com]\n    sites: [header, body]\n",
+        "a.yaml",
+    );
+    assert!(load.aliases.is_none());
+    let [finding] = &load.diagnostics[..] else {
+        panic!("{:?}", load.diagnostics)
+    };
+    assert_eq!(finding.code.as_str(), "E052");
+    let rendered = finding.render("a.yaml");
+    assert!(
+        rendered.starts_with("a.yaml:4:21: error[E052]"),
+        "{rendered}"
+    );
+    assert!(
+        rendered.contains("`{body: [/client_secret]}`"),
+        "{rendered}"
+    );
+
+    for (sites, code) in [
+        ("[{body: [client_secret]}]", "E053"),
+        ("[{body: [/a~2]}]", "E053"),
+        ("[{body: []}]", "E015"),
+        ("[{body: [/a], query: [/b]}]", "E035"),
+        ("[{form: [/a]}]", "E035"),
+    ] {
+        let yaml =
+            format!("aliases:\n  - name: gh\n    hosts: [api.github.com]\n    sites: {sites}\n");
+        let codes = alias_codes(&yaml);
+        assert!(codes.contains(&code), "{sites}: {codes:?}");
+    }
+
+    let yaml = "aliases:\n  - name: gh\n    hosts: [api.github.com]\n    sites:\n      - header\n      - body: [/client_secret, \"/a~1b/0\", \"\"]\n";
+    let load = load_aliases(yaml.as_bytes(), "a.yaml");
+    let codes: Vec<&str> = load.diagnostics.iter().map(|d| d.code.as_str()).collect();
+    assert_eq!(codes, ["W005"]);
+    let file = load.aliases.unwrap();
+    let alias = &file.aliases[0];
+    let pointers: Vec<&str> = alias.body.iter().map(|p| p.as_str()).collect();
+    assert_eq!(pointers, ["/client_secret", "/a~1b/0", ""]);
+    assert_eq!(alias.body[1].tokens(), ["a/b", "0"]);
+    assert!(alias.sites.contains(mint_policy::site::Site::Body));
+    let again = load_aliases(file.to_yaml().as_bytes(), "a.yaml")
+        .aliases
+        .unwrap();
+    assert_eq!(again.aliases[0].body, alias.body);
+    assert_eq!(again.aliases[0].sites, alias.sites);
+}

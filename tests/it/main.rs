@@ -5,6 +5,7 @@ mod audit_disk_full;
 mod connection_framing;
 mod demo;
 mod examples;
+mod inert_placeholders;
 mod interception;
 mod interception_clients;
 mod interception_tunnel;

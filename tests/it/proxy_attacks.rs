@@ -943,11 +943,12 @@ fn query_site_needs_both_the_alias_and_the_rule() {
     }
 }
 
-/// An alias with `sites: [body]` and a rule with `inject: [body]`: a raw placeholder in a string
+/// An alias with `sites: [{body: [/token]}]` and a rule with `inject: [body]`: a raw placeholder in a string
 /// value of an `application/json` body reaches the upstream as the secret (JSON-escaped), and the
 /// echo is scrubbed. Refused: the same under a rule without `inject: [body]` (policy), and a
-/// placeholder in a body that is not JSON by its `Content-Type`, in a JSON key, or spelled with
-/// JSON escapes (site).
+/// placeholder spelled with JSON or percent escapes where it would be substituted (site).
+/// Forwarded as text, unchanged (issue 16): a placeholder in a body that is not JSON by its
+/// `Content-Type` or does not parse, or in a JSON key.
 #[test]
 fn json_body_site_needs_json_and_the_rule() {
     let lab = Lab::start(
@@ -957,7 +958,7 @@ fn json_body_site_needs_json_and_the_rule() {
                 "  - id: body-ok\n    effect: allow\n    match:\n      alias: [j]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [POST]\n      path: [\"/echo/j/**\"]\n    inject: [body]\n  - id: body-not-injected\n    effect: allow\n    match:\n      alias: [j]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [POST]\n      path: [\"/echo/n/**\"]\n"
             )
         },
-        &header_aliases(&[("j", "127.0.0.1", "body")]),
+        &header_aliases(&[("j", "127.0.0.1", "{body: [/token]}")]),
         &[("j", CANARY_J)],
     );
     let json_body = r#"{"token":"{{mint:j}}","n":1}"#;
@@ -992,27 +993,6 @@ fn json_body_site_needs_json_and_the_rule() {
             "policy_denied",
         ),
         (
-            "text/plain body",
-            "/echo/j/x",
-            "text/plain",
-            json_body,
-            "site_not_allowed",
-        ),
-        (
-            "form body",
-            "/echo/j/x",
-            "application/x-www-form-urlencoded",
-            "token={{mint:j}}",
-            "site_not_allowed",
-        ),
-        (
-            "JSON key",
-            "/echo/j/x",
-            "application/json",
-            r#"{"{{mint:j}}":1}"#,
-            "site_not_allowed",
-        ),
-        (
             "JSON escapes",
             "/echo/j/x",
             "application/json",
@@ -1024,13 +1004,6 @@ fn json_body_site_needs_json_and_the_rule() {
             "/echo/j/x",
             "application/json",
             r#"{"token":"%7B%7Bmint%3Aj%7D%7D"}"#,
-            "site_not_allowed",
-        ),
-        (
-            "JSON that does not parse",
-            "/echo/j/x",
-            "application/json",
-            r#"{"token":"{{mint:j}}",}"#,
             "site_not_allowed",
         ),
     ] {
@@ -1045,13 +1018,31 @@ fn json_body_site_needs_json_and_the_rule() {
                 &lab.echo_url(path),
             ]),
         );
-        // A JSON body that does not parse is a body without JSON sites (403), unless the MCP
-        // check, which parses every JSON POST, refuses it first as malformed (400).
-        if what == "JSON that does not parse" && answer.status == 400 {
-            lab.assert_refused(&answer, 400, "invalid_request", before);
-        } else {
-            lab.assert_refused(&answer, 403, code, before);
-        }
+        lab.assert_refused(&answer, 403, code, before);
+    }
+
+    // Inert: forwarded byte for byte, the secret nowhere.
+    for (what, content_type, body) in [
+        ("text/plain body", "text/plain", json_body),
+        (
+            "form body",
+            "application/x-www-form-urlencoded",
+            "token={{mint:j}}",
+        ),
+        ("JSON key", "application/json", r#"{"{{mint:j}}":1}"#),
+    ] {
+        let response = lab.curl(&[
+            "-H",
+            &format!("Content-Type: {content_type}"),
+            "--data-binary",
+            body,
+            &lab.echo_url("/echo/j/x"),
+        ]);
+        assert_eq!(response.status, 200, "{what}: {}", response.body);
+        let seen = lab.peer.server.requests().last().unwrap();
+        assert_eq!(seen.body_text(), body, "{what}");
+        assert_no_forms(&response.everything(), CANARY_J);
+        lab.assert_clean(response.everything());
     }
 }
 

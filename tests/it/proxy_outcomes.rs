@@ -556,19 +556,29 @@ fn placeholder_in_a_site_the_alias_does_not_allow_is_403_site_not_allowed() {
         assert_refused_audit(&env.broker, &id, "deny", "denied", 403, "site_not_allowed");
         env.assert_clean(response.everything());
     }
-    // A JSON body string: not allowed for a header-only alias either.
+    assert_eq!(env.forwarded(), 0);
+    // A JSON body string of a header-only alias is not a place Mint substitutes: the
+    // placeholder is quoted text, forwarded unchanged and recorded as skipped (issue 16).
+    let body = r#"{"token":"{{mint:echo}}"}"#;
     let response = curl(&[
         "-H",
         &cap_header(&env.cap),
         "-H",
         "Content-Type: application/json",
         "--data-binary",
-        r#"{"token":"{{mint:echo}}"}"#,
+        body,
         &env.url("/echo"),
     ]);
-    let (id, _) = assert_mint_error(&response, 403, "site_not_allowed", "denied");
-    assert_refused_audit(&env.broker, &id, "deny", "denied", 403, "site_not_allowed");
-    assert_eq!(env.forwarded(), 0);
+    assert_eq!(response.status, 200, "{response:?}");
+    assert_eq!(env.peer.server.requests().last().unwrap().body_text(), body);
+    let decision = env
+        .broker
+        .decision_of(response.header("mint-request-id").unwrap());
+    assert_eq!(
+        decision["skipped"],
+        json!(["echo@json_value"]),
+        "{decision}"
+    );
     env.assert_clean(response.everything());
 }
 
@@ -2259,7 +2269,7 @@ fn python_httpx_client_gets_answers_with_the_secret_redacted() {
         "aliases:
   - name: echo
     hosts: [127.0.0.1]
-    sites: [header, body]
+    sites: [header, {body: [/token]}]
     source: file:$SECRETS/echo
 ",
         &[],

@@ -15,7 +15,7 @@ use std::num::NonZeroU16;
 use mint_policy::audit::{
     AgentName, AliasName, AuditDecision, AuditRecord, CapabilityId, ChainHash, Field, FieldError,
     Host, HttpStatus, MAX_QUERY_KEYS, Method, Outcome, QueryKey, ReasonCode, RequestId, RuleId,
-    Scheme, Timestamp, ToolName, UrlPath,
+    Scheme, SkippedQuote, Timestamp, ToolName, UrlPath,
 };
 use mint_policy::normalize::Target;
 
@@ -34,6 +34,10 @@ pub struct RequestFacts {
     pub target: Option<TargetFacts>,
     /// The aliases whose placeholders the request holds.
     pub aliases: Vec<AliasName>,
+    /// Where the body quoted placeholders that were forwarded as text.
+    pub skipped: Vec<SkippedQuote>,
+    /// How many placeholders the body quoted as text (`None`: none).
+    pub skipped_count: Option<u64>,
     /// The MCP tool of a JSON-RPC `tools/call`.
     pub mcp_tool: Option<ToolName>,
 }
@@ -50,6 +54,8 @@ impl RequestFacts {
             method: None,
             target: None,
             aliases: Vec::new(),
+            skipped: Vec::new(),
+            skipped_count: None,
             mcp_tool: None,
         };
         std::mem::replace(self, emptied)
@@ -64,6 +70,8 @@ impl RequestFacts {
             method,
             target,
             aliases,
+            skipped,
+            skipped_count,
             mcp_tool,
         } = self;
         let mut record = start(id);
@@ -78,6 +86,8 @@ impl RequestFacts {
             record.query_keys = target.query_keys;
         }
         record.aliases = aliases;
+        record.skipped = skipped;
+        record.skipped_count = skipped_count;
         record.mcp_tool = mcp_tool;
         record
     }
@@ -98,6 +108,8 @@ impl RequestFacts {
             path,
             query_keys,
             aliases,
+            skipped,
+            skipped_count,
             mcp_tool,
             ..
         } = record;
@@ -118,6 +130,8 @@ impl RequestFacts {
             method,
             target,
             aliases,
+            skipped,
+            skipped_count,
             mcp_tool,
         }
     }
@@ -274,6 +288,8 @@ mod tests {
                 query_keys: vec![QueryKey::new("state").unwrap()],
             }),
             aliases: vec![AliasName::new("github").unwrap()],
+            skipped: vec![SkippedQuote::new("slack@json_value").unwrap()],
+            skipped_count: Some(3),
             mcp_tool: Some(ToolName::new("create_issue").unwrap()),
         }
     }

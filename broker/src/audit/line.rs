@@ -61,6 +61,14 @@ pub(super) fn encode(record: &AuditRecord, prev: &str, out: &mut Vec<u8>) -> Ran
         out.extend_from_slice(b",\"aliases\":");
         list(out, record.aliases.iter().map(|v| v.as_str()));
     }
+    if !record.skipped.is_empty() {
+        out.extend_from_slice(b",\"skipped\":");
+        list(out, record.skipped.iter().map(|v| v.as_str()));
+    }
+    if let Some(count) = record.skipped_count {
+        out.extend_from_slice(b",\"skipped_count\":");
+        number(out, count);
+    }
     optional(
         out,
         b",\"mcp_tool\":",
@@ -226,8 +234,8 @@ mod tests {
 
     use mint_policy::audit::{
         AgentName, AliasName, AuditDecision, CapabilityId, ChainHash, FieldError, Host, HttpStatus,
-        Method, Outcome, Phase, QueryKey, ReasonCode, RequestId, RuleId, Scheme, Timestamp,
-        ToolName, TunnelEnd, UrlPath, parse_record,
+        Method, Outcome, Phase, QueryKey, ReasonCode, RequestId, RuleId, Scheme, SkippedQuote,
+        Timestamp, ToolName, TunnelEnd, UrlPath, parse_record,
     };
     use proptest::prelude::*;
 
@@ -321,40 +329,63 @@ mod tests {
                 ReasonCode::new,
             )),
         );
-        (head, request, ending).prop_map(|((ms, id, phase, prev), request, ending)| {
-            let ts = Timestamp::from_unix_millis(ms).unwrap();
-            let mut record = match phase {
-                Phase::Decision => AuditRecord::decision(ts, id, AuditDecision::Allow, prev),
-                Phase::Outcome => AuditRecord::outcome(ts, id, Outcome::Completed, prev),
-                Phase::Event => AuditRecord::event(ts, id, ReasonCode::new("x").unwrap(), prev),
-            };
-            let (agent, capability, method, scheme, host, port, path, query_keys, aliases, tool) =
-                request;
-            record.agent = agent;
-            record.capability = capability;
-            record.method = method;
-            record.scheme = scheme;
-            record.host = host;
-            record.port = port.and_then(NonZeroU16::new);
-            record.path = path;
-            record.query_keys = query_keys;
-            record.aliases = aliases;
-            record.mcp_tool = tool;
-            // Any combination, whether or not it fits its phase: the serializer writes what it
-            // is given, exactly as serde does.
-            let (decision, rule, outcome, status, up, down, duration, tunnel, reason) = ending;
-            record.decision = decision;
-            record.rule = rule;
-            record.outcome = outcome;
-            record.status = status.map(|s| HttpStatus::new(s).unwrap());
-            record.bytes_up = up;
-            record.bytes_down = down;
-            record.duration_ms = duration;
-            record.requests = tunnel.map(|(requests, _)| requests);
-            record.ended = tunnel.map(|(_, ended)| ended);
-            record.reason = reason;
-            record
-        })
+        let skipped = (
+            proptest::collection::vec(
+                text(
+                    "[a-z0-9][a-z0-9_-]{0,63}@(json_value|json_key|text)",
+                    SkippedQuote::new,
+                ),
+                0..4,
+            ),
+            proptest::option::of(any::<u64>()),
+        );
+        (head, request, ending, skipped).prop_map(
+            |((ms, id, phase, prev), request, ending, skipped)| {
+                let ts = Timestamp::from_unix_millis(ms).unwrap();
+                let mut record = match phase {
+                    Phase::Decision => AuditRecord::decision(ts, id, AuditDecision::Allow, prev),
+                    Phase::Outcome => AuditRecord::outcome(ts, id, Outcome::Completed, prev),
+                    Phase::Event => AuditRecord::event(ts, id, ReasonCode::new("x").unwrap(), prev),
+                };
+                let (
+                    agent,
+                    capability,
+                    method,
+                    scheme,
+                    host,
+                    port,
+                    path,
+                    query_keys,
+                    aliases,
+                    tool,
+                ) = request;
+                record.agent = agent;
+                record.capability = capability;
+                record.method = method;
+                record.scheme = scheme;
+                record.host = host;
+                record.port = port.and_then(NonZeroU16::new);
+                record.path = path;
+                record.query_keys = query_keys;
+                record.aliases = aliases;
+                (record.skipped, record.skipped_count) = skipped;
+                record.mcp_tool = tool;
+                // Any combination, whether or not it fits its phase: the serializer writes what it
+                // is given, exactly as serde does.
+                let (decision, rule, outcome, status, up, down, duration, tunnel, reason) = ending;
+                record.decision = decision;
+                record.rule = rule;
+                record.outcome = outcome;
+                record.status = status.map(|s| HttpStatus::new(s).unwrap());
+                record.bytes_up = up;
+                record.bytes_down = down;
+                record.duration_ms = duration;
+                record.requests = tunnel.map(|(requests, _)| requests);
+                record.ended = tunnel.map(|(_, ended)| ended);
+                record.reason = reason;
+                record
+            },
+        )
     }
 
     proptest! {

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand, ValueEnum};
 use mint_policy::aliases::{Alias, AliasFile, SecretSource, load_aliases};
+use mint_policy::body::{JsonPointer, PointerError};
 use mint_policy::host::{HostPattern, HostPatternError};
 use mint_policy::policy::is_alias_name;
 use mint_policy::site::{Site, SiteSet};
@@ -56,9 +57,14 @@ pub struct AliasAddArgs {
     /// more hosts.
     #[arg(long = "host", value_name = "HOST", required = true)]
     pub hosts: Vec<String>,
-    /// Where in a request the secret may sit. Repeat for more sites [default: header].
+    /// Where in a request the secret may sit. Repeat for more sites [default: header, or none
+    /// when --body names a pointer].
     #[arg(long = "site", value_name = "SITE", value_enum)]
     pub sites: Vec<SiteArg>,
+    /// A JSON Pointer (RFC 6901) of a JSON body where the secret may sit, such as
+    /// `/client_secret`. Repeat for more; a placeholder anywhere else in a body is sent as text.
+    #[arg(long = "body", value_name = "POINTER")]
+    pub body: Vec<String>,
     /// Where the broker reads the secret: `keyring`, `env:VAR` or `file:/absolute/path`
     /// [default: keyring].
     #[arg(long, value_name = "SOURCE")]
@@ -79,8 +85,6 @@ pub enum SiteArg {
     Header,
     /// The query string.
     Query,
-    /// A string in a JSON body.
-    Body,
 }
 
 /// Arguments of `mint alias list`.
@@ -142,6 +146,14 @@ pub enum AliasCommandError {
          secret itself never goes on the command line"
     )]
     InvalidSource,
+    /// A `--body` is not a JSON Pointer.
+    #[error("invalid --body #{index}: {problem}")]
+    InvalidPointer {
+        /// Which `--body`, from 1.
+        index: usize,
+        /// What is wrong (never the text).
+        problem: PointerError,
+    },
     /// The declaration does not validate (a description that is too long, for instance).
     #[error("the alias does not validate: {message}")]
     InvalidDeclaration {
@@ -310,6 +322,7 @@ fn add_with(
         args.name,
         &args.hosts,
         &args.sites,
+        &args.body,
         args.source,
         args.description,
     )?;
@@ -366,7 +379,7 @@ fn add_with(
     tracing::debug!(alias = %alias.name, alias.source = %alias.source, "Alias added");
 
     let hosts: Vec<String> = alias.hosts.iter().map(HostPattern::as_text).collect();
-    let sites: Vec<&str> = alias.sites.iter().map(Site::as_str).collect();
+    let sites = sites_shown(&alias);
     let mut report = format!(
         "Added alias `{}` to {}: hosts {}; sites {}; source {}.\n",
         alias.name,
@@ -429,7 +442,7 @@ pub fn list(
             [
                 r.name.to_owned(),
                 r.hosts.join(","),
-                r.sites.join(","),
+                sites_shown(r.alias).join(","),
                 r.source.clone(),
                 r.secret.as_str().to_owned(),
                 r.description.unwrap_or("").to_owned(),
@@ -539,6 +552,7 @@ fn declaration(
     name: String,
     hosts: &[String],
     sites: &[SiteArg],
+    body: &[String],
     source: Option<String>,
     description: Option<String>,
 ) -> Result<Alias, AliasCommandError> {
@@ -556,15 +570,28 @@ fn declaration(
             patterns.push(pattern);
         }
     }
-    let sites = if sites.is_empty() {
+    let mut pointers = Vec::with_capacity(body.len());
+    for (i, text) in body.iter().enumerate() {
+        let pointer =
+            JsonPointer::parse(text).map_err(|problem| AliasCommandError::InvalidPointer {
+                index: i + 1,
+                problem,
+            })?;
+        if !pointers.contains(&pointer) {
+            pointers.push(pointer);
+        }
+    }
+    let mut sites = if sites.is_empty() && pointers.is_empty() {
         SiteSet::HEADER
     } else {
         SiteSet::of(sites.iter().map(|s| match s {
             SiteArg::Header => Site::Header,
             SiteArg::Query => Site::Query,
-            SiteArg::Body => Site::Body,
         }))
     };
+    if !pointers.is_empty() {
+        sites = sites.with(Site::Body);
+    }
     let source = match source {
         None => SecretSource::Keyring,
         Some(text) => SecretSource::parse(&text).ok_or(AliasCommandError::InvalidSource)?,
@@ -574,6 +601,7 @@ fn declaration(
         description,
         hosts: patterns,
         sites,
+        body: pointers,
         source,
         pos: Pos::START,
     })
@@ -706,8 +734,13 @@ struct ListRow<'a> {
     description: Option<&'a str>,
     hosts: Vec<String>,
     sites: Vec<&'static str>,
+    /// The JSON Pointers of the `body` site.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    body: Vec<&'a str>,
     source: String,
     secret: SecretStatus,
+    #[serde(skip)]
+    alias: &'a Alias,
     problem: Option<String>,
 }
 
@@ -750,11 +783,28 @@ impl<'a> ListRow<'a> {
             description: alias.description.as_deref(),
             hosts: alias.hosts.iter().map(HostPattern::as_text).collect(),
             sites: alias.sites.iter().map(Site::as_str).collect(),
+            body: alias.body.iter().map(JsonPointer::as_str).collect(),
             source: alias.source.to_string(),
             secret,
             problem,
+            alias,
         }
     }
+}
+
+/// The sites of an alias as a person reads them: `header`, `query`, `body /a /b`.
+fn sites_shown(alias: &Alias) -> Vec<String> {
+    alias
+        .sites
+        .iter()
+        .map(|site| match site {
+            Site::Body => {
+                let pointers: Vec<&str> = alias.body.iter().map(JsonPointer::as_str).collect();
+                format!("body {}", pointers.join(" "))
+            }
+            other => other.as_str().to_owned(),
+        })
+        .collect()
 }
 
 /// Left-aligned columns separated by two spaces; the last column is not padded.
@@ -813,6 +863,7 @@ mod tests {
             name: name.to_owned(),
             hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
             sites: Vec::new(),
+            body: Vec::new(),
             source: None,
             description: None,
             secret_stdin: true,
@@ -927,11 +978,25 @@ mod tests {
     #[test]
     fn declaration_errors_never_echo_the_argument() {
         let canary = "GHP_Canary123";
-        let err =
-            declaration(canary.into(), &["api.github.com".into()], &[], None, None).unwrap_err();
+        let err = declaration(
+            canary.into(),
+            &["api.github.com".into()],
+            &[],
+            &[],
+            None,
+            None,
+        )
+        .unwrap_err();
         assert!(!err.to_string().contains(canary));
-        let err =
-            declaration("gh".into(), &[format!("{canary}:443")], &[], None, None).unwrap_err();
+        let err = declaration(
+            "gh".into(),
+            &[format!("{canary}:443")],
+            &[],
+            &[],
+            None,
+            None,
+        )
+        .unwrap_err();
         assert!(
             matches!(err, AliasCommandError::InvalidHost { index: 1, .. }),
             "{err}"
@@ -941,13 +1006,35 @@ mod tests {
             "gh".into(),
             &["api.github.com".into()],
             &[],
+            &[],
             Some(canary.into()),
             None,
         )
         .unwrap_err();
         assert!(!err.to_string().contains(canary), "{err}");
-        let err =
-            declaration("gh".into(), &["API.github.com".into()], &[], None, None).unwrap_err();
+        let err = declaration(
+            "gh".into(),
+            &["api.github.com".into()],
+            &[],
+            &[format!("{canary}/x")],
+            None,
+            None,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, AliasCommandError::InvalidPointer { index: 1, .. }),
+            "{err}"
+        );
+        assert!(!err.to_string().contains(canary), "{err}");
+        let err = declaration(
+            "gh".into(),
+            &["API.github.com".into()],
+            &[],
+            &[],
+            None,
+            None,
+        )
+        .unwrap_err();
         assert_eq!(
             err.to_string(),
             "invalid --host #1: host is not in canonical form; write it lowercase, in punycode, \

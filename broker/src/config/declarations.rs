@@ -14,6 +14,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use mint_policy::aliases::{Alias, AliasFile, load_aliases};
+use mint_policy::body::BodyPlaces;
 use mint_policy::evaluate::{AliasUse, CompiledPolicy};
 use mint_policy::policy::load_policy;
 use mint_policy::{Diagnostic, MAX_FILE_BYTES, Severity};
@@ -28,6 +29,8 @@ use crate::secrets::scrub::Scrubber;
 pub struct Declarations {
     policy: CompiledPolicy,
     aliases: AliasFile,
+    /// Where in a body each alias's secret may be substituted, compiled from `aliases`.
+    body_places: BodyPlaces,
     credentials: CredentialSet,
     /// Every secret answers are scrubbed of: the current ones and those earlier reloads replaced.
     scrubbed: Secrets,
@@ -130,6 +133,7 @@ impl Declarations {
         let scrubber = all.scrubber().map_err(|_| DeclarationsError::Scrubber)?;
         Ok(Declarations {
             policy,
+            body_places: BodyPlaces::new(&aliases),
             aliases,
             credentials,
             scrubbed: all,
@@ -157,6 +161,11 @@ impl Declarations {
     /// The alias declarations.
     pub fn aliases(&self) -> &AliasFile {
         &self.aliases
+    }
+
+    /// Where in a body each alias's secret may be substituted.
+    pub fn body_places(&self) -> &BodyPlaces {
+        &self.body_places
     }
 
     /// The declaration of the alias `name`.

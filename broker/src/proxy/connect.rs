@@ -310,6 +310,8 @@ pub(crate) fn audit_tunnel_closed(state: &AppState, tunnel: &Tunnel, summary: Tu
         method: mint_policy::audit::Method::new(Method::CONNECT.as_str()).ok(),
         target: tunnel.facts.clone(),
         aliases: Vec::new(),
+        skipped: Vec::new(),
+        skipped_count: None,
         mcp_tool: None,
     };
     let facts = OutcomeFacts {

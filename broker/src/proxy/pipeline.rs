@@ -12,6 +12,7 @@ use std::borrow::Cow;
 use http::header::{self, HeaderMap};
 use http::{Method, Uri};
 use mint_policy::aliases::AliasFile;
+use mint_policy::body::BodyPlaces;
 use mint_policy::evaluate::{self, AliasUse, CompiledPolicy, Evaluation};
 use mint_policy::limits::Charge;
 use mint_policy::normalize::{Target, normalize_target};
@@ -206,14 +207,17 @@ impl RawTarget {
     /// fails to parse must still be answered as a placeholder where none may go.
     pub(crate) fn canonicalize(&self) -> Result<(Target, TargetFacts), ProxyError> {
         let empty = HeaderMap::new();
-        let found = placeholder::scan(&RequestParts {
-            scheme: &self.scheme,
-            authority: &self.authority,
-            path: "/",
-            query: None,
-            headers: &empty,
-            body: &[],
-        })
+        let found = placeholder::scan(
+            &RequestParts {
+                scheme: &self.scheme,
+                authority: &self.authority,
+                path: "/",
+                query: None,
+                headers: &empty,
+                body: &[],
+            },
+            &BodyPlaces::default(),
+        )
         .map_err(ProxyError::Placeholder)?;
         if let Some(first) = found.found().first() {
             return Err(ProxyError::SiteNotAllowed {
@@ -600,20 +604,25 @@ pub(crate) fn check_mcp_name(headers: &HeaderMap, tools: &[String]) -> Result<()
 }
 
 /// The placeholders of the request as written (scheme and authority included, so that one there
-/// is found, not parsed away), in the headers that are forwarded and in the body.
+/// is found, not parsed away), in the headers that are forwarded and in the body (live only at
+/// the places `places` names; inert elsewhere).
 pub(crate) fn find_placeholders(
     raw: &RawTarget,
     headers: &HeaderMap,
     body: &[u8],
+    places: &BodyPlaces,
 ) -> Result<Placeholders, ProxyError> {
-    placeholder::scan(&RequestParts {
-        scheme: &raw.scheme,
-        authority: &raw.authority,
-        path: &raw.path,
-        query: raw.query.as_deref(),
-        headers,
-        body,
-    })
+    placeholder::scan(
+        &RequestParts {
+            scheme: &raw.scheme,
+            authority: &raw.authority,
+            path: &raw.path,
+            query: raw.query.as_deref(),
+            headers,
+            body,
+        },
+        places,
+    )
     .map_err(ProxyError::Placeholder)
 }
 

@@ -441,7 +441,7 @@ mod tests {
         let (keyring, sources) = memory_sources();
         let file = aliases(
             "aliases:\n  - name: gh\n    hosts: [api.github.com]\n  - name: body\n    \
-             hosts: [api.github.com]\n    sites: [body]\n",
+             hosts: [api.github.com]\n    sites: [{body: [/token]}]\n",
         );
         let value = CredentialValue::new(&format!("{CANARY}\r\nX-Evil: 1")).unwrap();
         keyring.write("gh", &value).unwrap();

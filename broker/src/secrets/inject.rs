@@ -40,6 +40,7 @@ use std::ops::Range;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Uri};
+use mint_policy::body::BodyPlaces;
 use mint_policy::normalize::Target;
 use mint_policy::site::{Site, SiteSet};
 use secrecy::{ExposeSecret, SecretString};
@@ -296,12 +297,18 @@ pub fn uri(target: &Target, secrets: &Secrets) -> Result<Uri, InjectError> {
     Uri::try_from(url.as_str()).map_err(|_| InjectError::Uri)
 }
 
-/// The body with the raw placeholders in JSON string values substituted, JSON-escaped; `body`
-/// itself when it holds none. `headers` are the request's (for `Content-Type`), read before
-/// [`headers`] substitutes them.
-pub fn body(headers: &HeaderMap, body: Bytes, secrets: &Secrets) -> Result<Bytes, InjectError> {
+/// The body with the raw placeholders at the places their aliases name (`places`, the same the
+/// check scanned with) substituted, JSON-escaped; `body` itself when it holds none. Inert
+/// placeholders elsewhere in the body are left as they are. `headers` are the request's (for
+/// `Content-Type` and `Content-Encoding`), read before [`headers`] substitutes them.
+pub fn body(
+    headers: &HeaderMap,
+    body: Bytes,
+    places: &BodyPlaces,
+    secrets: &Secrets,
+) -> Result<Bytes, InjectError> {
     let mut sink = Sink::new(usize::MAX);
-    placeholder::scan_body(headers, &body, &mut sink)?;
+    placeholder::scan_body(headers, &body, places, &mut sink)?;
     let found = sink.into_found();
     if found.is_empty() {
         return Ok(body);

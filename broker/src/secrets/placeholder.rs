@@ -28,15 +28,22 @@
 //! | header value | raw `{{mint:x}}` | `Site(Header)` |
 //! | header value | percent-encoded in any way | `Forbidden(EncodedInHeader)` |
 //! | query | any | `Site(Query)` |
-//! | string value of a JSON body | raw | `Site(Body)` |
-//! | string value of a JSON body | JSON- or percent-escaped | `Forbidden(EncodedInJson)` |
-//! | key of a JSON body | any | `Forbidden(JsonKey)` |
-//! | body that is not JSON | any | `Forbidden(NotJsonBody)` |
+//! | string value of a JSON body, at a place its alias names | raw | `Site(Body)` |
+//! | string value of a JSON body, at a place its alias names | JSON- or percent-escaped | `Forbidden(EncodedInJson)` |
+//! | anywhere else in a body | any | inert: [`Skipped`] |
 //! | header name | any | `Forbidden(HeaderName)` |
 //! | scheme, authority, path | any | `Forbidden(Target)` |
 //!
-//! So nothing that reads as a placeholder anywhere is silently forwarded: it is substituted or the
-//! request is refused.
+//! So nothing that reads as a placeholder in the target or the headers is silently forwarded: it
+//! is substituted or the request is refused. In a body, only a place an alias names
+//! ([`BodyPlaces`]) is live; a placeholder anywhere else in the body (another string value, a
+//! member name, a body that is not JSON or has a content coding, an undeclared alias, a malformed
+//! spelling) is inert: Mint never substitutes there, so it forwards the text unchanged and
+//! records the alias and the kind of place in [`Skipped`] (bounded: at most
+//! [`MAX_SKIPPED`] entries and a count). An agent quotes its own
+//! placeholders in a conversation; refusing those requests would cut it off from its model.
+//! Inert quotes do not count toward [`MAX_PLACEHOLDERS`]. A malformed placeholder in a string
+//! value is still refused when an alias names that place: there it was meant as a credential.
 //!
 //! # JSON bodies
 //!
@@ -56,13 +63,15 @@ use std::ops::Range;
 
 use http::{HeaderMap, HeaderName};
 use memchr::memmem;
+use mint_policy::audit::MAX_SKIPPED;
+use mint_policy::body::{BodyPlaces, InertPlace};
 use mint_policy::evaluate::AliasUse;
 use mint_policy::site::{Site, SiteSet};
 
 mod json;
 mod spelling;
 
-use spelling::Layer;
+use spelling::{Event, Layer};
 
 /// The most placeholders one request may hold (DESIGN.md, limits).
 pub const MAX_PLACEHOLDERS: usize = 16;
@@ -123,12 +132,9 @@ pub enum Forbidden {
     HeaderName,
     /// A header value, percent-encoded: a header is forwarded as written, never decoded.
     EncodedInHeader,
-    /// A key of a JSON body.
-    JsonKey,
-    /// A string value of a JSON body, spelled with JSON or percent escapes.
+    /// A string value of a JSON body at a place its alias names, spelled with JSON or percent
+    /// escapes: substitution splices the raw spelling only.
     EncodedInJson,
-    /// A body that is not JSON (by its `Content-Type`, or because it does not parse).
-    NotJsonBody,
 }
 
 /// One placeholder found in a request.
@@ -148,6 +154,16 @@ pub struct Found {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Placeholders {
     found: Vec<Found>,
+    skipped: Skipped,
+}
+
+/// The placeholders a body quoted where Mint never substitutes, forwarded as text: each alias
+/// and kind of place once (at most [`MAX_SKIPPED`]), and how many there were in all. Names no
+/// pointer, field or offset: those are the agent's body.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Skipped {
+    listed: Vec<(String, InertPlace)>,
+    count: u64,
 }
 
 /// Why a request's placeholders were refused. Names a place and a byte offset, never text.
@@ -225,9 +241,7 @@ impl fmt::Display for Forbidden {
             Forbidden::Target => "the target's scheme, authority or path",
             Forbidden::HeaderName => "a header name",
             Forbidden::EncodedInHeader => "a percent-encoded header value",
-            Forbidden::JsonKey => "a JSON key",
             Forbidden::EncodedInJson => "an escaped JSON string",
-            Forbidden::NotJsonBody => "a body that is not JSON",
         })
     }
 }
@@ -240,9 +254,15 @@ impl Placeholders {
         &self.found
     }
 
-    /// Whether the request holds no placeholder.
+    /// Whether the request holds no placeholder that is substituted or refused (inert quotes
+    /// aside).
     pub fn is_empty(&self) -> bool {
         self.found.is_empty()
+    }
+
+    /// The placeholders the body quoted as text.
+    pub fn skipped(&self) -> &Skipped {
+        &self.skipped
     }
 
     /// The placeholders in a forbidden place; the proxy refuses the request when there is one.
@@ -282,6 +302,36 @@ impl Placeholders {
     }
 }
 
+// === impl Skipped ===
+
+impl Skipped {
+    /// Each alias quoted as text with the kind of place, once, in the order first seen; at most
+    /// [`MAX_SKIPPED`]. Malformed placeholders name no alias and are only counted.
+    pub fn listed(&self) -> &[(String, InertPlace)] {
+        &self.listed
+    }
+
+    /// How many placeholders were quoted as text, malformed ones included.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Whether nothing was quoted as text.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    fn add(&mut self, alias: Option<String>, place: InertPlace) {
+        self.count = self.count.saturating_add(1);
+        if let Some(alias) = alias
+            && self.listed.len() < MAX_SKIPPED
+            && !self.listed.iter().any(|(a, p)| *p == place && *a == alias)
+        {
+            self.listed.push((alias, place));
+        }
+    }
+}
+
 // === impl PlaceholderError ===
 
 impl PlaceholderError {
@@ -317,14 +367,19 @@ impl fmt::Debug for RequestParts<'_> {
     }
 }
 
-/// Finds every placeholder of a request, refusing more than [`MAX_PLACEHOLDERS`].
-pub fn scan(parts: &RequestParts<'_>) -> Result<Placeholders, PlaceholderError> {
-    scan_with_limit(parts, MAX_PLACEHOLDERS)
+/// Finds every placeholder of a request, refusing more than [`MAX_PLACEHOLDERS`] that are not
+/// inert; `places` says where in a body each alias may be substituted.
+pub fn scan(
+    parts: &RequestParts<'_>,
+    places: &BodyPlaces,
+) -> Result<Placeholders, PlaceholderError> {
+    scan_with_limit(parts, places, MAX_PLACEHOLDERS)
 }
 
-/// Finds every placeholder of a request, refusing more than `limit`.
+/// Finds every placeholder of a request, refusing more than `limit` that are not inert.
 pub fn scan_with_limit(
     parts: &RequestParts<'_>,
+    places: &BodyPlaces,
     limit: usize,
 ) -> Result<Placeholders, PlaceholderError> {
     let mut sink = Sink::new(limit);
@@ -337,8 +392,11 @@ pub fn scan_with_limit(
     for (name, value) in parts.headers {
         scan_header(name, value.as_bytes(), &mut sink)?;
     }
-    scan_body(parts.headers, parts.body, &mut sink)?;
-    Ok(Placeholders { found: sink.found })
+    scan_body(parts.headers, parts.body, places, &mut sink)?;
+    Ok(Placeholders {
+        found: sink.found,
+        skipped: sink.skipped,
+    })
 }
 
 /// Whether the headers declare a JSON body: exactly one `Content-Type`, with the media type
@@ -363,9 +421,24 @@ pub fn body_is_json(headers: &HeaderMap) -> bool {
     subtype == "json" || (subtype.len() > "+json".len() && subtype.ends_with("+json"))
 }
 
-/// Collects found placeholders up to a limit.
+/// Whether the body carries a content coding (`Content-Encoding` other than `identity`): its
+/// bytes are not the text a receiver reads, so no place in it is live.
+fn has_content_coding(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(http::header::CONTENT_ENCODING)
+        .iter()
+        .any(|value| {
+            value.as_bytes().split(|&b| b == b',').any(|coding| {
+                let coding = coding.trim_ascii();
+                !coding.is_empty() && !coding.eq_ignore_ascii_case(b"identity")
+            })
+        })
+}
+
+/// Collects found placeholders up to a limit, and counts inert ones.
 pub(crate) struct Sink {
     found: Vec<Found>,
+    skipped: Skipped,
     limit: usize,
 }
 
@@ -373,6 +446,7 @@ impl Sink {
     pub(crate) fn new(limit: usize) -> Sink {
         Sink {
             found: Vec::new(),
+            skipped: Skipped::default(),
             limit,
         }
     }
@@ -440,47 +514,77 @@ pub(crate) fn scan_header(
     })
 }
 
-/// Scans the body: string values of a JSON body are sites, anything else is forbidden.
+/// Scans the body: a placeholder of a JSON string value at a pointer its alias names is a body
+/// site (refused when escaped; a malformed one at any named pointer is refused); every other one
+/// is inert and only counted in the sink.
 pub(crate) fn scan_body(
     headers: &HeaderMap,
     body: &[u8],
+    places: &BodyPlaces,
     sink: &mut Sink,
 ) -> Result<(), PlaceholderError> {
-    let part = Part::Body;
-    let json = body_is_json(headers);
+    let coded = has_content_coding(headers);
+    let json = body_is_json(headers) && !coded;
     if !may_hold_placeholder(body, json) {
         return Ok(());
     }
-    if json && let Some(strings) = json::candidate_strings(body) {
+    if json && let Some(strings) = json::candidate_strings(body, places) {
         for string in strings {
             // INVARIANT: the tokenizer reports ranges within `body`.
             let content = &body[string.content.clone()];
             let offset = string.content.start;
-            spelling::hits(content, Layer::JsonPercent, &part, |hit| {
-                let place = match (string.is_key, hit.raw) {
-                    (true, _) => Place::Forbidden(Forbidden::JsonKey),
-                    (false, true) => Place::Site(Site::Body),
-                    (false, false) => Place::Forbidden(Forbidden::EncodedInJson),
-                };
-                sink.push(Found {
-                    alias: hit.alias,
-                    place,
-                    part: Part::Body,
-                    span: hit.span.start + offset..hit.span.end + offset,
-                })
-            })
-            .map_err(|error| shift_error(error, offset))?;
+            spelling::events(content, Layer::JsonPercent, |event| {
+                match event {
+                    Event::Hit(hit)
+                        if string
+                            .node
+                            .is_some_and(|node| places.names(node, &hit.alias)) =>
+                    {
+                        let place = if hit.raw {
+                            Place::Site(Site::Body)
+                        } else {
+                            Place::Forbidden(Forbidden::EncodedInJson)
+                        };
+                        sink.push(Found {
+                            alias: hit.alias,
+                            place,
+                            part: Part::Body,
+                            span: hit.span.start + offset..hit.span.end + offset,
+                        })?;
+                    }
+                    Event::Hit(hit) => sink.skipped.add(Some(hit.alias), inert(string.is_key)),
+                    Event::Malformed { offset: at, reason }
+                        if string.node.is_some_and(|node| places.is_named(node)) =>
+                    {
+                        return Err(PlaceholderError::Malformed {
+                            part: Part::Body,
+                            offset: at + offset,
+                            reason,
+                        });
+                    }
+                    Event::Malformed { .. } => sink.skipped.add(None, inert(string.is_key)),
+                }
+                Ok(())
+            })?;
         }
         return Ok(());
     }
-    spelling::hits(body, Layer::Percent, &part, |hit| {
-        sink.push(Found {
-            alias: hit.alias,
-            place: Place::Forbidden(Forbidden::NotJsonBody),
-            part: Part::Body,
-            span: hit.span,
-        })
+    spelling::events(body, Layer::Percent, |event| {
+        let alias = match event {
+            Event::Hit(hit) => Some(hit.alias),
+            Event::Malformed { .. } => None,
+        };
+        sink.skipped.add(alias, InertPlace::Text);
+        Ok(())
     })
+}
+
+fn inert(is_key: bool) -> InertPlace {
+    if is_key {
+        InertPlace::JsonKey
+    } else {
+        InertPlace::JsonValue
+    }
 }
 
 /// Whether `body` can hold a placeholder in any spelling. Its decoded form holds `mint`; each of
@@ -491,22 +595,6 @@ fn may_hold_placeholder(body: &[u8], json: bool) -> bool {
         || memchr::memchr_iter(b'%', body)
             .any(|at| matches!(body.get(at + 1), Some(b'3' | b'6' | b'7')))
         || (json && memmem::find(body, b"\\u00").is_some())
-}
-
-/// Moves a malformed placeholder's offset from a JSON string to the whole body.
-fn shift_error(error: PlaceholderError, by: usize) -> PlaceholderError {
-    match error {
-        PlaceholderError::Malformed {
-            part,
-            offset,
-            reason,
-        } => PlaceholderError::Malformed {
-            part,
-            offset: offset + by,
-            reason,
-        },
-        other => other,
-    }
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use mint_policy::Severity;
 use mint_policy::aliases::{Alias, load_aliases};
+use mint_policy::body::JsonPointer;
 use mint_policy::diagnostic::count_noun;
 use mint_policy::recognise::is_alias_file;
 use mint_policy::site::SiteSet;
@@ -77,6 +78,9 @@ struct AliasView<'a> {
     description: Option<&'a str>,
     hosts: Vec<String>,
     sites: SiteSet,
+    /// The JSON Pointers of the `body` site: the only places of a body where the secret goes.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    body: &'a [JsonPointer],
 }
 
 impl<'a> From<&'a Alias> for AliasView<'a> {
@@ -86,6 +90,7 @@ impl<'a> From<&'a Alias> for AliasView<'a> {
             description: alias.description.as_deref(),
             hosts: alias.hosts.iter().map(|host| host.as_text()).collect(),
             sites: alias.sites,
+            body: &alias.body,
         }
     }
 }

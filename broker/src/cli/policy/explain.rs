@@ -30,6 +30,7 @@ use http::Method;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use mint_policy::aliases::{AliasFile, load_aliases};
 use mint_policy::audit::{AgentName, ToolName};
+use mint_policy::body::BodyPlaces;
 use mint_policy::evaluate::{CompiledPolicy, Evaluation};
 use mint_policy::limits::{Charge, Limiter};
 use mint_policy::normalize::Target;
@@ -46,7 +47,7 @@ use crate::config::secure_file::SecureFileError;
 use crate::proxy::connect;
 use crate::proxy::pipeline::{self, JsonRpcIds, RawTarget};
 use crate::proxy::{ProxyError, ProxyLimits, headers};
-use crate::secrets::placeholder::{Part, Place, Placeholders};
+use crate::secrets::placeholder::{Part, Place, Placeholders, Skipped};
 
 pub mod budget;
 mod render;
@@ -149,8 +150,10 @@ pub struct Explanation {
     pub tools: Vec<String>,
     /// Where the tools came from; `None` before they were looked for.
     pub tool_source: Option<ToolSource>,
-    /// Every alias named by a placeholder, sorted by name.
+    /// Every alias named by a placeholder that would be substituted or refused, sorted by name.
     pub aliases: Vec<AliasReport>,
+    /// The placeholders the body quotes where Mint never substitutes: forwarded as text.
+    pub skipped: Skipped,
     /// One policy evaluation per call (a tool, or the request's other messages).
     pub evaluations: Vec<CallReport>,
     /// Each limit that applies, once per counter.
@@ -391,6 +394,7 @@ impl Explanation {
             tools: Vec::new(),
             tool_source: None,
             aliases: Vec::new(),
+            skipped: Skipped::default(),
             evaluations: Vec::new(),
             limits: Vec::new(),
             verdict: Verdict::Allow { rules: Vec::new() },
@@ -606,11 +610,12 @@ fn pipeline(
     // hop-by-hop header is dropped, not refused.
     let mut forwarded = request.headers.clone();
     headers::strip_request(&mut forwarded);
+    let places = BodyPlaces::new(aliases);
 
     // 3a. As the proxy does before it reads a body: the placeholders of the target and the
     // headers, and the policy for whatever the body could hold.
     if !request.body.is_empty() {
-        let found = pipeline::find_placeholders(&raw, &forwarded, &[])?;
+        let found = pipeline::find_placeholders(&raw, &forwarded, &[], &places)?;
         explanation.aliases = alias_reports(&found, aliases, &target);
         pipeline::check_placeholders(&found, aliases)?;
         let uses = found.alias_uses();
@@ -654,8 +659,9 @@ fn pipeline(
     };
     drop(decoded);
     explanation.tools.clone_from(&tools);
-    let found = pipeline::find_placeholders(&raw, &forwarded, &request.body)?;
+    let found = pipeline::find_placeholders(&raw, &forwarded, &request.body, &places)?;
     explanation.aliases = alias_reports(&found, aliases, &target);
+    explanation.skipped = found.skipped().clone();
     pipeline::check_placeholders(&found, aliases)?;
     let uses = found.alias_uses();
     pipeline::check_bindings(aliases, &target, &uses)?;

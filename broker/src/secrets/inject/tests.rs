@@ -31,6 +31,31 @@ fn secrets() -> Secrets {
     secrets
 }
 
+/// The body places of the test aliases: `github` names `/a` and `/v`, `bodyonly` `/n/1/k`,
+/// `unknown` (declared, but without a secret in [`secrets`]) `/a`; `headeronly` none.
+fn places() -> BodyPlaces {
+    let yaml = "aliases:
+  - name: github
+    hosts: [api.example.com]
+    sites: [header, query, {body: [/a, /v]}]
+  - name: bodyonly
+    hosts: [api.example.com]
+    sites: [{body: [/n/1/k]}]
+  - name: bell
+    hosts: [api.example.com]
+  - name: crlf
+    hosts: [api.example.com]
+  - name: unknown
+    hosts: [api.example.com]
+    sites: [{body: [/a]}]
+  - name: headeronly
+    hosts: [api.example.com]
+";
+    let load = mint_policy::aliases::load_aliases(yaml.as_bytes(), "aliases.yaml");
+    assert!(load.errors().next().is_none(), "{:?}", load.diagnostics);
+    BodyPlaces::new(&load.aliases.unwrap())
+}
+
 fn json_headers() -> HeaderMap {
     let mut headers = HeaderMap::new();
     headers.insert(
@@ -156,7 +181,7 @@ fn a_placeholder_in_the_path_is_refused() {
 #[test]
 fn json_body_placeholders_are_spliced_and_the_rest_is_byte_exact() {
     let raw = "{ \"a\" :\t\"x{{mint:github}}y\" ,\"n\":[1.50, {\"k\":\"{{mint:bodyonly}}\"}] }\n";
-    let out = body(&json_headers(), Bytes::from(raw), &secrets()).unwrap();
+    let out = body(&json_headers(), Bytes::from(raw), &places(), &secrets()).unwrap();
     let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(value["a"], format!("x{CANARY}y"));
     assert_eq!(value["n"][1]["k"], "body-only-secret-0123456789");
@@ -172,11 +197,11 @@ fn json_body_placeholders_are_spliced_and_the_rest_is_byte_exact() {
 #[test]
 fn a_body_without_placeholders_is_returned_as_is() {
     let raw = Bytes::from_static(b"{\"a\":\"no placeholder\"}");
-    let out = body(&json_headers(), raw.clone(), &secrets()).unwrap();
+    let out = body(&json_headers(), raw.clone(), &places(), &secrets()).unwrap();
     assert_eq!(out.as_ptr(), raw.as_ptr());
     let binary = Bytes::from_static(b"\x00\xff\x10 mint");
     assert_eq!(
-        body(&HeaderMap::new(), binary.clone(), &secrets()).unwrap(),
+        body(&HeaderMap::new(), binary.clone(), &places(), &secrets()).unwrap(),
         binary
     );
 }
@@ -184,21 +209,67 @@ fn a_body_without_placeholders_is_returned_as_is() {
 #[test]
 fn body_refusals() {
     let cases = [
-        (json_headers(), "{\"{{mint:github}}\":1}"),
-        (HeaderMap::new(), "{\"a\":\"{{mint:github}}\"}"),
         (json_headers(), "{\"a\":\"\\u007b{mint:github}}\"}"),
+        (json_headers(), "{\"a\":\"%7B%7Bmint%3Agithub%7D%7D\"}"),
         (json_headers(), "{\"a\":\"{{mint:unknown}}\"}"),
     ];
     let mut texts = Vec::new();
     for (headers, raw) in cases {
-        let err = body(&headers, Bytes::from(raw), &secrets()).unwrap_err();
+        let err = body(&headers, Bytes::from(raw), &places(), &secrets()).unwrap_err();
         texts.push(format!("{err} {err:?}"));
     }
-    assert!(texts[0].starts_with("placeholder for alias `github` in the body is in a JSON key"));
-    assert!(texts[1].contains("a body that is not JSON"));
-    assert!(texts[2].contains("an escaped JSON string"));
-    assert!(texts[3].starts_with("no secret was resolved for alias `unknown`"));
+    assert!(texts[0].contains("an escaped JSON string"), "{}", texts[0]);
+    assert!(texts[1].contains("an escaped JSON string"), "{}", texts[1]);
+    assert!(texts[2].starts_with("no secret was resolved for alias `unknown`"));
     assert_no_canary(&texts);
+}
+
+/// A placeholder where Mint never substitutes is forwarded as it came, byte for byte: a member
+/// name, a body that is not JSON (by type, by parse, or by content coding), an undeclared alias,
+/// an alias that names no body place, a malformed spelling.
+#[test]
+fn inert_body_quotes_are_left_as_they_are() {
+    let mut gzip = json_headers();
+    gzip.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    let cases = [
+        (json_headers(), "{\"{{mint:github}}\":1}"),
+        (HeaderMap::new(), "{\"a\":\"{{mint:github}}\"}"),
+        (json_headers(), "{\"a\":\"{{mint:github}}\",}"),
+        (gzip, "{\"a\":\"{{mint:github}}\"}"),
+        (
+            json_headers(),
+            "{\"a\":\"{{mint:undeclared}} {{mint:headeronly}}\"}",
+        ),
+        (HeaderMap::new(), "{{mint:Github}} {{mint:github"),
+    ];
+    for (headers, raw) in cases {
+        let raw = Bytes::from(raw);
+        let out = body(&headers, raw.clone(), &places(), &secrets()).unwrap();
+        assert_eq!(out, raw);
+    }
+}
+
+/// Issue 16: an alias with `body: [/client_secret]` is substituted there and nowhere else: a
+/// sibling field, a nested transcript and a member name keep the placeholder as text, and every
+/// byte but the substituted ones is forwarded as it came.
+#[test]
+fn body_substitution_happens_only_at_the_named_pointer() {
+    let yaml = "aliases:\n  - name: github\n    hosts: [api.example.com]\n    sites: [{body: [/client_secret]}]\n";
+    let load = mint_policy::aliases::load_aliases(yaml.as_bytes(), "aliases.yaml");
+    let places = BodyPlaces::new(&load.aliases.unwrap());
+    let raw = concat!(
+        "{\"grant_type\":\"client_credentials\",\"client_secret\":\"{{mint:github}}\",",
+        "\"note\":\"{{mint:github}}\",",
+        "\"messages\":[{\"role\":\"user\",\"content\":\"my key is {{mint:github}}\"}],",
+        "\"{{mint:github}}\":0}"
+    );
+    let out = body(&json_headers(), Bytes::from(raw), &places, &secrets()).unwrap();
+    let escaped = serde_json::to_string(CANARY).unwrap();
+    let expected = raw.replacen("{{mint:github}}", escaped.trim_matches('"'), 1);
+    assert_eq!(out, expected.as_bytes());
+    let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(value["client_secret"], CANARY);
+    assert_eq!(value["note"], "{{mint:github}}");
 }
 
 #[test]
@@ -286,7 +357,7 @@ fn canary_survives_no_path() {
             body: body_text.as_bytes(),
         };
         texts.push(format!("{parts:?}"));
-        match scan(&parts) {
+        match scan(&parts, &places()) {
             Ok(found) => texts.push(format!("{found:?} {:?}", found.alias_uses())),
             Err(err) => texts.push(format!("{err} {err:?}")),
         }
@@ -296,7 +367,7 @@ fn canary_survives_no_path() {
             Ok(()) => texts.push(format!("{injected:?}")),
             Err(err) => texts.push(format!("{err} {err:?}")),
         }
-        match body(&headers, Bytes::from(body_text), &secrets) {
+        match body(&headers, Bytes::from(body_text), &places(), &secrets) {
             Ok(_) => {}
             Err(err) => texts.push(format!("{err} {err:?}")),
         }

@@ -7,9 +7,17 @@
 //! the escapes `\" \\ \/ \b \f \n \r \t \uXXXX`, with UTF-16 surrogates in pairs; numbers have no
 //! leading zeros, `+` or bare `.`; nothing but whitespace follows the value; nesting stops at
 //! [`MAX_DEPTH`]. Objects are not built, so duplicate keys are not looked at (see the module
-//! header of `placeholder`). Iterative: no recursion however deep the input.
+//! header of `placeholder`): every value a pointer names is its place, whichever duplicate a
+//! receiver keeps. Iterative: no recursion however deep the input.
+//!
+//! While it reads, the tokenizer follows the aliases' JSON Pointers ([`BodyPlaces`]) down the
+//! body: each value is given the trie node its path leads to, if any. A member name is decoded
+//! (once) only when a pointer goes on below its object, so a body no pointer reaches costs no
+//! decoding at all.
 
 use std::ops::Range;
+
+use mint_policy::body::{BodyPlaces, JsonNode};
 
 /// A string token that may hold a placeholder.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,16 +26,22 @@ pub(crate) struct StringToken {
     pub(crate) content: Range<usize>,
     /// Whether it is an object key.
     pub(crate) is_key: bool,
+    /// The place a pointer names here (`None`: no pointer leads to this value; always `None`
+    /// for a key).
+    pub(crate) node: Option<JsonNode>,
 }
 
 /// The string tokens of `body` that contain `{`, `%` or `\u` (the only ways to spell a
-/// placeholder's first byte), in order; `None` when `body` is not one strict JSON text.
-pub(crate) fn candidate_strings(body: &[u8]) -> Option<Vec<StringToken>> {
+/// placeholder's first byte), in order, each with the place `places` names there; `None` when
+/// `body` is not one strict JSON text.
+pub(crate) fn candidate_strings(body: &[u8], places: &BodyPlaces) -> Option<Vec<StringToken>> {
     std::str::from_utf8(body).ok()?;
     let mut tokenizer = Tokenizer {
         bytes: body,
         pos: 0,
         strings: Vec::new(),
+        places,
+        value_node: places.root(),
     };
     tokenizer.text()?;
     Some(tokenizer.strings)
@@ -37,13 +51,22 @@ struct Tokenizer<'a> {
     bytes: &'a [u8],
     pos: usize,
     strings: Vec<StringToken>,
+    places: &'a BodyPlaces,
+    /// The place of the value about to be read.
+    value_node: Option<JsonNode>,
+}
+
+/// An open container: whether it is an object, its place, and (arrays) the next index.
+struct Frame {
+    is_object: bool,
+    node: Option<JsonNode>,
+    next_index: usize,
 }
 
 impl Tokenizer<'_> {
     /// One JSON text: a value between optional whitespace.
     fn text(&mut self) -> Option<()> {
-        // The open containers: `true` for an object.
-        let mut stack: Vec<bool> = Vec::new();
+        let mut stack: Vec<Frame> = Vec::new();
         self.whitespace();
         'value: loop {
             // A value starts here.
@@ -58,8 +81,13 @@ impl Tokenizer<'_> {
                     if self.peek()? == b'}' {
                         self.pos += 1;
                     } else {
-                        stack.push(true);
-                        self.member_key()?;
+                        let node = self.value_node;
+                        stack.push(Frame {
+                            is_object: true,
+                            node,
+                            next_index: 0,
+                        });
+                        self.member_key(node)?;
                         continue 'value;
                     }
                 }
@@ -72,11 +100,19 @@ impl Tokenizer<'_> {
                     if self.peek()? == b']' {
                         self.pos += 1;
                     } else {
-                        stack.push(false);
+                        let node = self.value_node;
+                        self.value_node = node.and_then(|n| self.places.element(n, 0));
+                        stack.push(Frame {
+                            is_object: false,
+                            node,
+                            next_index: 1,
+                        });
                         continue 'value;
                     }
                 }
-                b'"' => self.string(false)?,
+                b'"' => {
+                    self.string(false)?;
+                }
                 b't' => self.literal(b"true")?,
                 b'f' => self.literal(b"false")?,
                 b'n' => self.literal(b"null")?,
@@ -86,17 +122,21 @@ impl Tokenizer<'_> {
             // A value ended: close containers until one continues with `,`.
             loop {
                 self.whitespace();
-                let Some(&is_object) = stack.last() else {
+                let Some(frame) = stack.last_mut() else {
                     return (self.pos == self.bytes.len()).then_some(());
                 };
-                match (self.peek()?, is_object) {
+                match (self.peek()?, frame.is_object) {
                     (b',', true) => {
+                        let node = frame.node;
                         self.pos += 1;
                         self.whitespace();
-                        self.member_key()?;
+                        self.member_key(node)?;
                         continue 'value;
                     }
                     (b',', false) => {
+                        let index = frame.next_index;
+                        frame.next_index = index.saturating_add(1);
+                        self.value_node = frame.node.and_then(|n| self.places.element(n, index));
                         self.pos += 1;
                         self.whitespace();
                         continue 'value;
@@ -111,12 +151,21 @@ impl Tokenizer<'_> {
         }
     }
 
-    /// `"key"`, whitespace, `:`, whitespace.
-    fn member_key(&mut self) -> Option<()> {
+    /// `"key"`, whitespace, `:`, whitespace; the member's value gets its place below `object`.
+    fn member_key(&mut self, object: Option<JsonNode>) -> Option<()> {
         if self.peek()? != b'"' {
             return None;
         }
-        self.string(true)?;
+        let content = self.string(true)?;
+        self.value_node = match object {
+            Some(node) if self.places.has_children(node) => {
+                // The token was checked strictly: it parses as a JSON string (escapes undone).
+                let quoted = self.bytes.get(content.start - 1..content.end + 1)?;
+                let name: String = serde_json::from_slice(quoted).ok()?;
+                self.places.member(node, &name)
+            }
+            _ => None,
+        };
         self.whitespace();
         if self.peek()? != b':' {
             return None;
@@ -126,8 +175,8 @@ impl Tokenizer<'_> {
         Some(())
     }
 
-    /// A string token starting at its opening quote.
-    fn string(&mut self, is_key: bool) -> Option<()> {
+    /// A string token starting at its opening quote; returns the range of its content.
+    fn string(&mut self, is_key: bool) -> Option<Range<usize>> {
         self.pos += 1;
         let start = self.pos;
         let mut candidate = false;
@@ -177,10 +226,12 @@ impl Tokenizer<'_> {
             self.strings.push(StringToken {
                 content: start..self.pos,
                 is_key,
+                node: if is_key { None } else { self.value_node },
             });
         }
+        let content = start..self.pos;
         self.pos += 1;
-        Some(())
+        Some(content)
     }
 
     fn hex4(&self, at: usize) -> Option<u32> {

@@ -31,12 +31,44 @@ pub(crate) struct Hit {
     pub(crate) raw: bool,
 }
 
+/// What the scan of a text reports, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Event {
+    /// A placeholder.
+    Hit(Hit),
+    /// `{{mint:` not followed by an alias name and `}}`, at this offset of the text.
+    Malformed {
+        /// The offset of its `{` unit.
+        offset: usize,
+        /// What is wrong.
+        reason: MalformedReason,
+    },
+}
+
 /// Calls `on_hit` for every placeholder of `raw`, in order; stops at the first malformed one.
 pub(crate) fn hits(
     raw: &[u8],
     layer: Layer,
     part: &Part,
     mut on_hit: impl FnMut(Hit) -> Result<(), PlaceholderError>,
+) -> Result<(), PlaceholderError> {
+    events(raw, layer, |event| match event {
+        Event::Hit(hit) => on_hit(hit),
+        Event::Malformed { offset, reason } => Err(PlaceholderError::Malformed {
+            part: part.clone(),
+            offset,
+            reason,
+        }),
+    })
+}
+
+/// Calls `on_event` for every placeholder and every malformed one of `raw`, in order. After a
+/// malformed one the scan goes on from the unit after its first `{`; it stops at the first error
+/// `on_event` returns.
+pub(crate) fn events(
+    raw: &[u8],
+    layer: Layer,
+    mut on_event: impl FnMut(Event) -> Result<(), PlaceholderError>,
 ) -> Result<(), PlaceholderError> {
     let mut pos = 0;
     while pos < raw.len() {
@@ -58,21 +90,18 @@ pub(crate) fn hits(
             match read_placeholder(raw, pos, layer) {
                 Some(Ok((alias, end))) => {
                     let raw_spelling = end - pos == PREFIX.len() + alias.len() + SUFFIX.len();
-                    on_hit(Hit {
+                    on_event(Event::Hit(Hit {
                         alias,
                         span: pos..end,
                         raw: raw_spelling,
-                    })?;
+                    }))?;
                     pos = end;
                     continue;
                 }
-                Some(Err(reason)) => {
-                    return Err(PlaceholderError::Malformed {
-                        part: part.clone(),
-                        offset: pos,
-                        reason,
-                    });
-                }
+                Some(Err(reason)) => on_event(Event::Malformed {
+                    offset: pos,
+                    reason,
+                })?,
                 None => {}
             }
         }

@@ -57,14 +57,22 @@ impl Req {
     }
 
     fn scan(&self) -> Result<Placeholders, PlaceholderError> {
-        scan(&RequestParts {
-            scheme: self.scheme,
-            authority: self.authority,
-            path: &self.path,
-            query: self.query.as_deref(),
-            headers: &self.headers,
-            body: &self.body,
-        })
+        scan(
+            &RequestParts {
+                scheme: self.scheme,
+                authority: self.authority,
+                path: &self.path,
+                query: self.query.as_deref(),
+                headers: &self.headers,
+                body: &self.body,
+            },
+            &body_places(),
+        )
+    }
+
+    #[track_caller]
+    fn skipped(&self) -> Skipped {
+        self.scan().unwrap().skipped().clone()
     }
 
     #[track_caller]
@@ -76,6 +84,38 @@ impl Req {
             .map(|f| (f.alias.clone(), f.place))
             .collect()
     }
+}
+
+/// The body places of the test aliases: `github` names `/token` and `/0`, `slack`
+/// `/nested/0/x` and `/1`, `b` `/v`, `x` `/a`; `headeronly` names no body place.
+fn body_places() -> BodyPlaces {
+    let yaml = "aliases:
+  - name: github
+    hosts: [api.github.com]
+    sites: [header, {body: [/token, /0]}]
+  - name: slack
+    hosts: [api.github.com]
+    sites: [header, {body: [/nested/0/x, /1]}]
+  - name: b
+    hosts: [api.github.com]
+    sites: [header, query, {body: [/v]}]
+  - name: x
+    hosts: [api.github.com]
+    sites: [{body: [/a]}]
+  - name: headeronly
+    hosts: [api.github.com]
+";
+    let load = mint_policy::aliases::load_aliases(yaml.as_bytes(), "aliases.yaml");
+    assert!(load.errors().next().is_none(), "{:?}", load.diagnostics);
+    BodyPlaces::new(&load.aliases.unwrap())
+}
+
+fn listed(skipped: &Skipped) -> Vec<(&str, InertPlace)> {
+    skipped
+        .listed()
+        .iter()
+        .map(|(alias, place)| (alias.as_str(), *place))
+        .collect()
 }
 
 fn site(alias: &str, site: Site) -> (String, Place) {
@@ -165,9 +205,7 @@ fn json_string_values_are_body_sites() {
 }
 
 #[test]
-fn json_keys_escapes_and_non_json_bodies_are_forbidden() {
-    let key = Req::new().json(r#"{"{{mint:github}}":1}"#);
-    assert_eq!(key.places(), [forbidden("github", Forbidden::JsonKey)]);
+fn escapes_at_a_named_place_are_forbidden() {
     let escaped = Req::new().json(r#"["\u007b\u007Bmint:github}}","%7B%7Bmint:slack}}"]"#);
     assert_eq!(
         escaped.places(),
@@ -176,20 +214,74 @@ fn json_keys_escapes_and_non_json_bodies_are_forbidden() {
             forbidden("slack", Forbidden::EncodedInJson)
         ]
     );
-    let form = Req::new()
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body("t=%7B%7Bmint%3Agithub%7D%7D");
-    assert_eq!(form.places(), [forbidden("github", Forbidden::NotJsonBody)]);
-    let untyped = Req::new().body(r#"{"t":"{{mint:github}}"}"#);
+}
+
+#[test]
+fn body_quotes_where_mint_never_substitutes_are_inert() {
+    let cases: Vec<(Req, Vec<(&str, InertPlace)>)> = vec![
+        (
+            Req::new().json(r#"{"{{mint:github}}":1}"#),
+            vec![("github", InertPlace::JsonKey)],
+        ),
+        (
+            Req::new()
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body("t=%7B%7Bmint%3Agithub%7D%7D"),
+            vec![("github", InertPlace::Text)],
+        ),
+        (
+            Req::new().body(r#"{"t":"{{mint:github}}"}"#),
+            vec![("github", InertPlace::Text)],
+        ),
+        (
+            Req::new().json(r#"{"t":"{{mint:github}}",}"#),
+            vec![("github", InertPlace::Text)],
+        ),
+        (
+            Req::new()
+                .header("content-encoding", "gzip")
+                .json(r#"{"t":"{{mint:github}}"}"#),
+            vec![("github", InertPlace::Text)],
+        ),
+        (
+            Req::new().json(r#"{"t":"{{mint:undeclared}} and {{mint:headeronly}}"}"#),
+            vec![
+                ("undeclared", InertPlace::JsonValue),
+                ("headeronly", InertPlace::JsonValue),
+            ],
+        ),
+        (Req::new().json(r#"{"{{mint:Oops":"x"}"#), vec![]),
+        (Req::new().body("{{mint:Oops}} {{mint:"), vec![]),
+    ];
+    for (req, expected) in cases {
+        let found = req.scan().unwrap();
+        assert!(found.is_empty(), "{found:?}");
+        assert_eq!(listed(found.skipped()), expected);
+        assert!(found.skipped().count() >= 1);
+    }
+}
+
+#[test]
+fn inert_quotes_are_listed_once_bounded_and_never_count_toward_the_limit() {
+    // 100,000 quotes: the list stays at most MAX_SKIPPED entries, each alias and place once.
+    let mut text = String::new();
+    for i in 0..100_000 {
+        text.push_str(&format!("{{{{mint:q{}}}}} ", i % 40));
+    }
+    let body = serde_json::json!({ "messages": [{ "content": text }] }).to_string();
+    let req = Req::new()
+        .json(&body)
+        .header("authorization", "{{mint:github}}");
+    let found = req.scan().unwrap();
+    assert_eq!(found.found().len(), 1);
+    assert_eq!(found.skipped().count(), 100_000);
+    assert_eq!(found.skipped().listed().len(), MAX_SKIPPED);
+    let same = Req::new().json(r#"["{{mint:headeronly}}","{{mint:headeronly}}"]"#);
     assert_eq!(
-        untyped.places(),
-        [forbidden("github", Forbidden::NotJsonBody)]
+        listed(&same.skipped()),
+        [("headeronly", InertPlace::JsonValue)]
     );
-    let invalid = Req::new().json(r#"{"t":"{{mint:github}}",}"#);
-    assert_eq!(
-        invalid.places(),
-        [forbidden("github", Forbidden::NotJsonBody)]
-    );
+    assert_eq!(same.skipped().count(), 2);
 }
 
 #[test]
@@ -369,7 +461,10 @@ fn the_tokenizer_is_strict() {
         "[1,[2,{\"a\":null}],true,false]",
         "{\"a\":{\"b\":[\"\\ud83d\\ude00\",\"\\n\"]}}",
     ] {
-        assert!(candidate_strings(valid.as_bytes()).is_some(), "{valid}");
+        assert!(
+            candidate_strings(valid.as_bytes(), &BodyPlaces::default()).is_some(),
+            "{valid}"
+        );
     }
     for invalid in [
         "",
@@ -392,15 +487,15 @@ fn the_tokenizer_is_strict() {
         "// c\n1",
     ] {
         assert!(
-            candidate_strings(invalid.as_bytes()).is_none(),
+            candidate_strings(invalid.as_bytes(), &BodyPlaces::default()).is_none(),
             "{invalid:?}"
         );
     }
-    assert!(candidate_strings(b"\"\xff\"").is_none());
+    assert!(candidate_strings(b"\"\xff\"", &BodyPlaces::default()).is_none());
     let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
-    assert!(candidate_strings(deep(127).as_bytes()).is_some());
-    assert!(candidate_strings(deep(128).as_bytes()).is_none());
-    assert!(candidate_strings(deep(100_000).as_bytes()).is_none());
+    assert!(candidate_strings(deep(127).as_bytes(), &BodyPlaces::default()).is_some());
+    assert!(candidate_strings(deep(128).as_bytes(), &BodyPlaces::default()).is_none());
+    assert!(candidate_strings(deep(100_000).as_bytes(), &BodyPlaces::default()).is_none());
 }
 
 /// Percent-encodes each byte of `text` when the matching flag says so, in the given hex case.
@@ -456,10 +551,173 @@ proptest! {
         value in any::<Vec<(String, i32)>>(),
     ) {
         let text = text.concat();
-        let ours = candidate_strings(text.as_bytes()).is_some();
+        let ours = candidate_strings(text.as_bytes(), &BodyPlaces::default()).is_some();
         let serde = serde_json::from_str::<serde_json::Value>(&text).is_ok();
         prop_assert_eq!(ours, serde, "{}", text);
         let written = serde_json::to_string(&value).unwrap();
-        prop_assert!(candidate_strings(written.as_bytes()).is_some());
+        prop_assert!(candidate_strings(written.as_bytes(), &BodyPlaces::default()).is_some());
+    }
+}
+
+/// `client` names `/client_secret`, `/a~1b/0` (member `a/b`, element 0) and `/~0/1/x`.
+fn pointer_places() -> BodyPlaces {
+    let yaml = "aliases:
+  - name: client
+    hosts: [auth.example.com]
+    sites: [{body: [/client_secret, /a~1b/0, /~0/1/x]}]
+  - name: other
+    hosts: [auth.example.com]
+    sites: [{body: [/other]}]
+";
+    let load = mint_policy::aliases::load_aliases(yaml.as_bytes(), "aliases.yaml");
+    assert!(load.errors().next().is_none(), "{:?}", load.diagnostics);
+    BodyPlaces::new(&load.aliases.unwrap())
+}
+
+fn scan_json(body: &str, places: &BodyPlaces) -> Result<Placeholders, PlaceholderError> {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    scan(
+        &RequestParts {
+            scheme: "https",
+            authority: "auth.example.com",
+            path: "/token",
+            query: None,
+            headers: &headers,
+            body: body.as_bytes(),
+        },
+        places,
+    )
+}
+
+#[test]
+fn a_body_placeholder_is_live_only_at_a_pointer_its_alias_names() {
+    let places = pointer_places();
+    for (body, live, skipped) in [
+        // At the pointer; an escaped member name is the same member.
+        (r#"{"client_secret":"{{mint:client}}"}"#, 1, 0),
+        (r#"{"client\u005fsecret":"{{mint:client}}"}"#, 1, 0),
+        // Escaped tokens and array indexes.
+        (r#"{"a/b":["{{mint:client}}","{{mint:client}}"]}"#, 1, 1),
+        (
+            r#"{"~":[0,{"x":"{{mint:client}}","y":"{{mint:client}}"}]}"#,
+            1,
+            1,
+        ),
+        // Duplicate members: each is the named place.
+        (
+            r#"{"client_secret":"{{mint:client}}","client_secret":"{{mint:client}}"}"#,
+            2,
+            0,
+        ),
+        // A sibling, a nested transcript, a deeper member of the same name.
+        (
+            r#"{"note":"{{mint:client}}","messages":[{"content":"{{mint:client}}"}],"x":{"client_secret":"{{mint:client}}"}}"#,
+            0,
+            3,
+        ),
+        // Another alias's pointer; an index with a leading zero is no index.
+        (
+            r#"{"other":"{{mint:client}}","client_secret":"{{mint:other}}"}"#,
+            0,
+            2,
+        ),
+        // A pointer to an object: the strings inside are not it.
+        (r#"{"client_secret":{"v":"{{mint:client}}"}}"#, 0, 1),
+    ] {
+        let found = scan_json(body, &places).unwrap();
+        assert_eq!(found.found().len(), live, "{body}");
+        assert!(
+            found
+                .found()
+                .iter()
+                .all(|f| f.place == Place::Site(Site::Body)),
+            "{body}"
+        );
+        assert_eq!(found.skipped().count(), skipped, "{body}");
+    }
+    // At a named pointer an escaped spelling is refused, and so is a malformed one.
+    let escaped = scan_json(r#"{"client_secret":"\u007b{mint:client}}"}"#, &places).unwrap();
+    assert_eq!(
+        escaped.found()[0].place,
+        Place::Forbidden(Forbidden::EncodedInJson)
+    );
+    assert!(matches!(
+        scan_json(r#"{"client_secret":"{{mint:Client}}"}"#, &places),
+        Err(PlaceholderError::Malformed { .. })
+    ));
+    // Elsewhere a malformed one is text.
+    let text = scan_json(r#"{"note":"{{mint:Client}}"}"#, &places).unwrap();
+    assert_eq!(text.skipped().count(), 1);
+}
+
+/// A JSON value for the property test: objects and arrays whose strings may hold a placeholder.
+fn json_tree() -> impl Strategy<Value = serde_json::Value> {
+    let leaf = prop_oneof![
+        Just(serde_json::Value::from("{{mint:client}}")),
+        Just(serde_json::Value::from("text")),
+        Just(serde_json::Value::from(1)),
+    ];
+    leaf.prop_recursive(4, 32, 4, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::Array),
+            proptest::collection::btree_map(
+                prop_oneof![
+                    Just("client_secret".to_owned()),
+                    Just("a/b".to_owned()),
+                    Just("~".to_owned()),
+                    Just("x".to_owned()),
+                    Just("1".to_owned()),
+                ],
+                inner,
+                0..4
+            )
+            .prop_map(|map| serde_json::Value::Object(map.into_iter().collect())),
+        ]
+    })
+}
+
+/// Every string leaf with its RFC 6901 pointer.
+fn leaves(value: &serde_json::Value, pointer: String, out: &mut Vec<(String, String)>) {
+    match value {
+        serde_json::Value::String(text) => out.push((pointer, text.clone())),
+        serde_json::Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                leaves(item, format!("{pointer}/{i}"), out);
+            }
+        }
+        serde_json::Value::Object(map) => {
+            for (key, item) in map {
+                let token = key.replace('~', "~0").replace('/', "~1");
+                leaves(item, format!("{pointer}/{token}"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    /// A placeholder is live exactly when the pointer of its string is one its alias names;
+    /// every other one is counted as skipped.
+    #[test]
+    fn live_placeholders_are_exactly_those_at_named_pointers(tree in json_tree()) {
+        let named = ["/client_secret", "/a~1b/0", "/~0/1/x"];
+        let mut all = Vec::new();
+        leaves(&tree, String::new(), &mut all);
+        let quoted: Vec<&String> = all
+            .iter()
+            .filter(|(_, text)| text == "{{mint:client}}")
+            .map(|(pointer, _)| pointer)
+            .collect();
+        let live = quoted.iter().filter(|p| named.contains(&p.as_str())).count();
+        prop_assume!(live <= MAX_PLACEHOLDERS);
+        let found = scan_json(&tree.to_string(), &pointer_places()).unwrap();
+        prop_assert_eq!(found.found().len(), live);
+        prop_assert_eq!(found.skipped().count() as usize, quoted.len() - live);
     }
 }

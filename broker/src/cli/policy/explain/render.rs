@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use mint_policy::body::InertPlace;
 use mint_policy::evaluate::{DenyReason, Evaluation};
 use mint_policy::normalize::Target;
 use serde::Serialize;
@@ -111,6 +112,24 @@ pub(crate) fn human(explanation: &Explanation, source: &BudgetSource) -> String 
         }
         rows.push(("aliases", lines));
     }
+    if !x.skipped.is_empty() {
+        let mut lines: Vec<String> = x
+            .skipped
+            .listed()
+            .iter()
+            .map(|(alias, place)| format!("{alias} in {}", inert_text(*place)))
+            .collect();
+        let count = x.skipped.count();
+        let noun = if count == 1 {
+            "placeholder"
+        } else {
+            "placeholders"
+        };
+        lines.push(format!(
+            "{count} {noun} in the body forwarded as text, never substituted"
+        ));
+        rows.push(("skipped", lines));
+    }
     if !x.limits.is_empty() {
         rows.push(("limits", limit_table(&x.limits)));
     }
@@ -205,6 +224,18 @@ pub(crate) fn json(explanation: &Explanation, source: &BudgetSource) -> String {
                 bound: alias.declaration.as_ref().and_then(|b| b.bound),
             })
             .collect(),
+        skipped: SkippedJson {
+            count: x.skipped.count(),
+            places: x
+                .skipped
+                .listed()
+                .iter()
+                .map(|(alias, place)| SkippedPlaceJson {
+                    alias,
+                    place: place.as_str(),
+                })
+                .collect(),
+        },
         limits: x
             .limits
             .iter()
@@ -246,6 +277,7 @@ struct Report<'a> {
     tool_source: Option<&'static str>,
     evaluations: Vec<CallJson<'a>>,
     aliases: Vec<AliasJson<'a>>,
+    skipped: SkippedJson<'a>,
     limits: Vec<LimitJson<'a>>,
     budgets: BudgetsJson,
 }
@@ -276,6 +308,19 @@ struct AliasJson<'a> {
     hosts: Option<&'a [String]>,
     sites: Option<Vec<&'static str>>,
     bound: Option<bool>,
+}
+
+/// The placeholders the body quotes as text: each alias and kind of place once, and the count.
+#[derive(Serialize)]
+struct SkippedJson<'a> {
+    count: u64,
+    places: Vec<SkippedPlaceJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct SkippedPlaceJson<'a> {
+    alias: &'a str,
+    place: &'static str,
 }
 
 #[derive(Serialize)]
@@ -347,6 +392,14 @@ fn part_text(part: &Part) -> String {
         Part::Query => "the query".to_owned(),
         Part::Header(name) => format!("header `{name}`"),
         Part::Body => "the body".to_owned(),
+    }
+}
+
+fn inert_text(place: InertPlace) -> &'static str {
+    match place {
+        InertPlace::JsonValue => "a JSON string value it does not name",
+        InertPlace::JsonKey => "a JSON member name",
+        InertPlace::Text => "a body that is not JSON",
     }
 }
 

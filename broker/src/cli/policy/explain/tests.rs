@@ -103,7 +103,7 @@ const ALIASES: &str = r#"
 aliases:
   - name: github
     hosts: [api.github.com]
-    sites: [header, body]
+    sites: [header, {body: [/token, /b]}]
   - name: search
     hosts: [api.github.com]
     sites: [query]
@@ -380,16 +380,25 @@ fn placeholder_problems_follow_the_proxy_order() {
     assert_refused(&x, "400 unknown_alias");
     assert_eq!(x.aliases[0].name, "nope");
     assert_eq!(x.aliases[0].declaration, None);
-    // Percent-encoded in a header, a JSON key, a body that is not JSON: forbidden places.
-    for (headers, body) in [
-        (
-            &[("authorization", "Bearer %7B%7Bmint%3Agithub%7D%7D")][..],
-            &b""[..],
-        ),
-        (&[JSON][..], &br#"{"{{mint:github}}":1}"#[..]),
+    // Percent-encoded in a header: a forbidden place.
+    let x = explain_fresh(&request(
+        "POST",
+        "https://api.github.com/user",
+        &[("authorization", "Bearer %7B%7Bmint%3Agithub%7D%7D")],
+        b"",
+    ));
+    assert_refused(&x, "403 site_not_allowed");
+    assert!(
+        matches!(x.aliases[0].places[0].place, Place::Forbidden(_)),
+        "{x:?}"
+    );
+    // A JSON key, a body that is not JSON: inert, listed as skipped, never a refusal of its own.
+    for (headers, body, place) in [
+        (&[JSON][..], &br#"{"{{mint:github}}":1}"#[..], "json_key"),
         (
             &[("content-type", "text/plain")][..],
             &b"token={{mint:github}}"[..],
+            "text",
         ),
     ] {
         let x = explain_fresh(&request(
@@ -398,9 +407,19 @@ fn placeholder_problems_follow_the_proxy_order() {
             headers,
             body,
         ));
-        assert_refused(&x, "403 site_not_allowed");
-        assert!(
-            matches!(x.aliases[0].places[0].place, Place::Forbidden(_)),
+        assert!(x.aliases.is_empty(), "{x:?}");
+        let skipped: Vec<(&str, &str)> = x
+            .skipped
+            .listed()
+            .iter()
+            .map(|(alias, place)| (alias.as_str(), place.as_str()))
+            .collect();
+        assert_eq!(skipped, [("github", place)]);
+        assert_eq!(x.skipped.count(), 1);
+        // Allowed by a rule that admits no alias: a quote uses none.
+        assert_eq!(
+            x.verdict.rules(),
+            Some(&["gh-read".to_owned()][..]),
             "{x:?}"
         );
     }
