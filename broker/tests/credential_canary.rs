@@ -198,6 +198,7 @@ fn canary_never_leaves_the_library() {
             sites: Vec::new(),
             source: None,
             description: None,
+            env: Vec::new(),
             secret_stdin: true,
         },
         SecretInput::Stream(&mut reader),

@@ -130,6 +130,12 @@ codes! {
     DuplicateAlias = "E050", "duplicate alias";
     /// A secret source other than `keyring`, `env:VAR` or `file:/absolute/path`.
     InvalidSource = "E051", "invalid secret source";
+    /// An `env` name outside the variable grammar `[A-Za-z_][A-Za-z0-9_]*`.
+    InvalidEnvName = "E055", "invalid environment variable name";
+    /// An `env` name that `mint run` sets itself (a proxy or CA variable) or that configures Mint.
+    ReservedEnvName = "E056", "reserved environment variable name";
+    /// An `env` name declared twice, in one alias or in two.
+    DuplicateEnvName = "E057", "duplicate environment variable name";
     /// `default: allow`.
     DefaultAllow = "W001", "default allow";
     /// The legacy `call_limits` map.
