@@ -8,6 +8,7 @@ mod examples;
 mod interception;
 mod interception_clients;
 mod local_files;
+mod mint_run;
 mod policy_findings;
 mod proxy;
 mod proxy_attacks;
