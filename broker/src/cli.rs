@@ -1,13 +1,13 @@
 //! The `mint` command line: argument types and dispatch to the command modules.
 //!
-//! `main.rs` parses a [`Cli`], resolves [`Paths`] from the environment and calls [`run`]; the
+//! `main.rs` parses a [`Cli`], resolves [`Paths`] from the environment and calls [`run()`]; the
 //! exit status is decided here and in [`CommandError::exit_status`], in one place. Commands write
 //! their results to the `out` they are given (stdout in production) and never print errors
 //! themselves: they return them.
 //!
 //! One module per subcommand holds its flags and calls the engine: [`init`], [`alias`], [`cap`],
-//! [`audit`], [`ca`], [`policy`] (`check`, `explain`), [`serve`], [`run`], [`env`], [`demo`],
-//! [`usage`]; [`agent_env`] is the agent environment `run` and `env` share, [`terminal`] the
+//! [`audit`], [`ca`], [`policy`] (`check`, `explain`), [`serve`], [`mod@run`], [`mod@env`],
+//! [`demo`], [`usage`]; [`agent_env`] is the agent environment `run` and `env` share, [`terminal`] the
 //! hidden secret prompt and the escaping of what is printed to a terminal. Every command
 //! DESIGN.md lists is a variant of [`Command`] or [`PolicyCommand`]. None of these modules
 //! decides a request: `policy explain` runs the proxy's own checks (`proxy::pipeline`).
