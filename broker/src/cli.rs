@@ -1,12 +1,13 @@
 //! The `mint` command line: argument types and dispatch to the command modules.
 //!
-//! `main.rs` parses a [`Cli`], resolves [`Paths`] from the environment and calls [`run`]; the
+//! `main.rs` parses a [`Cli`], resolves [`Paths`] from the environment and calls [`run()`]; the
 //! exit status is decided here and in [`CommandError::exit_status`], in one place. Commands write
 //! their results to the `out` they are given (stdout in production) and never print errors
 //! themselves: they return them.
 //!
 //! One module per subcommand holds its flags and calls the engine: [`init`], [`alias`], [`cap`],
-//! [`audit`], [`ca`], [`policy`] (`check`, `explain`), [`serve`], [`demo`], [`usage`]; [`terminal`] is the
+//! [`audit`], [`ca`], [`policy`] (`check`, `explain`), [`serve`], [`mod@run`], [`mod@env`],
+//! [`demo`], [`usage`]; [`agent_env`] is the agent environment `run` and `env` share, [`terminal`] the
 //! hidden secret prompt and the escaping of what is printed to a terminal. Every command
 //! DESIGN.md lists is a variant of [`Command`] or [`PolicyCommand`]. None of these modules
 //! decides a request: `policy explain` runs the proxy's own checks (`proxy::pipeline`).
@@ -20,14 +21,17 @@ use crate::config::env::Paths;
 use crate::demo::DemoError;
 use crate::serve::ServeError;
 
+pub mod agent_env;
 pub mod alias;
 pub mod audit;
 pub mod ca;
 pub mod cap;
 pub mod demo;
+pub mod env;
 pub mod init;
 pub mod log;
 pub mod policy;
+pub mod run;
 pub mod serve;
 pub mod terminal;
 pub mod usage;
@@ -36,9 +40,11 @@ use alias::AliasCommandError;
 use audit::{AuditCommand, AuditCommandError};
 use ca::{CaCommand, CaCommandError};
 use cap::{CapCommand, CapCommandError};
+use env::EnvError;
 use init::InitError;
 use policy::PolicyCommand;
 use policy::check::PolicyCheckError;
+use run::RunError;
 
 /// Mint keeps an AI agent's credentials out of the agent's reach and lets them out only toward
 /// the destinations its policy allows.
@@ -76,6 +82,16 @@ pub enum Command {
     /// Read, verify and rotate the audit log.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Run a command (an agent) behind Mint: a capability of its own, revoked when it exits.
+    ///
+    /// Executes CMD directly (no shell) with HTTPS_PROXY and the other proxy variables pointing
+    /// at the broker with the capability, the CA variables naming a bundle that trusts Mint's CA
+    /// (inherited values are overwritten), and each alias's `env` names set to its placeholder.
+    /// SIGINT, SIGTERM and SIGHUP are forwarded; the exit status is the command's.
+    Run(run::RunArgs),
+    /// Print the settings of `mint run` as lines for a shell, a container or a systemd unit,
+    /// with a capability issued for them (its token shown once, in the proxy URL).
+    Env(env::EnvArgs),
     /// Export or rotate the interception CA that agents trust for HTTPS through Mint.
     #[command(subcommand)]
     Ca(CaCommand),
@@ -93,6 +109,9 @@ pub enum ExitStatus {
     Failure,
     /// Exit code 2: bad usage, or a file that cannot be read.
     UsageOrConfig,
+    /// Another exit code: the status of the command `mint run` ran (128+N for a death by signal
+    /// N), or 126/127 when it could not be executed.
+    Code(u8),
 }
 
 // === impl ExitStatus ===
@@ -104,6 +123,7 @@ impl ExitStatus {
             ExitStatus::Success => 0,
             ExitStatus::Failure => 1,
             ExitStatus::UsageOrConfig => 2,
+            ExitStatus::Code(code) => code,
         }
     }
 }
@@ -139,6 +159,12 @@ pub enum CommandError {
     /// `mint serve` could not start or stopped on an error.
     #[error(transparent)]
     Serve(#[from] ServeError),
+    /// `mint run` could not run the command.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// `mint env` printed nothing.
+    #[error(transparent)]
+    Env(#[from] EnvError),
     /// `mint demo` could not run, or a check failed.
     #[error(transparent)]
     Demo(#[from] DemoError),
@@ -161,6 +187,10 @@ impl CommandError {
             | CommandError::Ca(_)
             | CommandError::Output(_)
             | CommandError::Serve(_) => ExitStatus::UsageOrConfig,
+            CommandError::Run(error) => error
+                .exit_code()
+                .map_or(ExitStatus::UsageOrConfig, ExitStatus::Code),
+            CommandError::Env(_) => ExitStatus::UsageOrConfig,
             CommandError::Demo(DemoError::Check(_)) => ExitStatus::Failure,
             CommandError::Demo(_) => ExitStatus::UsageOrConfig,
         }
@@ -198,6 +228,15 @@ pub fn run(cli: Cli, paths: &Paths, out: &mut dyn Write) -> Result<ExitStatus, C
             out,
             &mut std::io::stderr().lock(),
         )?),
+        Command::Run(args) => Ok(ExitStatus::Code(run::run(
+            args,
+            paths,
+            &mut std::io::stderr(),
+        )?)),
+        Command::Env(args) => {
+            env::run(args, paths, out, &mut std::io::stderr())?;
+            Ok(ExitStatus::Success)
+        }
         Command::Ca(command) => {
             ca::run(command, paths, out)?;
             Ok(ExitStatus::Success)

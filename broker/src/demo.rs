@@ -9,7 +9,9 @@
 //! that comes back unfollowed, two MCP `tools/call`s (one allowed tool, one refused), and the same
 //! allowed request from an unmodified HTTPS client (`https_client`: `CONNECT` to the broker, TLS
 //! to the upstream's real name `api.demo.test` with Mint's CA, which the broker made in the home
-//! at start; `--resolve` pins that name to the upstream). It checks each result, prints the audit
+//! at start; `--resolve` pins that name to the upstream), and the agent side: `mint run -- curl
+//! https://...` and a Python `requests` client reading its key from `DEMO_API_KEY`, the alias's
+//! `env` (each skipped with a note where the client is missing). It checks each result, prints the audit
 //! tail, and — unless `--once` — keeps serving and prints curl commands to try until Ctrl-C.
 //!
 //! The demo's secret is made for the run and printed nowhere; the echo upstream is the only peer
@@ -363,6 +365,9 @@ async fn run_in(
         ),
     )?;
 
+    // 6. The agent side: unmodified clients run by `mint run`, configured by its environment.
+    agent_side(&paths, addr, port, &secret, out).await?;
+
     // The audit trail of all of it (the outcome of the last answer may lag a moment).
     tokio::time::sleep(Duration::from_millis(100)).await;
     say(out, "Audit trail (mint audit tail):\n")?;
@@ -383,6 +388,13 @@ async fn run_in(
         say(
             out,
             &format!(
+                "\nThe same as an agent runs it, behind `mint run` (in another terminal):\n\n  MINT_HOME={home} mint run --agent {DEMO_AGENT} --proxy http://{addr} -- \\\n       curl -H 'Authorization: Bearer {{{{mint:demo}}}}' https://{DEMO_HOST}:{port}/echo/try-me\n",
+                home = home.path.display()
+            ),
+        )?;
+        say(
+            out,
+            &format!(
                 "\nThe broker keeps running; try it (Ctrl-C to stop):\n\n  curl -H 'Mint-Capability: {token}' \\\n       -H 'Authorization: Bearer {{{{mint:demo}}}}' \\\n       http://{addr}/v1/proxy/https/127.0.0.1:{port}/echo/try-me\n\nor as an unmodified HTTPS client, through CONNECT with Mint's CA:\n\n  curl --proxy 'http://{DEMO_AGENT}:{token}@{addr}' --cacert {ca} \\\n       -H 'Authorization: Bearer {{{{mint:demo}}}}' \\\n       https://{DEMO_HOST}:{port}/echo/try-me\n\n",
                 ca = paths.ca_cert.display()
             ),
@@ -397,6 +409,94 @@ async fn run_in(
     }
     echo.shutdown().await;
     Ok(())
+}
+
+/// Step 6: `mint run -- curl https://...` and a Python `requests` client that reads its key from
+/// `DEMO_API_KEY` (the alias's `env`), each run by this same binary's `mint run` against the
+/// demo's broker. A machine without curl, or without Python and `requests`, skips that client
+/// with a note.
+async fn agent_side(
+    paths: &Paths,
+    addr: std::net::SocketAddr,
+    port: u16,
+    secret: &str,
+    out: &mut dyn Write,
+) -> Result<(), DemoError> {
+    let mint = std::env::current_exe().map_err(|e| DemoError::Setup(e.to_string()))?;
+    let url = format!("https://{DEMO_HOST}:{port}/echo/agent");
+    let python = format!(
+        "import os, requests\nr = requests.get({url:?}, headers={{'Authorization': 'Bearer ' + os.environ['DEMO_API_KEY']}}, timeout=20)\nprint(r.status_code, r.text)"
+    );
+    let clients: [(&str, Vec<&str>, &str); 2] = [
+        (
+            "curl",
+            vec![
+                "curl",
+                "-sS",
+                "-H",
+                "Authorization: Bearer {{mint:demo}}",
+                &url,
+            ],
+            "curl -H 'Authorization: Bearer {{mint:demo}}'",
+        ),
+        (
+            "python3",
+            vec!["python3", "-c", &python],
+            "python3: requests.get(..., headers={'Authorization': 'Bearer ' + os.environ['DEMO_API_KEY']})",
+        ),
+    ];
+    let mut text = format!(
+        "6. The agent side: `mint run --agent {DEMO_AGENT} -- CMD` gives CMD a capability of its own\n   (revoked when it exits), HTTPS_PROXY, a CA bundle trusting Mint, and DEMO_API_KEY={{{{mint:demo}}}}\n"
+    );
+    for (program, argv, label) in clients {
+        let available = std::process::Command::new(program)
+            .arg("--version")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success());
+        if !available {
+            text.push_str(&format!(
+                "   {label}  -> skipped: `{program}` is not installed\n"
+            ));
+            continue;
+        }
+        let output = tokio::process::Command::new(&mint)
+            .env(crate::config::env::MINT_HOME, &paths.home)
+            .env("RUST_LOG", "off")
+            .args(["run", "--agent", DEMO_AGENT, "--proxy"])
+            .arg(format!("http://{addr}"))
+            .arg("--")
+            .args(&argv)
+            .stdin(std::process::Stdio::null())
+            .output();
+        let output = tokio::time::timeout(Duration::from_secs(60), output)
+            .await
+            .map_err(|_| DemoError::Check(format!("`mint run -- {program}` did not finish")))?
+            .map_err(|e| DemoError::Setup(format!("mint run: {e}")))?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        check(
+            !stdout.contains(secret) && !stderr.contains(secret),
+            "the secret reached a client run by mint run",
+        )?;
+        if program == "python3" && stderr.contains("No module named 'requests'") {
+            text.push_str(&format!(
+                "   {label}  -> skipped: Python has no `requests`\n"
+            ));
+            continue;
+        }
+        check(
+            output.status.success() && stdout.contains(REDACTED),
+            &format!("`mint run -- {program}` did not get the redacted echo: {stderr}"),
+        )?;
+        text.push_str(&format!(
+            "   {label}\n     -> 200, the upstream got the secret, the echo came back as `Bearer {REDACTED}`\n"
+        ));
+    }
+    text.push('\n');
+    out.write_all(text.as_bytes()).map_err(DemoError::Output)?;
+    out.flush().map_err(DemoError::Output)
 }
 
 fn check(ok: bool, what: &str) -> Result<(), DemoError> {
@@ -427,7 +527,7 @@ fn write_declarations(home: &Path, port: u16, secret: &str) -> Result<String, De
     let secret_file = home.join("secrets").join("demo");
     write_atomic(&secret_file, secret.as_bytes()).map_err(|e| setup(&e))?;
     let aliases = format!(
-        "aliases:\n  - name: demo\n    description: API key of the demo upstream (random, made for this run)\n    hosts: [127.0.0.1, {DEMO_HOST}]\n    source: file:{}\n",
+        "aliases:\n  - name: demo\n    description: API key of the demo upstream (random, made for this run)\n    hosts: [127.0.0.1, {DEMO_HOST}]\n    source: file:{}\n    env: [DEMO_API_KEY]\n",
         secret_file.display()
     );
     write_atomic(&home.join("aliases.yaml"), aliases.as_bytes()).map_err(|e| setup(&e))?;

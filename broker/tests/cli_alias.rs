@@ -87,8 +87,16 @@ fn env_source_round_trip() {
         "env:NPM_TOKEN",
         "--description",
         "npm publish token",
+        "--env",
+        "NPM_CONFIG_TOKEN",
     ]));
     assert!(out.stdout.contains("Added alias `npm`"), "{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("; env NPM_CONFIG_TOKEN (set by `mint run`)"),
+        "{}",
+        out.stdout
+    );
     assert!(
         out.stdout
             .contains("warning: the environment variable `NPM_TOKEN` is not set here"),
@@ -107,6 +115,7 @@ fn env_source_round_trip() {
         keys,
         [
             "description",
+            "env",
             "hosts",
             "name",
             "problem",
@@ -120,6 +129,13 @@ fn env_source_round_trip() {
     assert_eq!(row["hosts"], serde_json::json!(["registry.npmjs.org"]));
     assert_eq!(row["sites"], serde_json::json!(["header"]));
     assert_eq!(row["source"], "env:NPM_TOKEN");
+    assert_eq!(row["env"], serde_json::json!(["NPM_CONFIG_TOKEN"]));
+    assert!(
+        home.aliases_text()
+            .contains("    env: [NPM_CONFIG_TOKEN]\n"),
+        "{}",
+        home.aliases_text()
+    );
     assert_eq!(row["secret"], "missing");
     assert!(
         row["problem"]
@@ -236,6 +252,8 @@ fn bad_input_exits_two_and_changes_nothing() {
         "api.github.com",
         "--source",
         "env:GH_TOKEN",
+        "--env",
+        "GH_TOKEN",
     ]));
     let before = home.aliases_text();
     let cases: &[(&[&str], &str)] = &[
@@ -252,6 +270,19 @@ fn bad_input_exits_two_and_changes_nothing() {
             "host is not in canonical form; write it lowercase",
         ),
         (&["gh", "--host", "api.github.com:443"], "invalid --host #1"),
+        // `--env` (issue 16): the grammar, names `mint run` sets, one placeholder a variable.
+        (
+            &["gh", "--host", "api.github.com", "--env", "GH-TOKEN"],
+            "invalid --env #1",
+        ),
+        (
+            &["gh", "--host", "api.github.com", "--env", "ssl_cert_file"],
+            "E056: `mint run` sets `ssl_cert_file` itself",
+        ),
+        (
+            &["gh", "--host", "api.github.com", "--env", "GH_TOKEN"],
+            "E057: `GH_TOKEN` is already set for alias `github`",
+        ),
         (&["gh", "--host", "https://api.github.com"], "no scheme"),
         (
             &["gh", "--host", "api.github.com", "--host", "a..b"],

@@ -199,6 +199,7 @@ fn canary_never_leaves_the_library() {
             body: Vec::new(),
             source: None,
             description: None,
+            env: Vec::new(),
             secret_stdin: true,
         },
         SecretInput::Stream(&mut reader),

@@ -12,7 +12,7 @@ use serde::{Serialize, Serializer};
 
 use crate::body::{JsonPointer, MAX_POINTERS};
 use crate::diagnostic::{Code, Diagnostic, Findings, Pos, Severity};
-use crate::fields::{EntryKey, MapReader, Sink, entry_key, join, string};
+use crate::fields::{EntryKey, MapReader, Sink, entry_key, item_path, join, list, string};
 use crate::host::HostPattern;
 use crate::policy::{host_pattern_problem, is_alias_name};
 use crate::site::{Site, SiteSet};
@@ -37,6 +37,10 @@ pub struct Alias {
     pub body: Vec<JsonPointer>,
     /// Where the broker reads the value.
     pub source: SecretSource,
+    /// Environment variables `mint run` sets to this alias's placeholder, for SDKs and CLIs that
+    /// read their key from the environment.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
     /// Where the declaration starts in the file.
     #[serde(skip)]
     pub pos: Pos,
@@ -143,6 +147,9 @@ impl AliasFile {
                 .collect();
             out.push_str(&format!("    sites: [{}]\n", sites.join(", ")));
             out.push_str(&format!("    source: {}\n", q(&alias.source.to_string())));
+            if !alias.env.is_empty() {
+                out.push_str(&format!("    env: [{}]\n", alias.env.join(", ")));
+            }
         }
         out
     }
@@ -171,7 +178,47 @@ impl AliasesLoad {
 }
 
 pub(crate) const TOP_FIELDS: &[&str] = &["aliases"];
-const ALIAS_FIELDS: &[&str] = &["name", "description", "hosts", "sites", "source"];
+const ALIAS_FIELDS: &[&str] = &["name", "description", "hosts", "sites", "source", "env"];
+
+/// The variables `mint run` sets itself (proxy and CA settings, in the order it sets them) and
+/// removes (`ALL_PROXY`): an alias's `env` may not name them, in any case.
+pub const RESERVED_ENV_NAMES: &[&str] = &[
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "GIT_SSL_CAINFO",
+    "AWS_CA_BUNDLE",
+    "PIP_CERT",
+    "NODE_EXTRA_CA_CERTS",
+    "DENO_CERT",
+];
+
+/// Whether `name` is an environment variable name an alias may declare: `[A-Za-z_][A-Za-z0-9_]*`,
+/// at most 128 characters (what shells, systemd and container runtimes all accept).
+pub fn is_env_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    let first_ok = bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_');
+    first_ok && name.len() <= 128 && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// Whether `name` is reserved: a variable `mint run` sets or removes itself, whatever its case,
+/// or a `MINT_` variable, which configures Mint.
+pub fn is_reserved_env_name(name: &str) -> bool {
+    RESERVED_ENV_NAMES
+        .iter()
+        .any(|reserved| reserved.eq_ignore_ascii_case(name))
+        || name.to_ascii_uppercase().starts_with("MINT_")
+}
 
 /// Loads and validates an alias file. `origin` names the file in rendered messages.
 pub fn load_aliases(bytes: &[u8], origin: &str) -> AliasesLoad {
@@ -215,8 +262,9 @@ fn read_file(root: &Node, sink: &mut Sink<'_>) -> Option<AliasFile> {
         Some(node) => match &node.kind {
             NodeKind::Seq(items) => {
                 let mut seen: HashMap<String, Pos> = HashMap::new();
+                let mut env_seen = HashMap::new();
                 for (i, item) in items.iter().enumerate() {
-                    if let Some(alias) = read_alias(item, i, &mut seen, sink) {
+                    if let Some(alias) = read_alias(item, i, &mut seen, &mut env_seen, sink) {
                         aliases.push(alias);
                     }
                 }
@@ -250,6 +298,7 @@ fn read_alias(
     node: &Node,
     index: usize,
     seen: &mut HashMap<String, Pos>,
+    env_seen: &mut HashMap<String, String>,
     outer: &mut Sink<'_>,
 ) -> Option<Alias> {
     let base = format!("aliases[{index}]");
@@ -413,6 +462,11 @@ fn read_alias(
         }
     }
 
+    let env = map
+        .take("env")
+        .map(|n| read_env(n, &join(&prefix, "env"), env_seen, sink))
+        .unwrap_or_default();
+
     map.finish(ALIAS_FIELDS, sink);
     Some(Alias {
         name: name?,
@@ -421,6 +475,7 @@ fn read_alias(
         sites,
         body,
         source: source?,
+        env,
         pos: node.pos(),
     })
 }
@@ -500,6 +555,57 @@ fn read_body_site(
         }
     }
     named
+}
+
+/// Reads `env`: a name or a list of names, each in the variable grammar, not reserved, and not
+/// declared before in this file (`seen` maps each name to its alias).
+fn read_env(
+    node: &Node,
+    path: &str,
+    seen: &mut HashMap<String, String>,
+    sink: &mut Sink<'_>,
+) -> Vec<String> {
+    let mut names = Vec::new();
+    let owner = sink.subject.clone().unwrap_or_default();
+    for (i, item) in list(node) {
+        let item_path = item_path(path, i, node);
+        let Some(text) = string(item, &item_path, sink) else {
+            continue;
+        };
+        if !is_env_name(text) {
+            sink.error(
+                Code::InvalidEnvName,
+                item,
+                &item_path,
+                "an environment variable name is 1-128 characters of A-Z, a-z, 0-9 and `_`, not \
+                 starting with a digit, such as `GITHUB_TOKEN`",
+            );
+        } else if is_reserved_env_name(text) {
+            sink.error(
+                Code::ReservedEnvName,
+                item,
+                &item_path,
+                format!(
+                    "`mint run` sets `{text}` itself (proxy, CA and `MINT_` variables are \
+                     reserved); name the variable the client reads its key from instead"
+                ),
+            );
+        } else if let Some(other) = seen.get(text) {
+            let message = if *other == owner {
+                format!("`{text}` is listed twice; remove one")
+            } else {
+                format!(
+                    "`{text}` is already set for alias `{other}`; a variable can hold only one \
+                     placeholder"
+                )
+            };
+            sink.error(Code::DuplicateEnvName, item, &item_path, message);
+        } else {
+            seen.insert(text.to_owned(), owner.clone());
+            names.push(text.to_owned());
+        }
+    }
+    names
 }
 
 fn serialize_patterns<S: Serializer>(

@@ -134,6 +134,12 @@ codes! {
     BodySiteWithoutPointers = "E052", "body site without pointers";
     /// A `body` pointer that is not a JSON Pointer (RFC 6901), or too many of them.
     InvalidJsonPointer = "E053", "invalid JSON Pointer";
+    /// An `env` name outside the variable grammar `[A-Za-z_][A-Za-z0-9_]*`.
+    InvalidEnvName = "E055", "invalid environment variable name";
+    /// An `env` name that `mint run` sets itself (a proxy or CA variable) or that configures Mint.
+    ReservedEnvName = "E056", "reserved environment variable name";
+    /// An `env` name declared twice, in one alias or in two.
+    DuplicateEnvName = "E057", "duplicate environment variable name";
     /// `default: allow`.
     DefaultAllow = "W001", "default allow";
     /// The legacy `call_limits` map.

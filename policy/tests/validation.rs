@@ -682,6 +682,39 @@ fn alias_file_checks() {
         one("  - name: a\n    hosts: [a.example.com]\n    secret: x\n"),
         vec!["E010"]
     );
+    // `env` (issue 16): names for `mint run`, in the variable grammar, not its own, never twice.
+    assert_eq!(
+        one("  - name: a\n    hosts: [a.example.com]\n    env: [GITHUB_TOKEN, GH_TOKEN]\n"),
+        Vec::<&str>::new()
+    );
+    assert_eq!(
+        one("  - name: a\n    hosts: [a.example.com]\n    env: GITHUB_TOKEN\n"),
+        Vec::<&str>::new()
+    );
+    assert_eq!(
+        one("  - name: a\n    hosts: [a.example.com]\n    env: [1TOKEN, 'GH-TOKEN', '']\n"),
+        vec!["E055", "E055", "E055"]
+    );
+    assert_eq!(
+        one(
+            "  - name: a\n    hosts: [a.example.com]\n    env: [SSL_CERT_FILE, Https_Proxy, MINT_HOME]\n"
+        ),
+        vec!["E056", "E056", "E056"]
+    );
+    assert_eq!(
+        one("  - name: a\n    hosts: [a.example.com]\n    env: [TOKEN, TOKEN]\n"),
+        vec!["E057"]
+    );
+    assert_eq!(
+        one(
+            "  - name: a\n    hosts: [a.example.com]\n    env: [TOKEN]\n  - name: b\n    hosts: [b.example.com]\n    env: [TOKEN]\n"
+        ),
+        vec!["E057"]
+    );
+    assert_eq!(
+        one("  - name: a\n    hosts: [a.example.com]\n    env: {TOKEN: 1}\n"),
+        vec!["E012"]
+    );
     assert_eq!(alias_codes("aliases: [\n"), vec!["E003"]);
 }
 

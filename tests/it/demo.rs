@@ -1,5 +1,7 @@
 //! `mint demo --once`, run as a user would: it must exit 0 and show the allowed, denied,
-//! redirected, MCP and intercepted-HTTPS cases and the audit trail — and never the demo secret.
+//! redirected, MCP and intercepted-HTTPS cases, the agent side behind `mint run` (curl, and
+//! Python `requests` reading its key from the environment) and the audit trail — and never the
+//! demo secret.
 
 #![allow(clippy::unwrap_used, reason = "tests")]
 
@@ -33,6 +35,9 @@ fn demo_once_shows_every_case_and_exits_zero() {
         "5. An unmodified HTTPS client: CONNECT api.demo.test:",
         "/echo/hello  -> 200 OK (rule demo-read)",
         "Mint signed a certificate for api.demo.test",
+        "6. The agent side: `mint run --agent demo-agent -- CMD`",
+        "   curl -H 'Authorization: Bearer {{mint:demo}}'\n     -> 200, the upstream got the secret",
+        "os.environ['DEMO_API_KEY']})\n     -> 200, the upstream got the secret",
         "Audit trail (mint audit tail):",
     ] {
         assert!(
@@ -50,14 +55,21 @@ fn demo_once_shows_every_case_and_exits_zero() {
         rows[1].contains("deny") && rows[1].contains("no-deletes") && rows[1].contains("denied")
     );
     assert!(rows[2].contains("302"));
-    // The intercepted request: the tunnel (admitted by the rules that could allow a request
-    // inside), the request inside it decided by the same rule, and the tunnel's closing record
-    // if it was written before the tail was read.
+    // The intercepted requests: each tunnel (admitted by the rules that could allow a request
+    // inside) and the request inside it, decided by the same rule. A tunnel's closing record (a
+    // second CONNECT row, without a decision) appears if it was written before the tail was
+    // read; those are left out.
     let tunneled: Vec<&str> = stdout
         .lines()
         .filter(|line| line.contains("demo-agent") && line.contains("api.demo.test:"))
+        .filter(|line| !(line.contains("CONNECT") && !line.contains("allow")))
         .collect();
-    assert!((2..=3).contains(&tunneled.len()), "{stdout}");
+    // Step 5's tunnel and request, then one of each for the two clients `mint run` ran.
+    assert_eq!(tunneled.len(), 6, "{stdout}");
+    assert!(
+        tunneled[5].contains("/echo/agent") && tunneled[5].contains("demo-read"),
+        "{stdout}"
+    );
     assert!(
         tunneled[0].contains("CONNECT")
             && tunneled[0].contains("allow")

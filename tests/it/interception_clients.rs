@@ -14,7 +14,10 @@
 use std::path::{Path, PathBuf};
 
 use mint_tests::broker::MintHome;
-use mint_tests::interception::{CANARY, HOST, Setup, TlsUpstream, client_command, everything};
+use mint_tests::interception::{
+    CANARY, GIT_CANARY, GIT_HOST, GIT_MAIN, HOST, Setup, TlsUpstream, client_command, everything,
+    git_server,
+};
 use mint_tests::repo_root;
 
 /// `path`, which `.ci/run` installs; fails the test with the step to run when it is missing.
@@ -102,46 +105,6 @@ fn issue_15_node_undici_env_http_proxy_agent_configured_by_its_environment_alone
     assert_eq!(setup.broker.outcome_of(id)["outcome"], "completed");
     assert_eq!(setup.records_with_reason("tunnel_opened").len(), 2);
     setup.assert_no_canary(&printed);
-}
-
-/// The secret of the alias `git` (the git server's token).
-const GIT_CANARY: &str = "canary-git-Rk7Vn2Qx9Lw4Tz6Hs3";
-/// The git server's name, pinned to `127.0.0.1`.
-const GIT_HOST: &str = "git.example.test";
-const MAIN: &str = "8f3c2b1a9d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a";
-
-/// One pkt-line: four hex digits of length (themselves included), then `text`.
-fn pkt_line(text: &str) -> String {
-    format!("{:04x}{text}", text.len() + 4)
-}
-
-/// What a smart-HTTP git server answers to `GET /repo.git/info/refs?service=git-upload-pack`
-/// when the request carries `Authorization: Bearer GIT_CANARY` (the protocol-v0 ref
-/// advertisement of a repository with one branch), and a `401` otherwise.
-fn git_server(head: &str) -> Vec<u8> {
-    let authorized = mint_tests::broker::request_header(head.as_bytes(), "authorization")
-        .is_some_and(|value| value == format!("Bearer {GIT_CANARY}"));
-    let first_line = head.lines().next().unwrap_or_default();
-    if !authorized {
-        return b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec();
-    }
-    if first_line != "GET /repo.git/info/refs?service=git-upload-pack HTTP/1.1" {
-        return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-            .to_vec();
-    }
-    let body = format!(
-        "{}0000{}{}0000",
-        pkt_line("# service=git-upload-pack\n"),
-        pkt_line(&format!(
-            "{MAIN} HEAD\0multi_ack side-band-64k ofs-delta symref=HEAD:refs/heads/main\n"
-        )),
-        pkt_line(&format!("{MAIN} refs/heads/main\n")),
-    );
-    format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: application/x-git-upload-pack-advertisement\r\nCache-Control: no-cache\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .into_bytes()
 }
 
 /// `git ls-remote URL` with the credential as a placeholder in `http.extraHeader`, no
@@ -243,7 +206,7 @@ fn issue_15_git_ls_remote_through_an_intercepted_tunnel() {
     assert!(output.status.success(), "{printed}");
     assert_eq!(
         String::from_utf8_lossy(&output.stdout),
-        format!("{MAIN}\tHEAD\n{MAIN}\trefs/heads/main\n"),
+        format!("{GIT_MAIN}\tHEAD\n{GIT_MAIN}\trefs/heads/main\n"),
         "{printed}"
     );
     let requests = upstream.requests();

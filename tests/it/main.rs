@@ -10,6 +10,7 @@ mod interception;
 mod interception_clients;
 mod interception_tunnel;
 mod local_files;
+mod mint_run;
 mod policy_findings;
 mod proxy;
 mod proxy_attacks;

@@ -363,6 +363,9 @@ enum Way {
     /// `https://mcp.example.test:PORT/mcp` with only `HTTPS_PROXY=http://agent:CAP@MINT` and
     /// `SSL_CERT_FILE=<Mint's CA>`: a `CONNECT` tunnel Mint intercepts.
     Intercepted,
+    /// The same URL with the client run by `mint run` (issue 16), over bogus inherited CA and
+    /// proxy variables: the environment `mint run` gives it is all that configures it.
+    MintRun,
 }
 
 /// Runs `tests/python/mcp_http_client.py` against the lab (a `ClientSession` with the initialize
@@ -371,17 +374,35 @@ enum Way {
 #[track_caller]
 fn run_mcp_session(python: &Path, mode: ServerMode, way: Way) {
     let host = match way {
-        Way::Intercepted => MCP_HOST,
+        Way::Intercepted | Way::MintRun => MCP_HOST,
         Way::Route | Way::Forward => "127.0.0.1",
     };
     let lab = McpLab::start_on(python, mode, host);
     let port = lab.server.port;
     let scheme = if mode.tls { "https" } else { "http" };
-    let mut command = python_command(python);
+    let mut command = if let Way::MintRun = way {
+        let mut command = lab.home.mint();
+        command
+            .envs(mint_tests::interception::INHERITED.iter().copied())
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .args(["run", "--agent", "mino", "--proxy", &lab.broker.base, "--"])
+            .arg(python);
+        command
+    } else {
+        python_command(python)
+    };
     command.arg(script("mcp_http_client.py"));
     match way {
         Way::Route | Way::Forward => {
             command.env("MINT_CAPABILITY", &lab.cap);
+        }
+        Way::MintRun => {
+            assert!(mode.tls, "an intercepted tunnel goes to an https server");
+            command.args([
+                "--url",
+                &format!("https://{MCP_HOST}:{port}/mcp"),
+                "--trust-env",
+            ]);
         }
         Way::Intercepted => {
             // The machine's CA variables must not decide what the client trusts.
@@ -405,6 +426,8 @@ fn run_mcp_session(python: &Path, mode: ServerMode, way: Way) {
                 &lab.broker.base,
             ]);
         }
+        // Its arguments were given above.
+        Way::MintRun => {}
         Way::Intercepted => {
             assert!(mode.tls, "an intercepted tunnel goes to an https server");
             command
@@ -560,7 +583,7 @@ fn run_mcp_session(python: &Path, mode: ServerMode, way: Way) {
         .filter(|r| r["method"] == "CONNECT")
         .collect();
     match way {
-        Way::Intercepted => {
+        Way::Intercepted | Way::MintRun => {
             assert!(!connects.is_empty(), "{decisions:?}");
             for record in &connects {
                 assert_eq!(record["decision"], "allow", "{record}");
@@ -654,6 +677,21 @@ fn issue_15_mcp_sdk_through_an_intercepted_tunnel_with_sse_responses() {
             json_response: false,
         },
         Way::Intercepted,
+    );
+}
+
+/// The SDK client run by `mint run` (issue 16) toward the HTTPS server's own URL: nothing but the
+/// environment `mint run` sets configures it (proxy, bundle), over bogus inherited values.
+#[test]
+fn issue_16_mcp_sdk_run_by_mint_run_with_sse_responses() {
+    let Some(python) = python() else { return };
+    run_mcp_session(
+        &python,
+        ServerMode {
+            tls: true,
+            json_response: false,
+        },
+        Way::MintRun,
     );
 }
 

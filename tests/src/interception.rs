@@ -74,6 +74,9 @@ pub struct SetupConfig<'a> {
     /// before the start: it permits the two bound hosts (`api.example.test`,
     /// `elsewhere.example.test`) only.
     pub name_constrained: bool,
+    /// Extra fields of the alias `echo` (lines indented by four spaces, such as
+    /// `    env: [GITHUB_TOKEN]\n`).
+    pub echo_alias: &'a str,
 }
 
 // === impl Setup ===
@@ -110,7 +113,8 @@ impl Setup {
         );
         // `elsewhere` is bound to a host no tunnel here goes to.
         let aliases = format!(
-            "aliases:\n  - name: echo\n    hosts: [{HOST}]\n    source: file:$SECRETS/echo\n  - name: elsewhere\n    hosts: [elsewhere.example.test]\n    source: file:$SECRETS/elsewhere\n"
+            "aliases:\n  - name: echo\n    hosts: [{HOST}]\n    source: file:$SECRETS/echo\n{}  - name: elsewhere\n    hosts: [elsewhere.example.test]\n    source: file:$SECRETS/elsewhere\n",
+            config.echo_alias
         );
         let home = MintHome::new(
             &policy,
@@ -158,6 +162,35 @@ impl Setup {
     /// `https://HOST:PORT{path}` on the upstream.
     pub fn url(&self, path: &str) -> String {
         format!("https://{HOST}:{}{path}", self.port())
+    }
+
+    /// `mint run --agent mino --proxy BROKER ARGS... --` in this home, run the way an operator's
+    /// shell would: with every CA and proxy variable of [`INHERITED`] set to a bogus value that
+    /// `mint run` must overwrite (or remove). Add the command.
+    pub fn mint_run(&self, args: &[&str]) -> Command {
+        let mut command = self.home.mint();
+        command.envs(INHERITED.iter().copied());
+        command
+            .args(["run", "--agent", "mino", "--proxy", &self.broker.base])
+            .args(args)
+            .arg("--");
+        command
+    }
+
+    /// The capabilities `mint cap list --json` shows besides the set-up's own: those `mint run`
+    /// and `mint env` issued.
+    #[track_caller]
+    pub fn issued_capabilities(&self) -> Vec<serde_json::Value> {
+        let output = self
+            .home
+            .mint()
+            .args(["cap", "list", "--json"])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", everything(&output));
+        let own = crate::broker::capability_id(&self.cap);
+        let list: Vec<serde_json::Value> = serde_json::from_slice(&output.stdout).unwrap();
+        list.into_iter().filter(|c| c["id"] != own).collect()
     }
 
     /// Neither canary in `seen` (what the agent received), the audit log or Mint's stderr.
@@ -311,6 +344,65 @@ impl Drop for TlsUpstream {
         }
     }
 }
+
+/// The secret of the alias `git` (the git server's token).
+pub const GIT_CANARY: &str = "canary-git-Rk7Vn2Qx9Lw4Tz6Hs3";
+/// The git server's name, pinned to `127.0.0.1`.
+pub const GIT_HOST: &str = "git.example.test";
+/// The one commit of the git server's repository.
+pub const GIT_MAIN: &str = "8f3c2b1a9d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a";
+
+/// One pkt-line: four hex digits of length (themselves included), then `text`.
+pub fn pkt_line(text: &str) -> String {
+    format!("{:04x}{text}", text.len() + 4)
+}
+
+/// What a smart-HTTP git server answers to `GET /repo.git/info/refs?service=git-upload-pack`
+/// when the request carries `Authorization: Bearer GIT_CANARY` (the protocol-v0 ref
+/// advertisement of a repository with one branch), and a `401` otherwise.
+pub fn git_server(head: &str) -> Vec<u8> {
+    let authorized = crate::broker::request_header(head.as_bytes(), "authorization")
+        .is_some_and(|value| value == format!("Bearer {GIT_CANARY}"));
+    let first_line = head.lines().next().unwrap_or_default();
+    if !authorized {
+        return b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec();
+    }
+    if first_line != "GET /repo.git/info/refs?service=git-upload-pack HTTP/1.1" {
+        return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            .to_vec();
+    }
+    let body = format!(
+        "{}0000{}{}0000",
+        pkt_line("# service=git-upload-pack\n"),
+        pkt_line(&format!(
+            "{GIT_MAIN} HEAD\0multi_ack side-band-64k ofs-delta symref=HEAD:refs/heads/main\n"
+        )),
+        pkt_line(&format!("{GIT_MAIN} refs/heads/main\n")),
+    );
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/x-git-upload-pack-advertisement\r\nCache-Control: no-cache\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// What an operator's shell may export that `mint run` must not pass on: CA and proxy variables
+/// naming nothing useful, and a `GITHUB_TOKEN` holding a real-looking key.
+pub const INHERITED: [(&str, &str); 13] = [
+    ("SSL_CERT_FILE", "/nonexistent/inherited-ssl-cert-file.pem"),
+    ("REQUESTS_CA_BUNDLE", "/nonexistent/inherited-requests.pem"),
+    ("CURL_CA_BUNDLE", "/nonexistent/inherited-curl.pem"),
+    ("GIT_SSL_CAINFO", "/nonexistent/inherited-git.pem"),
+    ("NODE_EXTRA_CA_CERTS", "/nonexistent/inherited-node.pem"),
+    ("AWS_CA_BUNDLE", "/nonexistent/inherited-aws.pem"),
+    ("HTTPS_PROXY", "http://127.0.0.1:9/inherited"),
+    ("https_proxy", "http://127.0.0.1:9/inherited"),
+    ("HTTP_PROXY", "http://127.0.0.1:9/inherited"),
+    ("ALL_PROXY", "http://127.0.0.1:9/inherited"),
+    ("NO_PROXY", "*"),
+    ("no_proxy", "*"),
+    ("GITHUB_TOKEN", "ghp_inheritedTokenThatMustNotReachTheAgent"),
+];
 
 /// `env -u VARIABLE... NAME=VALUE... PROGRAM`: `program` run without any CA or proxy variable
 /// of the machine ([`CA_VARIABLES`], [`PROXY_VARIABLES`]), given only `vars`. Add its arguments.

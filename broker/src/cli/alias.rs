@@ -14,7 +14,7 @@ use std::io::{self, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand, ValueEnum};
-use mint_policy::aliases::{Alias, AliasFile, SecretSource, load_aliases};
+use mint_policy::aliases::{Alias, AliasFile, SecretSource, is_env_name, load_aliases};
 use mint_policy::body::{JsonPointer, PointerError};
 use mint_policy::host::{HostPattern, HostPatternError};
 use mint_policy::policy::is_alias_name;
@@ -72,6 +72,10 @@ pub struct AliasAddArgs {
     /// What the credential is (shown to the agent).
     #[arg(long, value_name = "TEXT")]
     pub description: Option<String>,
+    /// An environment variable `mint run` sets to this alias's placeholder, for clients that
+    /// read their key from the environment (`GITHUB_TOKEN`). Repeat for more.
+    #[arg(long = "env", value_name = "NAME")]
+    pub env: Vec<String>,
     /// Read the secret from stdin instead of the terminal (one trailing newline is dropped).
     /// When stdin is itself a terminal, the hidden prompt is used, so nothing is echoed.
     #[arg(long)]
@@ -90,7 +94,7 @@ pub enum SiteArg {
 /// Arguments of `mint alias list`.
 #[derive(Debug, Args)]
 pub struct AliasListArgs {
-    /// Print a JSON array of objects (`name`, `description`, `hosts`, `sites`, `source`,
+    /// Print a JSON array of objects (`name`, `description`, `hosts`, `sites`, `source`, `env`,
     /// `secret`, `problem`).
     #[arg(long)]
     pub json: bool,
@@ -139,6 +143,15 @@ pub enum AliasCommandError {
         index: usize,
         /// What is wrong (never the text, except its canonical spelling).
         problem: HostPatternError,
+    },
+    /// An `--env` is outside the variable grammar.
+    #[error(
+        "invalid --env #{index}: an environment variable name is 1-128 characters of A-Z, a-z, \
+         0-9 and `_`, not starting with a digit, such as `GITHUB_TOKEN`"
+    )]
+    InvalidEnv {
+        /// Which `--env`, from 1.
+        index: usize,
     },
     /// `--source` is not `keyring`, `env:VAR` or `file:/absolute/path`.
     #[error(
@@ -318,7 +331,7 @@ fn add_with(
     out: &mut dyn Write,
     commit: &CommitFn,
 ) -> Result<(), AliasCommandError> {
-    let alias = declaration(
+    let mut alias = declaration(
         args.name,
         &args.hosts,
         &args.sites,
@@ -326,6 +339,7 @@ fn add_with(
         args.source,
         args.description,
     )?;
+    alias.env = env_names(&args.env)?;
     let is_keyring = alias.source == SecretSource::Keyring;
     if args.secret_stdin && !is_keyring {
         return Err(AliasCommandError::StdinWithoutKeyring);
@@ -381,12 +395,17 @@ fn add_with(
     let hosts: Vec<String> = alias.hosts.iter().map(HostPattern::as_text).collect();
     let sites = sites_shown(&alias);
     let mut report = format!(
-        "Added alias `{}` to {}: hosts {}; sites {}; source {}.\n",
+        "Added alias `{}` to {}: hosts {}; sites {}; source {}{}.\n",
         alias.name,
         file.display(),
         hosts.join(", "),
         sites.join(", "),
-        alias.source
+        alias.source,
+        if alias.env.is_empty() {
+            String::new()
+        } else {
+            format!("; env {} (set by `mint run`)", alias.env.join(", "))
+        }
     );
     if is_keyring {
         report.push_str(&format!(
@@ -434,7 +453,7 @@ pub fn list(
             b"No aliases yet; add one with `mint alias add NAME --host HOST`.\n",
         );
     }
-    let table: Vec<[String; 6]> = rows
+    let table: Vec<[String; 7]> = rows
         .iter()
         .map(|r| {
             // Every field printed as the terminal must show it: a description (or a `file:`
@@ -444,13 +463,23 @@ pub fn list(
                 r.hosts.join(","),
                 sites_shown(r.alias).join(","),
                 r.source.clone(),
+                r.env.join(","),
                 r.secret.as_str().to_owned(),
                 r.description.unwrap_or("").to_owned(),
             ]
             .map(|cell| printable(&cell).into_owned())
         })
         .collect();
-    let header = ["NAME", "HOSTS", "SITES", "SOURCE", "SECRET", "DESCRIPTION"].map(String::from);
+    let header = [
+        "NAME",
+        "HOSTS",
+        "SITES",
+        "SOURCE",
+        "ENV",
+        "SECRET",
+        "DESCRIPTION",
+    ]
+    .map(String::from);
     let mut text = render_table(&header, &table);
     for row in &rows {
         if let Some(problem) = &row.problem {
@@ -603,8 +632,24 @@ fn declaration(
         sites,
         body: pointers,
         source,
+        env: Vec::new(),
         pos: Pos::START,
     })
+}
+
+/// The `--env` names, each checked against the variable grammar; the loader then checks that
+/// none is reserved or declared by another alias (E056, E057).
+fn env_names(names: &[String]) -> Result<Vec<String>, AliasCommandError> {
+    let mut checked: Vec<String> = Vec::with_capacity(names.len());
+    for (i, name) in names.iter().enumerate() {
+        if !is_env_name(name) {
+            return Err(AliasCommandError::InvalidEnv { index: i + 1 });
+        }
+        if !checked.contains(name) {
+            checked.push(name.clone());
+        }
+    }
+    Ok(checked)
 }
 
 /// Reads and validates the alias file after checking its permissions.
@@ -738,6 +783,7 @@ struct ListRow<'a> {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     body: Vec<&'a str>,
     source: String,
+    env: &'a [String],
     secret: SecretStatus,
     #[serde(skip)]
     alias: &'a Alias,
@@ -785,6 +831,7 @@ impl<'a> ListRow<'a> {
             sites: alias.sites.iter().map(Site::as_str).collect(),
             body: alias.body.iter().map(JsonPointer::as_str).collect(),
             source: alias.source.to_string(),
+            env: &alias.env,
             secret,
             problem,
             alias,
@@ -866,6 +913,7 @@ mod tests {
             body: Vec::new(),
             source: None,
             description: None,
+            env: Vec::new(),
             secret_stdin: true,
         }
     }

@@ -63,7 +63,7 @@ pub enum CaCommandError {
     },
     /// No system CA bundle was found for `--bundle`.
     #[error(
-        "no system CA bundle found (looked at {}); export without --bundle and add the CA to the client's own store",
+        "no system CA bundle found (looked at {}); add Mint's CA (`mint ca export`) to the client's own store instead",
         SYSTEM_BUNDLES.join(", ")
     )]
     NoSystemBundle,
@@ -88,23 +88,10 @@ pub fn run(command: CaCommand, paths: &Paths, out: &mut dyn Write) -> Result<(),
             let cert = ca_files::cert_pem(paths, now)?;
             let mut text = String::new();
             if bundle {
-                let path = SYSTEM_BUNDLES
-                    .iter()
-                    .map(Path::new)
-                    .find(|path| path.is_file())
-                    .ok_or(CaCommandError::NoSystemBundle)?;
-                let system =
-                    std::fs::read_to_string(path).map_err(|e| CaCommandError::SystemBundle {
-                        path: path.to_path_buf(),
-                        kind: e.kind(),
-                    })?;
-                text.push_str(&system);
-                if !text.ends_with('\n') {
-                    text.push('\n');
-                }
-                text.push_str("# Mint interception CA\n");
+                text = bundle_text(&cert)?;
+            } else {
+                text.push_str(&cert);
             }
-            text.push_str(&cert);
             out.write_all(text.as_bytes())
                 .and_then(|()| out.flush())
                 .map_err(CaCommandError::Output)
@@ -150,6 +137,26 @@ pub fn run(command: CaCommand, paths: &Paths, out: &mut dyn Write) -> Result<(),
                 .map_err(CaCommandError::Output)
         }
     }
+}
+
+/// The system's CA bundle followed by `cert` (Mint's CA, PEM): what `mint ca export --bundle`
+/// prints and `mint run` and `mint env` write for the variables that replace a client's roots.
+pub fn bundle_text(cert: &str) -> Result<String, CaCommandError> {
+    let path = SYSTEM_BUNDLES
+        .iter()
+        .map(Path::new)
+        .find(|path| path.is_file())
+        .ok_or(CaCommandError::NoSystemBundle)?;
+    let mut text = std::fs::read_to_string(path).map_err(|e| CaCommandError::SystemBundle {
+        path: path.to_path_buf(),
+        kind: e.kind(),
+    })?;
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str("# Mint interception CA\n");
+    text.push_str(cert);
+    Ok(text)
 }
 
 /// Where Linux distributions and macOS keep the system's CA bundle (Debian and Ubuntu, Fedora and

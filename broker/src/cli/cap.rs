@@ -19,7 +19,8 @@ use secrecy::ExposeSecret;
 use serde::Serialize;
 
 use crate::capability::{
-    Capability, CapabilityFile, CapabilityFileError, IssueRequest, TOKEN_PREFIX, format_time,
+    Capability, CapabilityFile, CapabilityFileError, IssueRequest, IssuedToken, TOKEN_PREFIX,
+    format_time,
 };
 use crate::cli::alias::AliasCommandError;
 use crate::config::env::Paths;
@@ -154,6 +155,55 @@ pub fn issue(
     out: &mut dyn Write,
     notes: &mut dyn Write,
 ) -> Result<(), CapCommandError> {
+    let issued = issue_capability(paths, args, now)?;
+    let mut line = zeroize::Zeroizing::new(String::with_capacity(128));
+    // EXPOSE: the token is printed exactly once, here; it is never stored or logged.
+    line.push_str(issued.token.as_secret().expose_secret());
+    line.push('\n');
+    out.write_all(line.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(CapCommandError::Output)?;
+    let Issued {
+        id,
+        agent,
+        expires,
+        aliases,
+        ..
+    } = issued;
+    let note = format!(
+        "Issued capability {id} for agent `{agent}`, expires {expires}, aliases: {aliases}.\n\
+         The token above is shown once; Mint keeps only its SHA-256. Send it as the \
+         `Mint-Capability` header. Revoke it with `mint cap revoke {id}`.\n"
+    );
+    // The token is out; a failure to print the note must not hide that.
+    let _ = notes
+        .write_all(note.as_bytes())
+        .and_then(|()| notes.flush());
+    Ok(())
+}
+
+/// A capability just issued: its token (never printed by this type) and what was issued.
+#[derive(Debug)]
+pub struct Issued {
+    /// The token, to hand over once.
+    pub token: IssuedToken,
+    /// The capability's id (public: `mint cap revoke ID`).
+    pub id: String,
+    /// The agent.
+    pub agent: String,
+    /// When it expires (RFC 3339).
+    pub expires: String,
+    /// Its alias narrowing, `*` for none.
+    pub aliases: String,
+}
+
+/// Checks the arguments of `mint cap issue`, then issues the capability and saves the file
+/// (under its lock). Shared by `mint cap issue`, `mint run` and `mint env`.
+pub fn issue_capability(
+    paths: &Paths,
+    args: CapIssueArgs,
+    now: SystemTime,
+) -> Result<Issued, CapCommandError> {
     let agent = AgentName::new(args.agent).map_err(|_| CapCommandError::InvalidAgent)?;
     let ttl = parse_duration(&args.ttl).ok_or_else(|| CapCommandError::InvalidTtl {
         ttl: args.ttl.chars().take(32).collect(),
@@ -181,28 +231,16 @@ pub fn issue(
         aliases: args.aliases,
     };
     let (token, capability) = file.issue(request, now)?;
-    let summary = summary(capability);
+    let (id, agent, expires, aliases) = summary(capability);
     file.save(path)?;
-    tracing::debug!(capability = %summary.0, agent = %summary.1, "Capability issued");
-
-    let mut line = zeroize::Zeroizing::new(String::with_capacity(128));
-    // EXPOSE: the token is printed exactly once, here; it is never stored or logged.
-    line.push_str(token.as_secret().expose_secret());
-    line.push('\n');
-    out.write_all(line.as_bytes())
-        .and_then(|()| out.flush())
-        .map_err(CapCommandError::Output)?;
-    let (id, agent, expires, aliases) = summary;
-    let note = format!(
-        "Issued capability {id} for agent `{agent}`, expires {expires}, aliases: {aliases}.\n\
-         The token above is shown once; Mint keeps only its SHA-256. Send it as the \
-         `Mint-Capability` header. Revoke it with `mint cap revoke {id}`.\n"
-    );
-    // The token is out; a failure to print the note must not hide that.
-    let _ = notes
-        .write_all(note.as_bytes())
-        .and_then(|()| notes.flush());
-    Ok(())
+    tracing::debug!(capability = %id, agent = %agent, "Capability issued");
+    Ok(Issued {
+        token,
+        id,
+        agent,
+        expires,
+        aliases,
+    })
 }
 
 /// `mint cap list`.
@@ -259,17 +297,7 @@ pub fn revoke(path: &Path, id: &str, out: &mut dyn Write) -> Result<(), CapComma
             problem: Box::new(problem),
         },
     };
-    let revoked = (|| {
-        load(path)?;
-        let _lock = DirLock::for_file(path).map_err(CapabilityFileError::from)?;
-        let mut file = load(path)?;
-        let was_live = file.revoke(id)?;
-        if was_live {
-            file.save(path)?;
-        }
-        Ok(was_live)
-    })()
-    .map_err(not_revoked)?;
+    let revoked = revoke_capability(path, id).map_err(not_revoked)?;
     let text = if revoked {
         tracing::debug!(capability = %id, "Capability revoked");
         format!(
@@ -283,6 +311,19 @@ pub fn revoke(path: &Path, id: &str, out: &mut dyn Write) -> Result<(), CapComma
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
         .map_err(CapCommandError::Output)
+}
+
+/// Revokes capability `id` in the file at `path` (under its lock). Returns whether it was live
+/// until now. Shared by `mint cap revoke` and `mint run`.
+pub fn revoke_capability(path: &Path, id: &str) -> Result<bool, CapCommandError> {
+    load(path)?;
+    let _lock = DirLock::for_file(path).map_err(CapabilityFileError::from)?;
+    let mut file = load(path)?;
+    let was_live = file.revoke(id)?;
+    if was_live {
+        file.save(path)?;
+    }
+    Ok(was_live)
 }
 
 fn load(path: &Path) -> Result<CapabilityFile, CapCommandError> {

@@ -56,6 +56,10 @@ pub const MINT_CA_CERT: &str = "MINT_CA_CERT";
 /// The interception CA's private key (PEM, 0600); `$MINT_HOME/ca.key` when unset.
 pub const MINT_CA_KEY: &str = "MINT_CA_KEY";
 
+/// Where `mint run` and `mint env` find the broker (`http://HOST:PORT`), overridden by `--proxy`;
+/// `http://` and [`DEFAULT_LISTEN`] when unset.
+pub const MINT_PROXY_URL: &str = "MINT_PROXY_URL";
+
 /// The proxy's listen address when neither `--listen` nor [`MINT_LISTEN`] is given: loopback only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8700";
 

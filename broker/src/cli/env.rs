@@ -1,0 +1,209 @@
+//! `mint env [--agent NAME] [--alias A]... [--ttl D] [--proxy URL] [--shell sh|fish]`: prints the
+//! settings of `mint run` as lines for a shell (`eval "$(mint env)"`), a container or a systemd
+//! unit, with a capability it issues for them.
+//!
+//! The token appears once, inside the proxy URL of the printed lines, and nowhere else: what was
+//! issued goes to stderr without it. Nothing revokes this capability when the shell ends: its TTL
+//! does, or `mint cap revoke ID`. The bundle is written to `$MINT_HOME/ca-bundle.pem` (0644,
+//! replaced atomically each time); the CA variables name the CA certificate itself. The broker
+//! need not be running: these lines may be written before it starts. When one answers at the
+//! proxy URL, `mint env` waits (at most 3 s) until it accepts the new capability, so the lines
+//! work as soon as they are printed.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use clap::{Args, ValueEnum};
+
+use crate::cli::agent_env::{
+    AgentEnvError, AgentVariables, DEFAULT_AGENT, ProxyTarget, write_bundle,
+};
+use crate::cli::alias::declared_aliases;
+use crate::cli::cap::{CapIssueArgs, issue_capability};
+use crate::config::ca_files;
+use crate::config::env::Paths;
+
+/// Arguments of `mint env`.
+#[derive(Debug, Args)]
+pub struct EnvArgs {
+    /// The agent's name in the capability (the principal policy rules match).
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_AGENT)]
+    pub agent: String,
+    /// Limit the capability to this alias (and print only its `env` variables). Repeat for more.
+    #[arg(long = "alias", value_name = "ALIAS")]
+    pub aliases: Vec<String>,
+    /// How long the capability lives: s, m, h or d. Nothing revokes it earlier but `mint cap
+    /// revoke`.
+    #[arg(long, value_name = "TTL", default_value = "24h")]
+    pub ttl: String,
+    /// The broker's address [default: MINT_PROXY_URL, else http://127.0.0.1:8700].
+    #[arg(long, value_name = "URL")]
+    pub proxy: Option<String>,
+    /// The syntax of the lines: `sh` (`export NAME='VALUE'`, also bash and zsh), `fish`, or
+    /// `env` (`NAME=VALUE`, for `docker run --env-file` and systemd's `EnvironmentFile=`).
+    #[arg(long, value_name = "SHELL", value_enum, default_value_t = Shell::Sh)]
+    pub shell: Shell,
+}
+
+/// The syntax `mint env` prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Shell {
+    /// POSIX shells: `export NAME='VALUE'`.
+    Sh,
+    /// fish: `set -gx NAME 'VALUE'`.
+    Fish,
+    /// Plain `NAME=VALUE` lines, unquoted.
+    Env,
+}
+
+/// How long `mint env` waits for a running broker to accept the capability.
+const ACCEPT_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The file `mint env` writes the bundle to, in the Mint home.
+pub const BUNDLE_FILE: &str = "ca-bundle.pem";
+
+/// Why `mint env` printed nothing.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EnvError {
+    /// The capability, the CA, the alias file or the bundle.
+    #[error(transparent)]
+    Setup(Box<AgentEnvError>),
+    /// A path holds a character the chosen syntax cannot carry.
+    #[error("the path `{}` holds a newline or a quote; it cannot be written as an `env` line", path.display())]
+    Unprintable {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The lines could not be written (the capability was revoked again).
+    #[error("cannot write the output (the capability issued for it was revoked)")]
+    Output(#[source] std::io::Error),
+}
+
+impl From<AgentEnvError> for EnvError {
+    fn from(error: AgentEnvError) -> Self {
+        EnvError::Setup(Box::new(error))
+    }
+}
+
+/// Issues the capability and prints the lines to `out`; what was issued goes to `notes`.
+pub fn run(
+    args: EnvArgs,
+    paths: &Paths,
+    out: &mut dyn Write,
+    notes: &mut dyn Write,
+) -> Result<(), EnvError> {
+    let target = ProxyTarget::resolve(args.proxy.as_deref())?;
+    let cert = ca_files::cert_pem(paths, SystemTime::now()).map_err(AgentEnvError::from)?;
+    let aliases = declared_aliases(&paths.aliases).map_err(AgentEnvError::from)?;
+    let bundle = absolute(&paths.home.join(BUNDLE_FILE));
+    let ca = absolute(&paths.ca_cert);
+    if args.shell == Shell::Env {
+        for path in [&bundle, &ca] {
+            if path.to_string_lossy().contains(['\n', '\r', '"', '\'']) {
+                return Err(EnvError::Unprintable { path: path.clone() });
+            }
+        }
+    }
+    write_bundle(&bundle, &cert)?;
+
+    let issued = issue_capability(
+        paths,
+        CapIssueArgs {
+            agent: args.agent,
+            ttl: args.ttl,
+            aliases: args.aliases.clone(),
+        },
+        SystemTime::now(),
+    )
+    .map_err(AgentEnvError::from)?;
+    // A broker that runs already gets to see the capability before the lines are used (it looks
+    // at the file every 250 ms); none running is fine: the lines may be meant for later.
+    let mut warning = None;
+    if target.check_broker().is_ok() {
+        let deadline = std::time::Instant::now() + ACCEPT_WAIT;
+        while !target.accepts(&issued.token).unwrap_or(true) {
+            if std::time::Instant::now() > deadline {
+                warning = Some(format!(
+                    "warning: the broker at {} does not accept this capability: it serves another \
+                     MINT_HOME\n",
+                    target.url
+                ));
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+    let url = target.url_for(&issued.agent, &issued.token);
+    let vars = AgentVariables::new(&url, &bundle, &ca, &aliases, &args.aliases);
+    let mut text = zeroize::Zeroizing::new(String::with_capacity(2048));
+    text.push_str(&format!(
+        "# Mint: agent `{}`, capability {} (expires {}); revoke: mint cap revoke {}\n",
+        issued.agent, issued.id, issued.expires, issued.id
+    ));
+    if args.shell != Shell::Env {
+        for name in vars.removed() {
+            text.push_str(&match args.shell {
+                Shell::Fish => format!("set -e {name}\n"),
+                Shell::Sh | Shell::Env => format!("unset {name}\n"),
+            });
+        }
+    }
+    for (name, value) in vars.iter() {
+        text.push_str(&line(args.shell, name, value));
+    }
+    let written = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+    if let Err(error) = written {
+        // Nobody got the token: take the capability back.
+        let _ = crate::cli::cap::revoke_capability(&paths.capabilities, &issued.id);
+        return Err(EnvError::Output(error));
+    }
+    let note = format!(
+        "Issued capability {} for agent `{}`, expires {}, aliases: {}. The token in the proxy \
+         URL above is shown once; revoke it with `mint cap revoke {}`. Bundle: {}.\n",
+        issued.id,
+        issued.agent,
+        issued.expires,
+        issued.aliases,
+        issued.id,
+        bundle.display()
+    );
+    let _ = notes.write_all(note.as_bytes());
+    if let Some(warning) = warning {
+        let _ = notes.write_all(warning.as_bytes());
+    }
+    Ok(())
+}
+
+/// One assignment in `shell`'s syntax.
+fn line(shell: Shell, name: &str, value: &str) -> String {
+    match shell {
+        Shell::Sh => format!("export {name}='{}'\n", value.replace('\'', "'\\''")),
+        Shell::Fish => format!(
+            "set -gx {name} '{}'\n",
+            value.replace('\\', "\\\\").replace('\'', "\\'")
+        ),
+        Shell::Env => format!("{name}={value}\n"),
+    }
+}
+
+/// `path` made absolute against the working directory, so the lines work from anywhere.
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_quote_for_their_shell() {
+        assert_eq!(line(Shell::Sh, "A", "it's"), "export A='it'\\''s'\n");
+        assert_eq!(
+            line(Shell::Fish, "A", "it's \\"),
+            "set -gx A 'it\\'s \\\\'\n"
+        );
+        assert_eq!(line(Shell::Env, "A", "{{mint:x}}"), "A={{mint:x}}\n");
+    }
+}

@@ -1,0 +1,604 @@
+//! `mint run` and `mint env` (issue 16): unmodified clients configured by nothing but the
+//! environment `mint run` gives them (curl, Python `requests` and `httpx2` reading their key from
+//! `GITHUB_TOKEN`, Node's undici, git against a smart-HTTP server over TLS; the MCP Python SDK is
+//! in proxy_mcp.rs) reach a `--resolve`-pinned upstream through an intercepted tunnel, with the
+//! real secret there and a scrubbed answer here. `mint run` itself runs with bogus inherited CA
+//! and proxy variables and a `GITHUB_TOKEN` of its own, which it must overwrite. The capability
+//! is revoked however the child ends, the exit status is passed through, signals are forwarded,
+//! and the token never shows in a process's arguments, Mint's output or logs, or the audit log.
+
+#![allow(clippy::unwrap_used, clippy::panic, reason = "tests")]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mint_tests::broker::{MintHome, request_header};
+use mint_tests::interception::{
+    CANARY, GIT_CANARY, GIT_HOST, GIT_MAIN, INHERITED, Setup, SetupConfig, TlsUpstream, everything,
+    git_server,
+};
+use mint_tests::repo_root;
+
+/// A set-up whose alias `echo` declares `env: [GITHUB_TOKEN, GH_TOKEN]`.
+fn setup() -> Setup {
+    Setup::start_with(SetupConfig {
+        echo_alias: "    env: [GITHUB_TOKEN, GH_TOKEN]\n",
+        ..SetupConfig::default()
+    })
+}
+
+/// The token in a proxy URL `http://AGENT:TOKEN@HOST:PORT`.
+fn token_of(proxy_url: &str) -> String {
+    let userinfo = proxy_url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.split_once('@'))
+        .unwrap()
+        .0;
+    userinfo.split_once(':').unwrap().1.to_owned()
+}
+
+/// The one capability `mint run` issued: asserts it is revoked, and that its agent is `mino`.
+#[track_caller]
+fn assert_revoked(setup: &Setup, count: usize) {
+    let issued = setup.issued_capabilities();
+    assert_eq!(issued.len(), count, "{issued:?}");
+    for capability in issued {
+        assert_eq!(capability["revoked"], true, "{capability}");
+        assert_eq!(capability["agent"], "mino", "{capability}");
+    }
+}
+
+/// The echo upstream's answer says the request carried `Authorization: Bearer [mint:redacted]`
+/// (it echoes what it got, the canary, which Mint scrubbed on the way back).
+#[track_caller]
+fn assert_scrubbed_echo(body: &str) {
+    let body: serde_json::Value = serde_json::from_str(body).unwrap_or_else(|_| panic!("{body}"));
+    assert!(
+        body["headers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|pair| pair[0] == "authorization" && pair[1] == "Bearer [mint:redacted]"),
+        "{body}"
+    );
+}
+
+/// The last request the echo upstream got carried the canary.
+#[track_caller]
+fn assert_upstream_got_the_secret(setup: &Setup) {
+    let requests = setup.peer.server.requests();
+    let seen = requests.last().unwrap();
+    assert_eq!(
+        seen.header("authorization"),
+        Some(format!("Bearer {CANARY}").as_str())
+    );
+    assert!(seen.header_names_starting_with("proxy-").is_empty());
+}
+
+#[test]
+fn issue_16_mint_run_curl_reaches_the_upstream_and_the_capability_is_revoked() {
+    let setup = setup();
+    let output = setup
+        .mint_run(&[])
+        .args([
+            "curl",
+            "-sS",
+            "--fail-with-body",
+            "-H",
+            "Authorization: Bearer {{mint:echo}}",
+        ])
+        .arg(setup.url("/echo?client=curl"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let printed = everything(&output);
+    assert!(output.status.success(), "{printed}");
+    assert_scrubbed_echo(&String::from_utf8_lossy(&output.stdout));
+    assert_upstream_got_the_secret(&setup);
+    // `mint run` printed nothing of its own.
+    assert!(output.stderr.is_empty(), "{printed}");
+    assert_revoked(&setup, 1);
+    let decision = setup
+        .broker
+        .audit_records()
+        .into_iter()
+        .find(|r| r["phase"] == "decision" && r["method"] == "GET")
+        .unwrap();
+    assert_eq!(decision["agent"], "mino", "{decision}");
+    assert_eq!(decision["decision"], "allow", "{decision}");
+    setup.assert_no_canary(&printed);
+}
+
+#[test]
+fn issue_16_mint_run_overwrites_inherited_ca_proxy_and_alias_variables() {
+    let setup = setup();
+    // The child reports the modes of the bundle's directory and files, then its environment.
+    let script = r#"stat -c '%a' "$(dirname "$SSL_CERT_FILE")" "$SSL_CERT_FILE" "$NODE_EXTRA_CA_CERTS"; echo ---; env"#;
+    let output = setup
+        .mint_run(&[])
+        .args(["sh", "-c", script])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let printed = everything(&output);
+    assert!(output.status.success(), "{printed}");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let (modes, env) = stdout.split_once("---\n").unwrap();
+    assert_eq!(modes, "700\n644\n644\n", "{printed}");
+    let env: HashMap<&str, &str> = env.lines().filter_map(|l| l.split_once('=')).collect();
+
+    let proxy = env["HTTPS_PROXY"];
+    for name in ["https_proxy", "HTTP_PROXY", "http_proxy"] {
+        assert_eq!(env[name], proxy, "{name}");
+    }
+    let token = token_of(proxy);
+    assert!(token.starts_with("mint_cap_"), "{proxy}");
+    assert_eq!(
+        proxy,
+        format!("http://mino:{token}@{}", setup.broker.addr())
+    );
+    assert_eq!(env["NO_PROXY"], "localhost,127.0.0.1,::1");
+    assert_eq!(env["no_proxy"], "localhost,127.0.0.1,::1");
+    assert!(!env.contains_key("ALL_PROXY"), "{printed}");
+    let bundle = env["SSL_CERT_FILE"];
+    assert!(bundle.ends_with("/ca-bundle.pem"), "{bundle}");
+    for name in [
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "GIT_SSL_CAINFO",
+        "AWS_CA_BUNDLE",
+        "PIP_CERT",
+    ] {
+        assert_eq!(env[name], bundle, "{name}");
+    }
+    let ca = env["NODE_EXTRA_CA_CERTS"];
+    assert_eq!(env["DENO_CERT"], ca);
+    assert_eq!(Path::new(ca).parent(), Path::new(bundle).parent());
+    assert_eq!(env["GITHUB_TOKEN"], "{{mint:echo}}");
+    assert_eq!(env["GH_TOKEN"], "{{mint:echo}}");
+    for (name, value) in INHERITED {
+        assert!(
+            !stdout.contains(value),
+            "inherited {name} survived: {printed}"
+        );
+    }
+    // The bundle's directory is gone once `mint run` has exited; the capability is revoked.
+    assert!(!Path::new(bundle).parent().unwrap().exists(), "{bundle}");
+    assert_revoked(&setup, 1);
+    assert!(!setup.broker.audit_text().contains(&token));
+    assert!(!setup.broker.stderr().contains(&token));
+    assert!(!String::from_utf8_lossy(&output.stderr).contains(&token));
+}
+
+#[test]
+fn issue_16_mint_run_alias_narrows_the_capability_and_its_variables() {
+    let setup = setup();
+    let output = setup
+        .mint_run(&["--alias", "elsewhere", "--ttl", "5m"])
+        .args(["sh", "-c", "echo \"token=${GITHUB_TOKEN-unset}\"; curl -sS -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer {{mint:echo}}' \"$0\"", &setup.url("/echo")])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let printed = everything(&output);
+    assert!(output.status.success(), "{printed}");
+    // Only the aliases of the capability set their variables; the `env` names of the others
+    // are removed, so an inherited key never reaches the agent either.
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(stdout, "token=unset\n403", "{printed}");
+    let issued = setup.issued_capabilities();
+    assert_eq!(issued[0]["aliases"], serde_json::json!(["elsewhere"]));
+    assert_revoked(&setup, 1);
+    setup.assert_no_canary(&printed);
+}
+
+/// A Python one-liner: `requests` and `httpx2` both send `Authorization: Bearer $GITHUB_TOKEN`
+/// to the URL in argv[1], configured by the environment alone (proxy and CA).
+const PYTHON_CLIENTS: &str = r#"
+import json, os, sys
+import httpx2, requests
+url = sys.argv[1]
+headers = {"Authorization": "Bearer " + os.environ["GITHUB_TOKEN"]}
+r = requests.get(url, headers=headers, timeout=20)
+h = httpx2.get(url, headers=headers, timeout=20)
+print(json.dumps({"requests": [r.status_code, r.text], "httpx": [h.status_code, h.text]}))
+"#;
+
+#[test]
+fn issue_16_mint_run_python_requests_and_httpx_read_their_key_from_the_environment() {
+    let setup = setup();
+    let python = repo_root().join(".venv/bin/python");
+    assert!(python.exists(), "run the setup_mcp_clients step of .ci/run");
+    let output = setup
+        .mint_run(&[])
+        .arg(python)
+        .args(["-c", PYTHON_CLIENTS])
+        .arg(setup.url("/echo?client=python"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let printed = everything(&output);
+    assert!(output.status.success(), "{printed}");
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    for client in ["requests", "httpx"] {
+        assert_eq!(json[client][0], 200, "{client}: {printed}");
+        assert_scrubbed_echo(json[client][1].as_str().unwrap());
+    }
+    let requests = setup.peer.server.requests();
+    assert_eq!(requests.len(), 2);
+    for seen in &requests.snapshot() {
+        assert_eq!(
+            seen.header("authorization"),
+            Some(format!("Bearer {CANARY}").as_str())
+        );
+    }
+    assert_revoked(&setup, 1);
+    setup.assert_no_canary(&printed);
+}
+
+#[test]
+fn issue_16_mint_run_node_undici() {
+    let setup = setup();
+    let node = repo_root().join("tests/node");
+    assert!(
+        node.join("node_modules/undici/package.json").exists(),
+        "run the setup_mcp_clients step of .ci/run"
+    );
+    let output = setup
+        .mint_run(&["--alias", "echo"])
+        .arg("node")
+        .arg(node.join("https_interception_client.mjs"))
+        .arg(setup.url("/echo?client=undici"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let printed = everything(&output);
+    assert!(output.status.success(), "{printed}");
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(json["status"], 200, "{printed}");
+    assert_scrubbed_echo(json["body"].as_str().unwrap());
+    assert_upstream_got_the_secret(&setup);
+    assert_revoked(&setup, 1);
+    setup.assert_no_canary(&printed);
+}
+
+#[test]
+fn issue_16_mint_run_git_ls_remote_against_a_smart_http_server_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream_ca = mint_tests::echo_upstream::TestCa::generate().unwrap();
+    let upstream_ca_file = dir.path().join("upstream-ca.pem");
+    upstream_ca.write_pem(&upstream_ca_file).unwrap();
+    let mut config = (*upstream_ca.server_config(&[GIT_HOST.to_owned()]).unwrap()).clone();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let upstream = TlsUpstream::scripted(std::sync::Arc::new(config), Box::new(git_server));
+    let port = upstream.port();
+    let home = MintHome::new(
+        &format!(
+            "version: 1\ndefault: deny\nrules:\n  - id: git-read\n    effect: allow\n    match:\n      alias: [git]\n      host: [{GIT_HOST}]\n      port: [{port}]\n      method: [GET]\n      path: [/repo.git/info/refs]\n"
+        ),
+        &format!(
+            "aliases:\n  - name: git\n    hosts: [{GIT_HOST}]\n    source: file:$SECRETS/git\n"
+        ),
+        &[("git", GIT_CANARY)],
+    );
+    let pin = format!("{GIT_HOST}:{port}:127.0.0.1");
+    let broker = home.serve(&upstream_ca_file, &["--resolve", &pin]);
+    let git_home = dir.path().join("git-home");
+    std::fs::create_dir(&git_home).unwrap();
+    let mut command = home.mint();
+    command
+        .envs(INHERITED.iter().copied())
+        .env("HOME", &git_home)
+        .env("XDG_CONFIG_HOME", &git_home)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_TERMINAL_PROMPT", "0");
+    for inherited in ["GIT_ASKPASS", "SSH_ASKPASS", "GIT_CONFIG_GLOBAL", "GIT_DIR"] {
+        command.env_remove(inherited);
+    }
+    let output = command
+        .args(["run", "--agent", "mino", "--proxy", &broker.base, "--"])
+        .args([
+            "git",
+            "-c",
+            "http.extraHeader=Authorization: Bearer {{mint:git}}",
+            "ls-remote",
+        ])
+        .arg(format!("https://{GIT_HOST}:{port}/repo.git"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let printed = everything(&output);
+    assert!(output.status.success(), "{printed}");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        format!("{GIT_MAIN}\tHEAD\n{GIT_MAIN}\trefs/heads/main\n"),
+        "{printed}"
+    );
+    let requests = upstream.requests();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(
+        request_header(requests[0].as_bytes(), "authorization"),
+        Some(format!("Bearer {GIT_CANARY}"))
+    );
+    broker.assert_clean(&printed, &[GIT_CANARY]);
+    let list = home
+        .mint()
+        .args(["cap", "list", "--json"])
+        .output()
+        .unwrap();
+    let list: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    assert_eq!(list[0]["revoked"], true, "{list}");
+}
+
+#[test]
+fn issue_16_mint_run_passes_the_exit_status_through_and_revokes() {
+    let setup = setup();
+    let status = setup
+        .mint_run(&[])
+        .args(["sh", "-c", "exit 3"])
+        .stdin(Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(3));
+    assert_revoked(&setup, 1);
+    // Killed by a signal: 128+N.
+    let status = setup
+        .mint_run(&[])
+        .args(["sh", "-c", "kill -KILL $$"])
+        .stdin(Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(128 + 9));
+    assert_revoked(&setup, 2);
+    // A command that does not exist: 127, and nothing left live.
+    let output = setup
+        .mint_run(&[])
+        .arg("/nonexistent/agent")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(127), "{}", everything(&output));
+    assert_revoked(&setup, 3);
+}
+
+/// Starts `mint run -- sh -c SCRIPT` with stdout piped, and returns it once the child printed
+/// its first line (returned too).
+fn start_child(
+    setup: &Setup,
+    script: &str,
+) -> (
+    std::process::Child,
+    String,
+    BufReader<std::process::ChildStdout>,
+) {
+    let mut child = setup
+        .mint_run(&[])
+        .args(["sh", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    (child, first, stdout)
+}
+
+fn kill(pid: u32, signal: &str) {
+    let sent = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+}
+
+/// Waits for `child` (bounded), killing it on a hang.
+#[track_caller]
+fn wait_bounded(child: &mut std::process::Child) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("mint run did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether process `pid` still exists.
+fn alive(pid: &str) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+#[test]
+fn issue_16_signals_to_mint_run_are_forwarded_then_the_capability_is_revoked() {
+    let setup = setup();
+    // The child traps each signal and exits with its own status; it first prints its pid and
+    // its proxy URL (so the test knows the token).
+    let script = r#"trap 'exit 40' INT; trap 'exit 41' TERM; trap 'exit 42' HUP; echo "$$ $HTTPS_PROXY"; while :; do sleep 0.05; done"#;
+    for (count, (signal, code)) in [("INT", 40), ("TERM", 41), ("HUP", 42)]
+        .into_iter()
+        .enumerate()
+    {
+        let (mut mint, first, mut rest) = start_child(&setup, script);
+        let (child_pid, proxy) = first.trim().split_once(' ').unwrap();
+        let token = token_of(proxy);
+        // The token travels in the environment only: never in an argument list.
+        for pid in [mint.id().to_string(), child_pid.to_owned()] {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+            assert!(
+                !String::from_utf8_lossy(&cmdline).contains(&token),
+                "the token is in the arguments of {pid}"
+            );
+        }
+        // While it runs, the capability works and is live.
+        let live = setup.issued_capabilities();
+        assert_eq!(live[count]["revoked"], false);
+        kill(mint.id(), signal);
+        let status = wait_bounded(&mut mint);
+        assert_eq!(status.code(), Some(code), "{signal}");
+        assert!(!alive(child_pid), "the child outlived mint run");
+        let mut tail = String::new();
+        std::io::Read::read_to_string(&mut rest, &mut tail).unwrap();
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut mint.stderr.take().unwrap(), &mut stderr).unwrap();
+        assert!(!stderr.contains(&token), "{stderr}");
+        assert_revoked(&setup, count + 1);
+    }
+    // A child that does not catch SIGTERM dies of it: mint run exits 128+15 and still revokes.
+    let (mut mint, first, _rest) = start_child(&setup, "echo $$; exec sleep 30");
+    kill(mint.id(), "TERM");
+    assert_eq!(wait_bounded(&mut mint).code(), Some(128 + 15));
+    assert!(!alive(first.trim()));
+    assert_revoked(&setup, 4);
+    assert!(
+        setup
+            .broker
+            .stderr()
+            .lines()
+            .all(|l| !l.contains("mint_cap_"))
+    );
+}
+
+#[test]
+fn issue_16_mint_run_without_a_broker_says_how_to_start_one() {
+    let setup = setup();
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let output = setup
+        .home
+        .mint()
+        .args([
+            "run",
+            "--proxy",
+            &format!("http://127.0.0.1:{port}"),
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "mint: no Mint broker answers at http://127.0.0.1:{port} (connection refused); start one with `mint serve`"
+        )),
+        "{stderr}"
+    );
+    assert!(setup.issued_capabilities().is_empty());
+
+    // MINT_PROXY_URL is the default; a broker of another home refuses the capability, which is
+    // revoked again.
+    let other = MintHome::new(
+        "version: 1\ndefault: deny\nrules: []\n",
+        "aliases: []\n",
+        &[],
+    );
+    let made = other.mint().args(["ca", "rotate"]).output().unwrap();
+    assert!(made.status.success(), "{}", everything(&made));
+    let output = other
+        .mint()
+        .env("MINT_PROXY_URL", &setup.broker.base)
+        .args(["run", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("serves another MINT_HOME"), "{stderr}");
+    let list = other
+        .mint()
+        .args(["cap", "list", "--json"])
+        .output()
+        .unwrap();
+    let list: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(list[0]["revoked"], true, "{list}");
+}
+
+#[test]
+fn issue_16_mint_env_prints_the_settings_for_a_shell() {
+    let setup = setup();
+    let output = setup
+        .home
+        .mint()
+        .args([
+            "env",
+            "--agent",
+            "mino",
+            "--ttl",
+            "1h",
+            "--proxy",
+            &setup.broker.base,
+        ])
+        .output()
+        .unwrap();
+    let printed = everything(&output);
+    assert!(output.status.success(), "{printed}");
+    let lines = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        lines.contains("export GITHUB_TOKEN='{{mint:echo}}'\n"),
+        "{lines}"
+    );
+    assert!(lines.contains("unset ALL_PROXY\n"), "{lines}");
+    let bundle = setup.home.path().join("ca-bundle.pem");
+    assert!(
+        lines.contains(&format!("export SSL_CERT_FILE='{}'\n", bundle.display())),
+        "{lines}"
+    );
+    let mode = std::fs::metadata(&bundle).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o644);
+    // The note on stderr names the capability, never its token.
+    let issued = setup.issued_capabilities();
+    assert_eq!(issued.len(), 1);
+    assert_eq!(issued[0]["revoked"], false);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(issued[0]["id"].as_str().unwrap()),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("mint_cap_"), "{stderr}");
+
+    // A shell that evaluates the lines reaches the upstream with curl, over inherited values.
+    let script = format!(
+        "{lines}\ncurl -sS --fail-with-body -H \"Authorization: Bearer $GITHUB_TOKEN\" '{}'",
+        setup.url("/echo?client=mint-env")
+    );
+    let curl = Command::new("sh")
+        .args(["-c", &script])
+        .envs(INHERITED.iter().copied())
+        .output()
+        .unwrap();
+    let printed = everything(&curl);
+    assert!(curl.status.success(), "{printed}");
+    assert_scrubbed_echo(&String::from_utf8_lossy(&curl.stdout));
+    assert_upstream_got_the_secret(&setup);
+    setup.assert_no_canary(&printed);
+
+    // fish and env-file syntax.
+    for (shell, expected) in [
+        ("fish", "set -gx GH_TOKEN '{{mint:echo}}'\n"),
+        ("env", "\nGH_TOKEN={{mint:echo}}\n"),
+    ] {
+        let output = setup
+            .home
+            .mint()
+            .args(["env", "--shell", shell])
+            .output()
+            .unwrap();
+        let text = String::from_utf8(output.stdout).unwrap();
+        assert!(text.contains(expected), "{shell}: {text}");
+    }
+    assert_eq!(setup.issued_capabilities().len(), 3);
+}
