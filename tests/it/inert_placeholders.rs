@@ -201,8 +201,33 @@ fn issue_16_the_same_placeholder_in_a_header_is_still_refused() {
             &["x-api-key: {{mint:model}}", "x-extra: {{mint:github}}"],
             &conversation(),
         );
-        assert_eq!(response.status, 403, "{via}: {response:?}");
-        assert_eq!(response.json()["error"]["code"], "alias_not_bound", "{via}");
+        if via == "--http2" && response.exit == 92 {
+            // curl 7.88 (Debian 12) drops an HTTP/2 answer that arrives, with the stream's
+            // RST_STREAM(NO_ERROR) that RFC 9113 section 8.1 prescribes, before curl has sent
+            // the request body: it reports "Stream error in the HTTP/2 framing layer" instead.
+            // Seen under load only. Mint's answer is then read from its audit trail.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            let outcome = loop {
+                let found = setup
+                    .broker
+                    .audit_records()
+                    .into_iter()
+                    .rev()
+                    .find(|r| r["phase"] == "outcome" && r["method"] == "POST");
+                match found {
+                    Some(outcome) => break outcome,
+                    None if std::time::Instant::now() < deadline => {
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                    None => panic!("no outcome of the refused POST"),
+                }
+            };
+            assert_eq!(outcome["status"], 403, "{outcome}");
+            assert_eq!(outcome["reason"], "alias_not_bound", "{outcome}");
+        } else {
+            assert_eq!(response.status, 403, "{via}: {response:?}");
+            assert_eq!(response.json()["error"]["code"], "alias_not_bound", "{via}");
+        }
         assert_eq!(setup.peer.server.requests().len(), before, "{via}");
         setup.assert_clean(&response.everything());
     }
