@@ -423,11 +423,17 @@ fn issue_16_signals_to_mint_run_are_forwarded_then_the_capability_is_revoked() {
     let setup = setup();
     // The child traps each signal and exits with its own status; it first prints its pid and
     // its proxy URL (so the test knows the token).
-    let script = r#"trap 'exit 40' INT; trap 'exit 41' TERM; trap 'exit 42' HUP; echo "$$ $HTTPS_PROXY"; while :; do sleep 0.05; done"#;
-    for (count, (signal, code)) in [("INT", 40), ("TERM", 41), ("HUP", 42)]
-        .into_iter()
-        .enumerate()
-    {
+    let script = r#"trap 'exit 40' INT; trap 'exit 41' TERM; trap 'exit 42' HUP; trap 'exit 43' QUIT; trap 'exit 44' USR1; trap 'exit 45' USR2; trap 'exit 46' ALRM; echo "$$ $HTTPS_PROXY"; while :; do sleep 0.05; done"#;
+    let signals = [
+        ("INT", 40),
+        ("TERM", 41),
+        ("HUP", 42),
+        ("QUIT", 43),
+        ("USR1", 44),
+        ("USR2", 45),
+        ("ALRM", 46),
+    ];
+    for (count, (signal, code)) in signals.into_iter().enumerate() {
         let (mut mint, first, mut rest) = start_child(&setup, script);
         let (child_pid, proxy) = first.trim().split_once(' ').unwrap();
         let token = token_of(proxy);
@@ -458,7 +464,7 @@ fn issue_16_signals_to_mint_run_are_forwarded_then_the_capability_is_revoked() {
     kill(mint.id(), "TERM");
     assert_eq!(wait_bounded(&mut mint).code(), Some(128 + 15));
     assert!(!alive(first.trim()));
-    assert_revoked(&setup, 4);
+    assert_revoked(&setup, signals.len() + 1);
     assert!(
         setup
             .broker

@@ -388,7 +388,7 @@ pub fn git_server(head: &str) -> Vec<u8> {
 
 /// What an operator's shell may export that `mint run` must not pass on: CA and proxy variables
 /// naming nothing useful, and a `GITHUB_TOKEN` holding a real-looking key.
-pub const INHERITED: [(&str, &str); 13] = [
+pub const INHERITED: [(&str, &str); 16] = [
     ("SSL_CERT_FILE", "/nonexistent/inherited-ssl-cert-file.pem"),
     ("REQUESTS_CA_BUNDLE", "/nonexistent/inherited-requests.pem"),
     ("CURL_CA_BUNDLE", "/nonexistent/inherited-curl.pem"),
@@ -402,6 +402,13 @@ pub const INHERITED: [(&str, &str); 13] = [
     ("NO_PROXY", "*"),
     ("no_proxy", "*"),
     ("GITHUB_TOKEN", "ghp_inheritedTokenThatMustNotReachTheAgent"),
+    // Other letter cases of the same names, which some clients fold (Python's urllib).
+    ("Https_Proxy", "http://127.0.0.1:9/inherited-mixed-case"),
+    ("All_Proxy", "http://127.0.0.1:9/inherited-mixed-case-all"),
+    (
+        "requests_ca_bundle",
+        "/nonexistent/inherited-lowercase-requests.pem",
+    ),
 ];
 
 /// `env -u VARIABLE... NAME=VALUE... PROGRAM`: `program` run without any CA or proxy variable

@@ -290,22 +290,33 @@ impl Drop for PrivateDir {
     }
 }
 
-/// The signals forwarded to the child.
+/// The signals forwarded to the child: every one whose default action would end `mint run`
+/// without revoking (SIGKILL and SIGSTOP aside, which cannot be caught).
 struct Signals {
     interrupt: tokio::signal::unix::Signal,
     terminate: tokio::signal::unix::Signal,
     hangup: tokio::signal::unix::Signal,
+    quit: tokio::signal::unix::Signal,
+    user1: tokio::signal::unix::Signal,
+    user2: tokio::signal::unix::Signal,
+    alarm: tokio::signal::unix::Signal,
 }
 
 // === impl Signals ===
 
 impl Signals {
-    /// Catches SIGINT, SIGTERM and SIGHUP from now on (must run inside the runtime).
+    /// Catches SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGALRM from now on (must
+    /// run inside the runtime).
     fn new() -> Result<Signals, RunError> {
+        let catch = |kind| signal(kind).map_err(RunError::Signals);
         Ok(Signals {
-            interrupt: signal(SignalKind::interrupt()).map_err(RunError::Signals)?,
-            terminate: signal(SignalKind::terminate()).map_err(RunError::Signals)?,
-            hangup: signal(SignalKind::hangup()).map_err(RunError::Signals)?,
+            interrupt: catch(SignalKind::interrupt())?,
+            terminate: catch(SignalKind::terminate())?,
+            hangup: catch(SignalKind::hangup())?,
+            quit: catch(SignalKind::quit())?,
+            user1: catch(SignalKind::user_defined1())?,
+            user2: catch(SignalKind::user_defined2())?,
+            alarm: catch(SignalKind::alarm())?,
         })
     }
 
@@ -315,6 +326,10 @@ impl Signals {
             _ = self.interrupt.recv() => Signal::INT,
             _ = self.terminate.recv() => Signal::TERM,
             _ = self.hangup.recv() => Signal::HUP,
+            _ = self.quit.recv() => Signal::QUIT,
+            _ = self.user1.recv() => Signal::USR1,
+            _ = self.user2.recv() => Signal::USR2,
+            _ = self.alarm.recv() => Signal::ALARM,
         }
     }
 
@@ -358,7 +373,9 @@ async fn wait_accepted(
 }
 
 /// CMD ARGS with the agent's variables set over the inherited environment, and those it must
-/// not inherit removed.
+/// not inherit removed. An inherited variable spelled in another letter case than one of those
+/// (`Https_Proxy`, `requests_ca_bundle`, `All_Proxy`) is removed too: some clients fold names
+/// (Python's `urllib` reads proxies case-insensitively), and it would outvote or sidestep Mint.
 fn child_command(command: &[OsString], vars: &AgentVariables) -> tokio::process::Command {
     let (program, args) = command.split_first().map_or_else(
         || (OsString::new(), &[][..]),
@@ -369,17 +386,31 @@ fn child_command(command: &[OsString], vars: &AgentVariables) -> tokio::process:
     for name in vars.removed() {
         child.env_remove(name);
     }
+    let managed: Vec<String> = vars
+        .iter()
+        .map(|(name, _)| name)
+        .chain(vars.removed())
+        .map(str::to_ascii_uppercase)
+        .collect();
+    for (name, _) in std::env::vars_os() {
+        if name
+            .to_str()
+            .is_some_and(|name| managed.contains(&name.to_ascii_uppercase()))
+        {
+            child.env_remove(&name);
+        }
+    }
     for (name, value) in vars.iter() {
         child.env(name, value);
     }
     child
 }
 
-/// Sends `signal` on to the child, unless it is a SIGINT the terminal already sent it: Ctrl-C
-/// reaches the whole foreground process group, the child included, and a second SIGINT would
-/// read as a second Ctrl-C (which makes some agents quit).
+/// Sends `signal` on to the child, unless it is a SIGINT or SIGQUIT the terminal already sent
+/// it: Ctrl-C and Ctrl-\\ reach the whole foreground process group, the child included, and a
+/// second SIGINT would read as a second Ctrl-C (which makes some agents quit).
 fn forward(child: &tokio::process::Child, signal: Signal) {
-    if signal == Signal::INT && terminal_delivered() {
+    if (signal == Signal::INT || signal == Signal::QUIT) && terminal_delivered() {
         return;
     }
     // `id()` is `None` once the child was reaped, so its pid cannot have been reused.
