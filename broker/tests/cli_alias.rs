@@ -624,8 +624,8 @@ fn keyring_refusals(backend: KeyringBackend) {
             "pem",
             "--host",
             "api.example.com",
-            "--site",
-            "body",
+            "--body",
+            "/private_key",
         ])
         .arg("--secret-stdin")
         .write_stdin("-----BEGIN-----\nAAAA\n-----END-----\n"));
