@@ -212,14 +212,7 @@ async fn run_in(
 
     // 1. Allowed, with the secret.
     let (head, body) = send(Method::GET, "/echo/hello", None).await?;
-    let upstream_saw = echo
-        .requests()
-        .last()
-        .and_then(|r| {
-            r.header("authorization")
-                .map(|v| v == format!("Bearer {secret}"))
-        })
-        .unwrap_or(false);
+    let upstream_saw = last_carried_secret(&echo, &secret);
     check(
         head.status == StatusCode::OK,
         "the allowed request did not get 200",
@@ -336,15 +329,7 @@ async fn run_in(
         "/echo/hello",
     )
     .await?;
-    let upstream_saw = echo.requests().len() == before + 1
-        && echo
-            .requests()
-            .last()
-            .and_then(|r| {
-                r.header("authorization")
-                    .map(|v| v == format!("Bearer {secret}"))
-            })
-            .unwrap_or(false);
+    let upstream_saw = echo.requests().len() == before + 1 && last_carried_secret(&echo, &secret);
     check(
         head.status == StatusCode::OK,
         "the intercepted request did not get 200",
@@ -497,6 +482,17 @@ async fn agent_side(
     text.push('\n');
     out.write_all(text.as_bytes()).map_err(DemoError::Output)?;
     out.flush().map_err(DemoError::Output)
+}
+
+/// Whether the upstream's last request carried `Authorization: Bearer SECRET`.
+fn last_carried_secret(echo: &EchoUpstream, secret: &str) -> bool {
+    echo.requests()
+        .last()
+        .and_then(|r| {
+            r.header("authorization")
+                .map(|v| v == format!("Bearer {secret}"))
+        })
+        .unwrap_or(false)
 }
 
 fn check(ok: bool, what: &str) -> Result<(), DemoError> {

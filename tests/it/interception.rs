@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use mint_tests::broker::{CA_VARIABLES, MintHome, curl_via_proxy_as, curl_via_proxy_command};
 use mint_tests::interception::{
-    CANARY, HOST, Setup, SetupConfig, TlsUpstream, open_tunnel, python_client, request_id,
-    tunnel_client,
+    CANARY, HOST, Setup, SetupConfig, TlsUpstream, open_tunnel, open_tunnel_to, python_client,
+    read_head, request_id, send_connect, tunnel_client,
 };
 
 #[test]
@@ -302,46 +302,6 @@ fn issue_15_a_host_header_naming_another_host_is_421_and_nothing_is_sent() {
     assert_eq!(response.json()["error"]["code"], "misdirected_request");
     assert!(setup.peer.server.requests().is_empty());
     setup.assert_no_canary(&response.everything());
-}
-
-/// Opens a tunnel by hand to `authority` and returns the socket after the `200`.
-#[track_caller]
-fn open_tunnel_to(setup: &Setup, authority: &str) -> TcpStream {
-    let mut stream = TcpStream::connect(setup.broker.addr()).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    send_connect(&mut stream, setup, authority);
-    let head = read_head(&mut stream);
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    assert!(
-        !head.to_ascii_lowercase().contains("connection: close"),
-        "{head}"
-    );
-    stream
-}
-
-/// Writes `CONNECT authority` with the set-up's capability.
-#[track_caller]
-fn send_connect(stream: &mut TcpStream, setup: &Setup, authority: &str) {
-    write!(
-        stream,
-        "CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\nProxy-Authorization: Bearer {}\r\n\r\n",
-        setup.cap
-    )
-    .unwrap();
-}
-
-/// Reads an answer's head, byte by byte (nothing of what follows is consumed).
-#[track_caller]
-fn read_head(stream: &mut TcpStream) -> String {
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(stream.read(&mut byte).unwrap(), 1, "the head ended early");
-        head.push(byte[0]);
-    }
-    String::from_utf8(head).unwrap()
 }
 
 /// A TLS client trusting Mint's CA alone, HTTP/1.1.

@@ -496,7 +496,13 @@ pub fn request_id(answer: &serde_json::Value) -> String {
 /// connection after the `200` head.
 #[track_caller]
 pub fn open_tunnel(setup: &Setup) -> TcpStream {
-    let (stream, head) = connect_raw(setup, &format!("{HOST}:{}", setup.port()));
+    open_tunnel_to(setup, &format!("{HOST}:{}", setup.port()))
+}
+
+/// Opens a tunnel to `authority` by hand; returns the connection after the `200` head.
+#[track_caller]
+pub fn open_tunnel_to(setup: &Setup, authority: &str) -> TcpStream {
+    let (stream, head) = connect_raw(setup, authority);
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(
         !head.to_ascii_lowercase().contains("connection: close"),
@@ -513,19 +519,32 @@ pub fn connect_raw(setup: &Setup, target: &str) -> (TcpStream, String) {
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
+    send_connect(&mut stream, setup, target);
+    let head = read_head(&mut stream);
+    (stream, head)
+}
+
+/// Writes `CONNECT target` with the set-up's capability (`Proxy-Authorization: Bearer`).
+#[track_caller]
+pub fn send_connect(stream: &mut TcpStream, setup: &Setup, target: &str) {
     write!(
         stream,
         "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: Bearer {}\r\n\r\n",
         setup.cap
     )
     .unwrap();
+}
+
+/// Reads an answer's head, byte by byte (nothing of what follows, the tunnel's TLS, is consumed).
+#[track_caller]
+pub fn read_head(stream: &mut TcpStream) -> String {
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
         assert_eq!(stream.read(&mut byte).unwrap(), 1, "the head ended early");
         head.push(byte[0]);
     }
-    (stream, String::from_utf8(head).unwrap())
+    String::from_utf8(head).unwrap()
 }
 
 /// A TLS client inside a tunnel: rustls, trusting only Mint's CA (`ca`), SNI [`HOST`], ALPN
