@@ -13,10 +13,9 @@
 
 use std::path::{Path, PathBuf};
 
-use mint_tests::broker::MintHome;
 use mint_tests::interception::{
-    CANARY, GIT_CANARY, GIT_HOST, GIT_MAIN, HOST, Setup, TlsUpstream, client_command, everything,
-    git_server,
+    CANARY, GIT_CANARY, GIT_HOST, GIT_MAIN, GitLab, HOST, Setup, TlsUpstream, client_command,
+    everything,
 };
 use mint_tests::repo_root;
 
@@ -135,32 +134,13 @@ fn git_ls_remote(home: &Path, url: &str, vars: &[(&str, &str)]) -> std::process:
 
 #[test]
 fn issue_15_git_ls_remote_through_an_intercepted_tunnel() {
-    let dir = tempfile::tempdir().unwrap();
-    // The git server's certificate comes from a CA of its own, which Mint is told to trust.
-    let upstream_ca = mint_tests::echo_upstream::TestCa::generate().unwrap();
-    let upstream_ca_file = dir.path().join("upstream-ca.pem");
-    upstream_ca.write_pem(&upstream_ca_file).unwrap();
-    let mut config = (*upstream_ca.server_config(&[GIT_HOST.to_owned()]).unwrap()).clone();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let upstream = TlsUpstream::scripted(std::sync::Arc::new(config), Box::new(git_server));
-    let port = upstream.port();
-    let home = MintHome::new(
-        &format!(
-            "version: 1\ndefault: deny\nrules:\n  - id: git-read\n    effect: allow\n    match:\n      alias: [git]\n      host: [{GIT_HOST}]\n      port: [{port}]\n      method: [GET]\n      path: [/repo.git/info/refs]\n"
-        ),
-        &format!(
-            "aliases:\n  - name: git\n    hosts: [{GIT_HOST}]\n    source: file:$SECRETS/git\n"
-        ),
-        &[("git", GIT_CANARY)],
-    );
-    let cap = home.issue_capability("mino", &[]);
-    let pin = format!("{GIT_HOST}:{port}:127.0.0.1");
-    let broker = home.serve(&upstream_ca_file, &["--resolve", &pin]);
+    let lab = GitLab::start(true);
+    let (broker, upstream, home) = (&lab.broker, &lab.upstream, &lab.home);
+    let cap = lab.cap.clone().unwrap();
     let proxy = format!("http://agent:{cap}@{}", broker.addr());
     let ca = home.path().join("ca.pem");
-    let git_home = dir.path().join("git-home");
-    std::fs::create_dir(&git_home).unwrap();
-    let url = format!("https://{GIT_HOST}:{port}/repo.git");
+    let git_home = lab.git_home();
+    let url = lab.url();
     let clean = |printed: &str| {
         broker.assert_clean(printed, &[GIT_CANARY]);
         assert!(!broker.audit_text().contains(&cap));

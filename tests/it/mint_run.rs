@@ -18,8 +18,7 @@ use std::time::{Duration, Instant};
 
 use mint_tests::broker::{MintHome, request_header};
 use mint_tests::interception::{
-    CANARY, GIT_CANARY, GIT_HOST, GIT_MAIN, INHERITED, Setup, SetupConfig, TlsUpstream, everything,
-    git_server,
+    CANARY, GIT_CANARY, GIT_MAIN, GitLab, INHERITED, Setup, SetupConfig, everything,
 };
 use mint_tests::repo_root;
 
@@ -267,27 +266,9 @@ fn issue_16_mint_run_node_undici() {
 
 #[test]
 fn issue_16_mint_run_git_ls_remote_against_a_smart_http_server_over_tls() {
-    let dir = tempfile::tempdir().unwrap();
-    let upstream_ca = mint_tests::echo_upstream::TestCa::generate().unwrap();
-    let upstream_ca_file = dir.path().join("upstream-ca.pem");
-    upstream_ca.write_pem(&upstream_ca_file).unwrap();
-    let mut config = (*upstream_ca.server_config(&[GIT_HOST.to_owned()]).unwrap()).clone();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let upstream = TlsUpstream::scripted(std::sync::Arc::new(config), Box::new(git_server));
-    let port = upstream.port();
-    let home = MintHome::new(
-        &format!(
-            "version: 1\ndefault: deny\nrules:\n  - id: git-read\n    effect: allow\n    match:\n      alias: [git]\n      host: [{GIT_HOST}]\n      port: [{port}]\n      method: [GET]\n      path: [/repo.git/info/refs]\n"
-        ),
-        &format!(
-            "aliases:\n  - name: git\n    hosts: [{GIT_HOST}]\n    source: file:$SECRETS/git\n"
-        ),
-        &[("git", GIT_CANARY)],
-    );
-    let pin = format!("{GIT_HOST}:{port}:127.0.0.1");
-    let broker = home.serve(&upstream_ca_file, &["--resolve", &pin]);
-    let git_home = dir.path().join("git-home");
-    std::fs::create_dir(&git_home).unwrap();
+    let lab = GitLab::start(false);
+    let (broker, upstream, home) = (&lab.broker, &lab.upstream, &lab.home);
+    let git_home = lab.git_home();
     let mut command = home.mint();
     command
         .envs(INHERITED.iter().copied())
@@ -306,7 +287,7 @@ fn issue_16_mint_run_git_ls_remote_against_a_smart_http_server_over_tls() {
             "http.extraHeader=Authorization: Bearer {{mint:git}}",
             "ls-remote",
         ])
-        .arg(format!("https://{GIT_HOST}:{port}/repo.git"))
+        .arg(lab.url())
         .stdin(Stdio::null())
         .output()
         .unwrap();

@@ -386,6 +386,75 @@ pub fn git_server(head: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+/// A smart-HTTP git server over TLS on [`GIT_HOST`] (answering with [`git_server`]) behind the
+/// real `mint serve`, which pins the name to it and trusts its CA; the alias `git` (secret
+/// [`GIT_CANARY`]) is bound to it and a rule allows `GET /repo.git/info/refs`.
+#[derive(Debug)]
+pub struct GitLab {
+    // Dropped in this order: the broker first, the directory last.
+    /// The running `mint serve`.
+    pub broker: Broker,
+    /// The git server.
+    pub upstream: TlsUpstream,
+    /// The broker's home.
+    pub home: MintHome,
+    /// A capability of agent `mino`, issued before the broker started, when asked for.
+    pub cap: Option<String>,
+    /// A directory for the client's own files (`HOME`, git's config).
+    pub dir: tempfile::TempDir,
+}
+
+// === impl GitLab ===
+
+impl GitLab {
+    /// Starts the git server and the broker, with a capability issued first if `with_capability`
+    /// (the broker then accepts it from its first request).
+    #[track_caller]
+    pub fn start(with_capability: bool) -> GitLab {
+        let dir = tempfile::tempdir().unwrap();
+        // The git server's certificate comes from a CA of its own, which Mint is told to trust.
+        let upstream_ca = crate::echo_upstream::TestCa::generate().unwrap();
+        let upstream_ca_file = dir.path().join("upstream-ca.pem");
+        upstream_ca.write_pem(&upstream_ca_file).unwrap();
+        let mut config = (*upstream_ca.server_config(&[GIT_HOST.to_owned()]).unwrap()).clone();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let upstream = TlsUpstream::scripted(Arc::new(config), Box::new(git_server));
+        let port = upstream.port();
+        let home = MintHome::new(
+            &format!(
+                "version: 1\ndefault: deny\nrules:\n  - id: git-read\n    effect: allow\n    match:\n      alias: [git]\n      host: [{GIT_HOST}]\n      port: [{port}]\n      method: [GET]\n      path: [/repo.git/info/refs]\n"
+            ),
+            &format!(
+                "aliases:\n  - name: git\n    hosts: [{GIT_HOST}]\n    source: file:$SECRETS/git\n"
+            ),
+            &[("git", GIT_CANARY)],
+        );
+        let cap = with_capability.then(|| home.issue_capability("mino", &[]));
+        let pin = format!("{GIT_HOST}:{port}:127.0.0.1");
+        let broker = home.serve(&upstream_ca_file, &["--resolve", &pin]);
+        GitLab {
+            broker,
+            upstream,
+            home,
+            cap,
+            dir,
+        }
+    }
+
+    /// `https://GIT_HOST:PORT/repo.git`.
+    pub fn url(&self) -> String {
+        format!("https://{GIT_HOST}:{}/repo.git", self.upstream.port())
+    }
+
+    /// An empty directory for git's `HOME`, so no configuration of the machine's user applies.
+    #[track_caller]
+    pub fn git_home(&self) -> PathBuf {
+        let git_home = self.dir.path().join("git-home");
+        std::fs::create_dir_all(&git_home).unwrap();
+        git_home
+    }
+}
+
 /// What an operator's shell may export that `mint run` must not pass on: CA and proxy variables
 /// naming nothing useful, and a `GITHUB_TOKEN` holding a real-looking key.
 pub const INHERITED: [(&str, &str); 16] = [
