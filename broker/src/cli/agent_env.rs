@@ -430,6 +430,26 @@ mod tests {
         assert!(!error.to_string().contains(secret), "{error}");
     }
 
+    /// The proxy variables hold the capability token; no `{:?}` of the set may show it.
+    #[test]
+    fn debug_of_the_agent_variables_never_shows_the_token() {
+        let canary = "mint_cap_0123456789ab_canaryAgentEnvTokenZq4Wx";
+        let url = Zeroizing::new(format!("http://mino:{canary}@127.0.0.1:8700"));
+        let aliases = AliasFile::default();
+        let vars = AgentVariables::new(
+            &url,
+            Path::new("/tmp/bundle.pem"),
+            Path::new("/tmp/ca.pem"),
+            &aliases,
+            &[],
+        );
+        assert!(vars.iter().any(|(_, value)| value.contains(canary)));
+        for shown in [format!("{vars:?}"), format!("{vars:#?}")] {
+            assert!(!shown.contains("canaryAgentEnvToken"), "{shown}");
+            assert!(shown.contains("HTTPS_PROXY"), "{shown}");
+        }
+    }
+
     #[test]
     fn every_variable_mint_sets_is_reserved_for_aliases() {
         assert!(reserved_names_cover_mint_variables());
