@@ -378,9 +378,25 @@ fn start_child(
     String,
     BufReader<std::process::ChildStdout>,
 ) {
-    let mut child = setup
-        .mint_run(&[])
-        .args(["sh", "-c", script])
+    start_child_with(setup, &[], script)
+}
+
+/// [`start_child`] with `mint run` arguments `args`.
+fn start_child_with(
+    setup: &Setup,
+    args: &[&str],
+    script: &str,
+) -> (
+    std::process::Child,
+    String,
+    BufReader<std::process::ChildStdout>,
+) {
+    let mut command = setup.mint_run(args);
+    command.args(["sh", "-c", script]);
+    if args.contains(&"--user") {
+        command = in_own_session_keyring(command);
+    }
+    let mut child = command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -642,6 +658,7 @@ fn have_keyctl() -> bool {
 /// agents.md says to start `mint run --user`: the test run's own session keyring (CI's holds
 /// the keyring tests' keys) must not reach the agent, and `mint run --user` refuses to hand
 /// it on. Without keyctl the command is left as it is (no session keyring to inherit then).
+/// Program, arguments and environment are carried over; set stdio on the result.
 fn in_own_session_keyring(command: Command) -> Command {
     if !have_keyctl() {
         return command;
@@ -689,9 +706,11 @@ fn issue_16_mint_run_user_runs_the_agent_as_that_user_away_from_mints_secrets() 
             "-H",
             "Authorization: Bearer {{mint:echo}}",
         ])
-        .arg(setup.url("/echo?client=curl-as-nobody"))
-        .stdin(Stdio::null());
-    let output = in_own_session_keyring(command).output().unwrap();
+        .arg(setup.url("/echo?client=curl-as-nobody"));
+    let output = in_own_session_keyring(command)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
     let printed = everything(&output);
     assert!(output.status.success(), "{printed}");
     assert_scrubbed_echo(&String::from_utf8_lossy(&output.stdout));
@@ -702,15 +721,17 @@ fn issue_16_mint_run_user_runs_the_agent_as_that_user_away_from_mints_secrets() 
 
     // Its ids (real, effective, saved, filesystem), its groups, its environment: no MINT_*
     // variable in any letter case, and nobody's HOME, USER and LOGNAME.
-    let script = r#"id -u; grep -E '^(Uid|Gid|Groups):' /proc/self/status; echo ---; env"#;
+    let script = r#"id -u; grep -E '^(Uid|Gid|Groups):' /proc/self/status; stat -c '%u %a' "$(dirname "$SSL_CERT_FILE")"; echo ---; env"#;
     let mut command = setup.mint_run(&["--user", "nobody"]);
     command
         .env("Mint_Extra", "from-the-operator")
         .env("mint_proxy_url", "http://127.0.0.1:1")
         .env("XDG_CONFIG_HOME", "/root/.config")
-        .args(["sh", "-c", script])
-        .stdin(Stdio::null());
-    let output = in_own_session_keyring(command).output().unwrap();
+        .args(["sh", "-c", script]);
+    let output = in_own_session_keyring(command)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
     let printed = everything(&output);
     assert!(output.status.success(), "{printed}");
     let stdout = String::from_utf8(output.stdout).unwrap();
@@ -722,7 +743,19 @@ fn issue_16_mint_run_user_runs_the_agent_as_that_user_away_from_mints_secrets() 
     assert_eq!(ids[0], [uid.as_str()], "{printed}");
     assert_eq!(ids[1], ["Uid:", &uid, &uid, &uid, &uid], "{printed}");
     assert_eq!(ids[2], ["Gid:", &gid, &gid, &gid, &gid], "{printed}");
-    assert!(ids[3].iter().skip(1).all(|g| !["0", "root"].contains(g)), "{printed}");
+    // Exactly nobody's groups, as `id -G nobody` lists them.
+    let groups = Command::new("id").args(["-G", "nobody"]).output().unwrap();
+    let mut expected: Vec<String> = String::from_utf8(groups.stdout)
+        .unwrap()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    expected.sort();
+    let mut got: Vec<String> = ids[3].iter().skip(1).map(|g| (*g).to_owned()).collect();
+    got.sort();
+    assert_eq!(got, expected, "{printed}");
+    // The CA files' directory is nobody's, and no one else can enter it.
+    assert_eq!(ids[4], [uid.as_str(), "700"], "{printed}");
     let env: HashMap<&str, &str> = env.lines().filter_map(|l| l.split_once('=')).collect();
     let mint_vars: Vec<&&str> = env
         .keys()
@@ -734,7 +767,7 @@ fn issue_16_mint_run_user_runs_the_agent_as_that_user_away_from_mints_secrets() 
     assert_eq!(env["LOGNAME"], "nobody");
     assert!(!env.contains_key("XDG_CONFIG_HOME"), "{printed}");
     assert_eq!(env["GITHUB_TOKEN"], "{{mint:echo}}");
-    // The CA files are nobody's to read, in a directory of its own no one else can enter.
+    // Outside Mint's home, which nobody cannot enter.
     let bundle_dir = Path::new(env["SSL_CERT_FILE"]).parent().unwrap().to_owned();
     assert!(!bundle_dir.starts_with(setup.home.path()), "{printed}");
     assert_revoked(&setup, 2);
@@ -743,15 +776,15 @@ fn issue_16_mint_run_user_runs_the_agent_as_that_user_away_from_mints_secrets() 
     // cannot issue itself a capability, even when it knows where the home is.
     let home_dir = setup.home.path();
     let mut command = setup.mint_run(&["--user", "nobody"]);
-    command
-        .arg("cat")
-        .args([
-            home_dir.join("secrets/echo"),
-            home_dir.join("ca.key"),
-            home_dir.join("capabilities.yaml"),
-        ])
-        .stdin(Stdio::null());
-    let output = in_own_session_keyring(command).output().unwrap();
+    command.arg("cat").args([
+        home_dir.join("secrets/echo"),
+        home_dir.join("ca.key"),
+        home_dir.join("capabilities.yaml"),
+    ]);
+    let output = in_own_session_keyring(command)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
     let printed = everything(&output);
     assert_eq!(output.status.code(), Some(1), "{printed}");
     assert_eq!(
@@ -773,8 +806,11 @@ fn issue_16_mint_run_user_runs_the_agent_as_that_user_away_from_mints_secrets() 
         mint_bin().display()
     );
     let mut command = setup.mint_run(&["--user", "nobody"]);
-    command.args(["sh", "-c", &issue]).stdin(Stdio::null());
-    let output = in_own_session_keyring(command).output().unwrap();
+    command.args(["sh", "-c", &issue]);
+    let output = in_own_session_keyring(command)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
     let printed = everything(&output);
     assert!(!output.status.success(), "{printed}");
     assert!(!printed.contains("mint_cap_"), "{printed}");
@@ -784,8 +820,11 @@ fn issue_16_mint_run_user_runs_the_agent_as_that_user_away_from_mints_secrets() 
 
     // A numeric uid names the same user.
     let mut command = setup.mint_run(&["--user", &uid]);
-    command.args(["id", "-un"]).stdin(Stdio::null());
-    let output = in_own_session_keyring(command).output().unwrap();
+    command.args(["id", "-un"]);
+    let output = in_own_session_keyring(command)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&output.stdout),
         "nobody\n",
@@ -793,6 +832,57 @@ fn issue_16_mint_run_user_runs_the_agent_as_that_user_away_from_mints_secrets() 
         everything(&output)
     );
     assert_revoked(&setup, 5);
+
+    // A user with supplementary groups, if this machine has one (postgres in ssl-cert, say),
+    // gets them all, as initgroups would; nobody has none to tell apart.
+    let groups = Command::new("getent").arg("group").output().unwrap();
+    let member = String::from_utf8(groups.stdout)
+        .unwrap()
+        .lines()
+        .find_map(|line| {
+            let members = line.rsplit(':').next()?;
+            members
+                .split(',')
+                .find(|m| !m.is_empty() && *m != "root")
+                .map(str::to_owned)
+        });
+    if let Some(member) = member {
+        let expected = Command::new("id").args(["-G", &member]).output().unwrap();
+        let mut command = setup.mint_run(&["--user", &member]);
+        command.args(["id", "-G"]);
+        let output = in_own_session_keyring(command)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let sorted = |bytes: &[u8]| {
+            let mut ids: Vec<String> = String::from_utf8_lossy(bytes)
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect();
+            ids.sort();
+            ids
+        };
+        assert!(output.status.success(), "{}", everything(&output));
+        assert_eq!(sorted(&output.stdout), sorted(&expected.stdout), "{member}");
+    }
+    let count = setup.issued_capabilities().len();
+
+    // Signals reach the command as nobody (the switch replaced itself with it, same pid).
+    let (mut mint, first, _rest) = start_child_with(
+        &setup,
+        &["--user", "nobody"],
+        "trap 'exit 41' TERM; echo $$; while :; do sleep 0.05; done",
+    );
+    let status = std::fs::read_to_string(format!("/proc/{}/status", first.trim())).unwrap();
+    assert!(
+        status
+            .lines()
+            .any(|l| l.split_whitespace().eq(["Uid:", &uid, &uid, &uid, &uid])),
+        "{status}"
+    );
+    kill(mint.id(), "TERM");
+    assert_eq!(wait_bounded(&mut mint).code(), Some(41));
+    assert_revoked(&setup, count + 1);
     // The bundle directory went with mint run.
     assert!(!bundle_dir.exists(), "{}", bundle_dir.display());
 }
@@ -873,9 +963,7 @@ fn issue_16_mint_run_user_refuses_to_hand_on_a_session_keyring_with_keys() {
     // A key in the session keyring `mint run` runs in, as `mint alias set` with the keyutils
     // backend leaves one: nobody would possess it.
     let key = "canary-keyring-Wd8Rz3Lq6Vn1";
-    let script = format!(
-        "keyctl add user mint-run-user-test {key} @s >/dev/null && exec \"$@\"",
-    );
+    let script = format!("keyctl add user mint-run-user-test {key} @s >/dev/null && exec \"$@\"",);
     let run = setup.mint_run(&["--user", "nobody"]);
     let mut command = Command::new("keyctl");
     command
@@ -897,10 +985,15 @@ fn issue_16_mint_run_user_refuses_to_hand_on_a_session_keyring_with_keys() {
     let stderr = without_keyctl_note(&output.stderr);
     assert_eq!(stderr.lines().count(), 1, "{printed}");
     assert!(
-        stderr.starts_with("mint: the session keyring `mint run` would hand to the agent belongs to uid 0"),
+        stderr.starts_with(
+            "mint: the session keyring `mint run` would hand to the agent belongs to uid 0"
+        ),
         "{printed}"
     );
-    assert!(stderr.contains("`keyctl session - mint run --user ...`"), "{printed}");
+    assert!(
+        stderr.contains("`keyctl session - mint run --user ...`"),
+        "{printed}"
+    );
     // It was issued before the check, in the child: revoked again.
     assert_revoked(&setup, 1);
 }
@@ -942,7 +1035,15 @@ fn issue_16_mint_run_and_env_send_the_token_off_loopback_only_with_remote_proxy(
     // With --remote-proxy it goes there.
     let mut command = setup.home.mint();
     command
-        .args(["run", "--agent", "mino", "--proxy", &remote, "--remote-proxy", "--"])
+        .args([
+            "run",
+            "--agent",
+            "mino",
+            "--proxy",
+            &remote,
+            "--remote-proxy",
+            "--",
+        ])
         .args([
             "curl",
             "-sS",
@@ -1018,4 +1119,70 @@ fn issue_16_mint_env_issues_nothing_for_a_closed_stdout_and_revokes_when_it_cann
         assert_eq!(issued.len(), count + 1, "{issued:?}");
         assert!(issued.iter().all(|c| c["revoked"] == true), "{issued:?}");
     }
+}
+
+/// `gh` as docs/agents.md's recipe runs it, for a GitHub Enterprise host (`GH_HOST`, the token in
+/// `GH_ENTERPRISE_TOKEN` from the alias's `env`): github.com itself would need port 443, which a
+/// test cannot pin. Its HTTP client is Go's: `HTTPS_PROXY` and `SSL_CERT_FILE` are all it needs.
+#[test]
+fn issue_16_mint_run_gh_api_against_an_enterprise_host_reads_its_token_from_the_alias_env() {
+    assert!(
+        Command::new("gh").arg("--version").output().is_ok(),
+        "gh is missing: run the setup_clients step of .ci/run (apt-get install gh)"
+    );
+    let setup = Setup::start_with(SetupConfig {
+        echo_alias: "    env: [GH_ENTERPRISE_TOKEN]\n",
+        ..SetupConfig::default()
+    });
+    let config = tempfile::tempdir().unwrap();
+    let host = format!("{}:{}", mint_tests::interception::HOST, setup.port());
+    let gh = |endpoint: &str| {
+        setup
+            .mint_run(&["--alias", "echo"])
+            .env("GH_HOST", &host)
+            .env("GH_CONFIG_DIR", config.path())
+            .env("GH_NO_UPDATE_NOTIFIER", "1")
+            .env("GH_PROMPT_DISABLED", "1")
+            .env("GH_ENTERPRISE_TOKEN", "ghp_inherited_must_be_overwritten")
+            .args(["gh", "api", endpoint])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    // `gh api /user` goes to https://HOST/api/v3/user with `Authorization: token ...`: the
+    // upstream got the secret there (and has no such route: gh reports its 404).
+    let output = gh("/user");
+    let printed = everything(&output);
+    assert_eq!(output.status.code(), Some(1), "{printed}");
+    assert!(printed.contains("HTTP 404"), "{printed}");
+    let requests = setup.peer.server.requests();
+    let seen = requests.last().unwrap();
+    assert_eq!(seen.path, "/api/v3/user");
+    assert_eq!(
+        seen.header("authorization"),
+        Some(format!("token {CANARY}").as_str())
+    );
+    setup.assert_no_canary(&printed);
+
+    // A full URL on the same host: the echo of the request comes back scrubbed.
+    let output = gh(&setup.url("/echo?client=gh"));
+    let printed = everything(&output);
+    assert!(output.status.success(), "{printed}");
+    let body: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(
+        body["headers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|pair| pair[0] == "authorization" && pair[1] == "token [mint:redacted]"),
+        "{body}"
+    );
+    assert!(!printed.contains("ghp_inherited"), "{printed}");
+    let seen = setup.peer.server.requests();
+    assert_eq!(
+        seen.last().unwrap().header("authorization"),
+        Some(format!("token {CANARY}").as_str())
+    );
+    setup.assert_no_canary(&printed);
+    assert_revoked(&setup, 2);
 }

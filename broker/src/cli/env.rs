@@ -129,7 +129,8 @@ pub fn require_writable_stdout() -> Result<(), EnvError> {
     if rustix::io::fcntl_getfd(fd).is_err() {
         return Err(EnvError::NoOutput { problem: "closed" });
     }
-    let flags = rustix::fs::fcntl_getfl(fd).map_err(|_| EnvError::NoOutput { problem: "closed" })?;
+    let flags =
+        rustix::fs::fcntl_getfl(fd).map_err(|_| EnvError::NoOutput { problem: "closed" })?;
     if (flags & rustix::fs::OFlags::RWMODE) == rustix::fs::OFlags::RDONLY {
         return Err(EnvError::NoOutput {
             problem: "open for reading only",

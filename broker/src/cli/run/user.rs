@@ -204,6 +204,7 @@ impl AgentUser {
     /// kept: it becomes readable by the user and no one else. Fails when the user could not
     /// reach it because a directory above has no search permission for others.
     pub fn take(&self, dir: &Path) -> Result<(), UserError> {
+        let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
         for ancestor in dir.ancestors().skip(1) {
             let traversable = std::fs::metadata(ancestor)
                 .is_ok_and(|meta| meta.permissions().mode() & 0o001 != 0);
@@ -214,10 +215,10 @@ impl AgentUser {
                 });
             }
         }
-        std::os::unix::fs::chown(dir, Some(self.uid), Some(self.gid)).map_err(|source| {
+        std::os::unix::fs::chown(&dir, Some(self.uid), Some(self.gid)).map_err(|source| {
             UserError::Chown {
                 user: self.name.clone(),
-                path: dir.to_path_buf(),
+                path: dir.clone(),
                 source,
             }
         })
@@ -277,8 +278,8 @@ fn switch(args: &ExecAsArgs) -> Result<(), UserError> {
         }
     };
     let groups: Vec<Gid> = args.groups.iter().copied().map(Gid::from_raw).collect();
-    // INVARIANT: `mint exec-as` runs single-threaded (no runtime is started before it), so the
-    // per-process calls below leave no thread behind with the old ids.
+    // nix calls the C library's functions, which change the ids of every thread of the process
+    // (glibc and musl broadcast them); `mint exec-as` starts no thread anyway.
     nix::unistd::setgroups(&groups).map_err(failed("setgroups"))?;
     nix::unistd::setresgid(gid, gid, gid).map_err(failed("setresgid"))?;
     nix::unistd::setresuid(uid, uid, uid).map_err(failed("setresuid"))?;
@@ -309,7 +310,8 @@ fn switch(args: &ExecAsArgs) -> Result<(), UserError> {
     if now != wanted {
         return Err(not_dropped("the supplementary groups differ".to_owned()));
     }
-    if nix::unistd::setuid(Uid::from_raw(0)).is_ok() || nix::unistd::setgid(Gid::from_raw(0)).is_ok()
+    if nix::unistd::setuid(Uid::from_raw(0)).is_ok()
+        || nix::unistd::setgid(Gid::from_raw(0)).is_ok()
     {
         return Err(not_dropped("root could be regained".to_owned()));
     }
