@@ -87,8 +87,12 @@ pub enum Command {
     /// Executes CMD directly (no shell) with HTTPS_PROXY and the other proxy variables pointing
     /// at the broker with the capability, the CA variables naming a bundle that trusts Mint's CA
     /// (inherited values are overwritten), and each alias's `env` names set to its placeholder.
-    /// SIGINT, SIGTERM and SIGHUP are forwarded; the exit status is the command's.
+    /// SIGINT, SIGTERM and SIGHUP are forwarded; the exit status is the command's. As root,
+    /// --user NAME runs it as that user; no `MINT_*` variable reaches it.
     Run(run::RunArgs),
+    /// The child of `mint run --user`: switches to the user, then executes CMD (internal).
+    #[command(hide = true)]
+    ExecAs(run::user::ExecAsArgs),
     /// Print the settings of `mint run` as lines for a shell, a container or a systemd unit,
     /// with a capability issued for them (its token shown once, in the proxy URL).
     Env(env::EnvArgs),
@@ -233,7 +237,10 @@ pub fn run(cli: Cli, paths: &Paths, out: &mut dyn Write) -> Result<ExitStatus, C
             paths,
             &mut std::io::stderr(),
         )?)),
+        Command::ExecAs(args) => Err(run::user::exec_as(args).into()),
         Command::Env(args) => {
+            // Nothing is issued for an output nobody can read (`mint env >&-`).
+            env::require_writable_stdout()?;
             env::run(args, paths, out, &mut std::io::stderr())?;
             Ok(ExitStatus::Success)
         }

@@ -75,6 +75,16 @@ pub enum AgentEnvError {
         /// The URL as given (an address, never a token: one with a user part is not repeated).
         url: String,
     },
+    /// The proxy URL is not on this machine, and `--remote-proxy` was not given.
+    #[error(
+        "the proxy `{url}` is not on this machine: mint would send the capability token to it \
+         (in clear text over plain HTTP); point --proxy or MINT_PROXY_URL at a broker on \
+         loopback (127.0.0.1, ::1, localhost), or pass --remote-proxy to send it there anyway"
+    )]
+    RemoteProxy {
+        /// The proxy URL.
+        url: String,
+    },
     /// Nothing answers at the proxy URL.
     #[error(
         "no Mint broker answers at {url} ({problem}); start one with `mint serve` (in another \
@@ -182,6 +192,34 @@ impl ProxyTarget {
         })
     }
 
+    /// Whether the host is this machine: `localhost`, an address in 127.0.0.0/8, `::1`, or
+    /// `::ffff:127.x.y.z`.
+    pub fn is_loopback(&self) -> bool {
+        if self.host.eq_ignore_ascii_case("localhost") {
+            return true;
+        }
+        match self.host.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V4(ip)) => ip.is_loopback(),
+            Ok(std::net::IpAddr::V6(ip)) => {
+                ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|ip| ip.is_loopback())
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Refuses a broker off this machine unless `remote` (`--remote-proxy`): the probes and the
+    /// agent would send the capability token there, and whatever answers `/healthz` like Mint
+    /// there would get it.
+    pub fn require_local(&self, remote: bool) -> Result<(), AgentEnvError> {
+        if remote || self.is_loopback() {
+            Ok(())
+        } else {
+            Err(AgentEnvError::RemoteProxy {
+                url: self.url.clone(),
+            })
+        }
+    }
+
     /// Checks that a Mint broker answers: `GET /healthz` (no capability needed) must be `200`
     /// with Mint's `{"status":"ok"}`.
     pub fn check_broker(&self) -> Result<(), AgentEnvError> {
@@ -209,8 +247,8 @@ impl ProxyTarget {
     pub fn accepts(&self, token: &IssuedToken) -> Result<bool, AgentEnvError> {
         let mut header = Zeroizing::new(String::with_capacity(128));
         header.push_str("Mint-Capability: ");
-        // EXPOSE: the capability goes to the broker that will check it, over the loopback
-        // connection the agent will use; never logged.
+        // EXPOSE: the capability goes to the broker that will check it, over the connection
+        // the agent will use (loopback unless `--remote-proxy`); never logged.
         header.push_str(token.as_secret().expose_secret());
         let (status, _) =
             self.get("/v1/aliases", Some(&header))
@@ -428,6 +466,36 @@ mod tests {
         let secret = "mint_cap_0123_secretpart";
         let error = ProxyTarget::parse(&format!("http://a:{secret}@127.0.0.1:1")).unwrap_err();
         assert!(!error.to_string().contains(secret), "{error}");
+    }
+
+    #[test]
+    fn only_loopback_brokers_get_the_token_without_remote_proxy() {
+        for local in [
+            "http://127.0.0.1:8700",
+            "http://127.8.9.10:1",
+            "http://[::1]:8700",
+            "http://localhost:8700",
+            "http://LocalHost:8700",
+            "http://[::ffff:127.0.0.1]:8700",
+        ] {
+            let target = ProxyTarget::parse(local).unwrap();
+            assert!(target.require_local(false).is_ok(), "{local}");
+        }
+        for remote in [
+            "http://10.0.0.5:8700",
+            "http://0.0.0.0:8700",
+            "http://[::]:8700",
+            "http://mint.example.test:8700",
+            "http://localhost.example.test:8700",
+            "http://[::ffff:10.0.0.1]:8700",
+            "http://128.0.0.1:8700",
+        ] {
+            let target = ProxyTarget::parse(remote).unwrap();
+            let error = target.require_local(false).unwrap_err().to_string();
+            assert!(error.contains("--remote-proxy"), "{error}");
+            assert!(error.contains(&target.url), "{error}");
+            assert!(target.require_local(true).is_ok(), "{remote}");
+        }
     }
 
     /// The proxy variables hold the capability token; no `{:?}` of the set may show it.

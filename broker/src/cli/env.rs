@@ -9,8 +9,17 @@
 //! need not be running: these lines may be written before it starts. When one answers at the
 //! proxy URL, `mint env` waits (at most 3 s) until it accepts the new capability, so the lines
 //! work as soon as they are printed.
+//!
+//! A capability is issued only for an output that can be written (fd 1 open for writing), and
+//! taken back when writing or flushing the lines fails (a closed pipe: Rust ignores SIGPIPE, so
+//! the write fails with EPIPE): nobody holds a live capability that was never printed.
+//!
+//! `mint env` cannot change who the agent runs as: unlike `mint run --user`, the lines go to
+//! whoever evaluates them, with the rights they have (see docs/agents.md, "Running the agent as
+//! another user").
 
 use std::io::Write;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -37,9 +46,14 @@ pub struct EnvArgs {
     /// revoke`.
     #[arg(long, value_name = "TTL", default_value = "24h")]
     pub ttl: String,
-    /// The broker's address [default: MINT_PROXY_URL, else http://127.0.0.1:8700].
+    /// The broker's address [default: MINT_PROXY_URL, else http://127.0.0.1:8700]. Loopback
+    /// only, unless --remote-proxy.
     #[arg(long, value_name = "URL")]
     pub proxy: Option<String>,
+    /// Allow a proxy URL that is not on this machine: the capability token then travels to it,
+    /// in clear text over plain HTTP.
+    #[arg(long)]
+    pub remote_proxy: bool,
     /// The syntax of the lines: `sh` (`export NAME='VALUE'`, also bash and zsh), `fish`, or
     /// `env` (`NAME=VALUE`, for `docker run --env-file` and systemd's `EnvironmentFile=`).
     #[arg(long, value_name = "SHELL", value_enum, default_value_t = Shell::Sh)]
@@ -76,9 +90,62 @@ pub enum EnvError {
         /// The path.
         path: PathBuf,
     },
+    /// Stdout is closed or not open for writing: nothing was issued.
+    #[error(
+        "stdout is {problem}: nothing was issued, as nobody could read the lines; run `mint \
+         env` with its output going somewhere (`eval \"$(mint env)\"`, `> file`)"
+    )]
+    NoOutput {
+        /// `closed`, `open for reading only`.
+        problem: &'static str,
+    },
     /// The lines could not be written (the capability was revoked again).
     #[error("cannot write the output (the capability issued for it was revoked)")]
     Output(#[source] std::io::Error),
+    /// The lines could not be written, and the capability could not be revoked either.
+    #[error(
+        "cannot write the output ({output}), and the capability `{id}` issued for it was NOT \
+         revoked: revoke it with `mint cap revoke {id}`"
+    )]
+    OutputNotRevoked {
+        /// The capability's id.
+        id: String,
+        /// The write error, in words.
+        output: std::io::Error,
+        /// Why it was not revoked.
+        #[source]
+        source: Box<crate::cli::cap::CapCommandError>,
+    },
+}
+
+/// Fails unless file descriptor 1 is open for writing to something other than `/dev/null`.
+/// A program started with fd 1 closed (`mint env >&-`) finds `/dev/null` there: Rust's runtime
+/// opens it over a closed standard descriptor before `main`, and would otherwise report every
+/// write as done, exit 0 and leave a live capability nobody saw. Writing the token to
+/// `/dev/null` on purpose is as useless, so both are refused.
+pub fn require_writable_stdout() -> Result<(), EnvError> {
+    let stdout = std::io::stdout();
+    let fd = stdout.as_fd();
+    if rustix::io::fcntl_getfd(fd).is_err() {
+        return Err(EnvError::NoOutput { problem: "closed" });
+    }
+    let flags =
+        rustix::fs::fcntl_getfl(fd).map_err(|_| EnvError::NoOutput { problem: "closed" })?;
+    if (flags & rustix::fs::OFlags::RWMODE) == rustix::fs::OFlags::RDONLY {
+        return Err(EnvError::NoOutput {
+            problem: "open for reading only",
+        });
+    }
+    let is_null = |stat: &rustix::fs::Stat| {
+        rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::CharacterDevice
+            && rustix::fs::stat("/dev/null").is_ok_and(|null| null.st_rdev == stat.st_rdev)
+    };
+    if rustix::fs::fstat(fd).is_ok_and(|stat| is_null(&stat)) {
+        return Err(EnvError::NoOutput {
+            problem: "closed or /dev/null",
+        });
+    }
+    Ok(())
 }
 
 impl From<AgentEnvError> for EnvError {
@@ -95,6 +162,7 @@ pub fn run(
     notes: &mut dyn Write,
 ) -> Result<(), EnvError> {
     let target = ProxyTarget::resolve(args.proxy.as_deref())?;
+    target.require_local(args.remote_proxy)?;
     let cert = ca_files::cert_pem(paths, SystemTime::now()).map_err(AgentEnvError::from)?;
     let aliases = declared_aliases(&paths.aliases).map_err(AgentEnvError::from)?;
     let bundle = absolute(&paths.home.join(BUNDLE_FILE));
@@ -156,8 +224,14 @@ pub fn run(
     let written = out.write_all(text.as_bytes()).and_then(|()| out.flush());
     if let Err(error) = written {
         // Nobody got the token: take the capability back.
-        let _ = crate::cli::cap::revoke_capability(&paths.capabilities, &issued.id);
-        return Err(EnvError::Output(error));
+        return match crate::cli::cap::revoke_capability(&paths.capabilities, &issued.id) {
+            Ok(_) => Err(EnvError::Output(error)),
+            Err(source) => Err(EnvError::OutputNotRevoked {
+                id: issued.id.clone(),
+                output: error,
+                source: Box::new(source),
+            }),
+        };
     }
     let note = format!(
         "Issued capability {} for agent `{}`, expires {}, aliases: {}. The token in the proxy \

@@ -7,6 +7,11 @@
 //! each alias's `env` names set to its placeholder. The token reaches the child through its
 //! environment only: never an argument, an output line or a log line of Mint's.
 //!
+//! `--user NAME` (root only) runs CMD as that user, with its groups, through `mint exec-as`
+//! (see `run/user.rs`): the agent then cannot read Mint's home, its CA key or its keyring, nor
+//! issue itself a capability. Run as root without it, `mint run` says on stderr that the agent
+//! runs as root. Whoever it runs as, the child inherits no `MINT_*` variable.
+//!
 //! Every exit path that this process lives through revokes the capability: the child's exit,
 //! its death by a signal, a failure to start it, and SIGINT, SIGTERM or SIGHUP sent to `mint run`
 //! (forwarded to the child, whose exit is then awaited). A SIGKILL cannot be caught: the
@@ -33,6 +38,10 @@ use crate::config::ca_files;
 use crate::config::env::Paths;
 use crate::config::secure_file::{PUBLIC_FILE_MODE, create_private_dir, write_atomic_mode};
 
+pub mod user;
+
+use user::{AgentUser, UserError};
+
 /// Arguments of `mint run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -47,9 +56,18 @@ pub struct RunArgs {
     /// h or d. It is revoked when the command exits.
     #[arg(long, value_name = "TTL", default_value = DEFAULT_TTL)]
     pub ttl: String,
-    /// The broker's address [default: MINT_PROXY_URL, else http://127.0.0.1:8700].
+    /// The broker's address [default: MINT_PROXY_URL, else http://127.0.0.1:8700]. Loopback
+    /// only, unless --remote-proxy.
     #[arg(long, value_name = "URL")]
     pub proxy: Option<String>,
+    /// Allow a proxy URL that is not on this machine: the capability token then travels to it,
+    /// in clear text over plain HTTP.
+    #[arg(long)]
+    pub remote_proxy: bool,
+    /// Run the command as this user (a name or a uid), with its groups, HOME, USER and LOGNAME:
+    /// it then cannot read Mint's home or keyring. Needs root.
+    #[arg(long, value_name = "USER")]
+    pub user: Option<String>,
     /// The command and its arguments, executed directly (no shell).
     #[arg(
         required = true,
@@ -98,6 +116,9 @@ pub enum RunError {
     /// Waiting for the child failed.
     #[error("cannot wait for the command")]
     Wait(#[source] io::Error),
+    /// `--user` was refused, or the switch to that user failed.
+    #[error(transparent)]
+    User(#[from] UserError),
 }
 
 impl From<AgentEnvError> for RunError {
@@ -118,7 +139,8 @@ impl RunError {
             RunError::Setup(_)
             | RunError::TempDir { .. }
             | RunError::Signals(_)
-            | RunError::Wait(_) => None,
+            | RunError::Wait(_)
+            | RunError::User(_) => None,
         }
     }
 }
@@ -126,7 +148,10 @@ impl RunError {
 /// Runs the command behind Mint; returns its exit code. `notes` (stderr) gets what a person must
 /// know that is not an error: a capability that could not be revoked.
 pub fn run(args: RunArgs, paths: &Paths, notes: &mut dyn Write) -> Result<u8, RunError> {
+    // Who the agent runs as is settled first: a refused `--user` costs nothing.
+    let agent_user = args.user.as_deref().map(AgentUser::resolve).transpose()?;
     let target = ProxyTarget::resolve(args.proxy.as_deref())?;
+    target.require_local(args.remote_proxy)?;
     target.check_broker()?;
 
     // The CA files first: nothing is issued for a run that cannot trust Mint's CA.
@@ -137,6 +162,10 @@ pub fn run(args: RunArgs, paths: &Paths, notes: &mut dyn Write) -> Result<u8, Ru
     let ca = dir.path.join("ca.pem");
     write_bundle(&bundle, &cert)?;
     write_atomic_mode(&ca, cert.as_bytes(), PUBLIC_FILE_MODE).map_err(AgentEnvError::from)?;
+    // Given away only once written: no process of that user could meddle with the files.
+    if let Some(agent_user) = &agent_user {
+        agent_user.take(&dir.path)?;
+    }
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -171,11 +200,19 @@ pub fn run(args: RunArgs, paths: &Paths, notes: &mut dyn Write) -> Result<u8, Ru
         let mut command = {
             let url = target.url_for(&issued.agent, &issued.token);
             let vars = AgentVariables::new(&url, &bundle, &ca, &aliases, &args.aliases);
-            child_command(&args.command, &vars)
+            child_command(&args.command, &vars, agent_user.as_ref())?
         };
         drop(issued);
         if let Some(signal) = signals.pending().await {
             return Ok(Outcome::Interrupted(signal));
+        }
+        if agent_user.is_none() && rustix::process::geteuid().is_root() {
+            let _ = writeln!(
+                notes,
+                "mint: warning: the agent runs as root: it can read Mint's secrets, CA key and \
+                 capabilities and issue itself any capability; run it as another user with \
+                 --user NAME"
+            );
         }
         let program = args.command.first().cloned().unwrap_or_default();
         let mut child = command.spawn().map_err(|source| {
@@ -376,35 +413,78 @@ async fn wait_accepted(
 /// not inherit removed. An inherited variable spelled in another letter case than one of those
 /// (`Https_Proxy`, `requests_ca_bundle`, `All_Proxy`) is removed too: some clients fold names
 /// (Python's `urllib` reads proxies case-insensitively), and it would outvote or sidestep Mint.
-fn child_command(command: &[OsString], vars: &AgentVariables) -> tokio::process::Command {
-    let (program, args) = command.split_first().map_or_else(
-        || (OsString::new(), &[][..]),
-        |(program, args)| (program.clone(), args),
-    );
-    let mut child = tokio::process::Command::new(program);
-    child.args(args);
+/// Every `MINT_*` variable (any case) goes too: the agent has no business with Mint's home,
+/// keyring backend or broker address. With `user`, CMD runs through `mint exec-as` as that
+/// user, with its HOME, USER and LOGNAME, and without the operator's XDG base directories.
+fn child_command(
+    command: &[OsString],
+    vars: &AgentVariables,
+    user: Option<&AgentUser>,
+) -> Result<tokio::process::Command, RunError> {
+    let mut child = match user {
+        Some(user) => {
+            let (mint, args) = user.wrap(command)?;
+            let mut child = tokio::process::Command::new(mint);
+            child.args(args);
+            child
+        }
+        None => {
+            let (program, args) = command.split_first().map_or_else(
+                || (OsString::new(), &[][..]),
+                |(program, args)| (program.clone(), args),
+            );
+            let mut child = tokio::process::Command::new(program);
+            child.args(args);
+            child
+        }
+    };
     for name in vars.removed() {
         child.env_remove(name);
     }
-    let managed: Vec<String> = vars
+    let mut managed: Vec<String> = vars
         .iter()
         .map(|(name, _)| name)
         .chain(vars.removed())
         .map(str::to_ascii_uppercase)
         .collect();
+    if user.is_some() {
+        managed.extend(OPERATOR_VARIABLES.iter().map(|name| (*name).to_owned()));
+    }
     for (name, _) in std::env::vars_os() {
-        if name
-            .to_str()
-            .is_some_and(|name| managed.contains(&name.to_ascii_uppercase()))
-        {
+        let removed = name.to_str().is_some_and(|name| {
+            let upper = name.to_ascii_uppercase();
+            upper.starts_with(MINT_PREFIX) || managed.contains(&upper)
+        });
+        if removed {
             child.env_remove(&name);
         }
     }
     for (name, value) in vars.iter() {
         child.env(name, value);
     }
-    child
+    if let Some(user) = user {
+        child.env("HOME", &user.home);
+        child.env("USER", &user.name);
+        child.env("LOGNAME", &user.name);
+    }
+    Ok(child)
 }
+
+/// The prefix of Mint's own variables, none of which the child inherits.
+const MINT_PREFIX: &str = "MINT_";
+
+/// The operator's login variables a child of `--user` does not inherit: the ones set anew
+/// (HOME, USER, LOGNAME) and the XDG base directories, which point into the operator's home.
+const OPERATOR_VARIABLES: [&str; 8] = [
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_STATE_HOME",
+    "XDG_RUNTIME_DIR",
+];
 
 /// Sends `signal` on to the child, unless it is a SIGINT or SIGQUIT the terminal already sent
 /// it: Ctrl-C and Ctrl-\\ reach the whole foreground process group, the child included, and a
