@@ -49,6 +49,7 @@ use mint_policy::limits::{Charge, Limiter};
 use mint_policy::normalize::Target;
 use mint_policy::site::Site;
 
+use crate::approval::{ApprovalBook, ApprovalBounds};
 use crate::audit::facts::{DecisionFacts, RequestFacts, decision_record};
 use crate::audit::{AuditError, AuditLog, now};
 use crate::capability::{CapabilityGrant, CapabilityStore};
@@ -150,6 +151,8 @@ struct Inner {
     ids: RequestIds,
     /// The leaves of intercepted `CONNECT` tunnels; `None` when this broker has no CA.
     interception: Option<Arc<LeafCache>>,
+    /// The requests `approve` rules hold, and the operators' grants.
+    approvals: Arc<ApprovalBook>,
 }
 
 /// Request ids: a random prefix per broker run and a counter.
@@ -229,8 +232,23 @@ impl AppState {
                     next: AtomicU64::new(1),
                 },
                 interception: None,
+                approvals: Arc::new(ApprovalBook::new(ApprovalBounds::default())),
             }),
         }
+    }
+
+    /// This state, holding requests for approval within `bounds`. Call before the state is
+    /// shared.
+    pub fn with_approval_bounds(mut self, bounds: ApprovalBounds) -> AppState {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.approvals = Arc::new(ApprovalBook::new(bounds));
+        }
+        self
+    }
+
+    /// The requests held for approval.
+    pub fn approvals(&self) -> &Arc<ApprovalBook> {
+        &self.inner.approvals
     }
 
     /// This state, intercepting `CONNECT` tunnels with leaves from `leaves`. Call before the

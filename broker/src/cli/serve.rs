@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use clap::Args;
 
+use crate::approval::ApprovalBounds;
+use crate::approval::protocol::SOCKET_NAME;
 use crate::audit::AuditConfig;
 use crate::config::env::Paths;
 use crate::proxy::ProxyLimits;
@@ -71,6 +73,15 @@ pub struct ServeArgs {
     /// How long requests in flight may take to finish at shutdown.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
     pub shutdown_grace: Duration,
+
+    /// The most requests waiting for approval at once; past it a new one is refused at once
+    /// (`429 approval_queue_full`), never an older one dropped.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub max_pending_approvals: u32,
+
+    /// The most requests of one agent waiting for approval at once.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub max_pending_approvals_per_agent: u32,
 }
 
 /// Runs `mint serve` with `args` until a graceful shutdown.
@@ -103,6 +114,18 @@ pub fn run(args: ServeArgs, paths: &Paths, out: &mut dyn Write) -> Result<(), Se
             max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
         },
         audit,
+        approvals: ApprovalBounds {
+            max_pending: args.max_pending_approvals as usize,
+            max_pending_per_agent: args
+                .max_pending_approvals_per_agent
+                .min(args.max_pending_approvals) as usize,
+        },
     };
-    serve_blocking(&args.listen, || load_state(&paths, &config), out)
+    let socket = paths.home.join(SOCKET_NAME);
+    serve_blocking(
+        &args.listen,
+        Some(&socket),
+        || load_state(&paths, &config),
+        out,
+    )
 }

@@ -111,7 +111,7 @@ pub fn json_for_terminal(json: String) -> String {
 /// and paragraph separators (U+2028, U+2029), which some terminals and viewers take as line
 /// breaks, and the invisible characters (zero-width space, non-joiner and joiner, word joiner
 /// and invisible operators, the byte order mark), which hide that two texts differ.
-fn is_terminal_control(c: char) -> bool {
+pub fn is_terminal_control(c: char) -> bool {
     c.is_control()
         || matches!(
             c,
