@@ -603,9 +603,9 @@ impl Exchange {
             _ => AuditDecision::Deny,
         };
         let rules = match &error {
-            ProxyError::PolicyDenied { rules, .. } | ProxyError::Limited { rules, .. } => {
-                Some(rule_ids(rules))
-            }
+            ProxyError::PolicyDenied { rules, .. }
+            | ProxyError::ApprovalUnavailable { rules }
+            | ProxyError::Limited { rules, .. } => Some(rule_ids(rules)),
             _ => None,
         };
         self.record_refusal(

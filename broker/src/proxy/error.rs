@@ -75,6 +75,18 @@ pub enum ProxyError {
         /// The kind of denial.
         reason: DenyReason,
     },
+    // Until approvals land: a request an approve rule holds is refused, never forwarded, and
+    // audited as a deny naming the approve rules. The approvals work replaces this variant's
+    // use in `Evaluated::allowed` with the hold itself.
+    /// An approve rule matches, and this broker cannot hold a request for the operator's
+    /// decision: refused (fail closed).
+    #[error(
+        "this request needs the operator's approval, which this Mint cannot ask for; nothing was sent"
+    )]
+    ApprovalUnavailable {
+        /// The matching approve rules.
+        rules: Vec<String>,
+    },
     /// A call limit is exhausted.
     #[error("call limit reached; retry after {} s", retry_after_secs(*retry_after))]
     Limited {
@@ -209,6 +221,7 @@ impl ProxyError {
             | ProxyError::SiteNotAllowed { .. }
             | ProxyError::CapabilityScope { .. }
             | ProxyError::PolicyDenied { .. }
+            | ProxyError::ApprovalUnavailable { .. }
             | ProxyError::AddressRefused(_)
             | ProxyError::OutsideCaNameConstraints => StatusCode::FORBIDDEN,
             ProxyError::NotFound => StatusCode::NOT_FOUND,
@@ -242,6 +255,7 @@ impl ProxyError {
             ProxyError::SiteNotAllowed { .. } => "site_not_allowed",
             ProxyError::CapabilityScope { .. } => "capability_scope",
             ProxyError::PolicyDenied { .. } => "policy_denied",
+            ProxyError::ApprovalUnavailable { .. } => "approval_unavailable",
             ProxyError::Limited { .. } => "limited",
             ProxyError::AddressRefused(_) => "address_refused",
             ProxyError::ConnectUnsupported => "connect_unsupported",
@@ -281,6 +295,7 @@ impl ProxyError {
             | ProxyError::SiteNotAllowed { .. }
             | ProxyError::CapabilityScope { .. }
             | ProxyError::PolicyDenied { .. }
+            | ProxyError::ApprovalUnavailable { .. }
             | ProxyError::AddressRefused(_)
             | ProxyError::OutsideCaNameConstraints => Outcome::Denied,
             ProxyError::Limited { .. } => Outcome::Limited,
@@ -302,6 +317,7 @@ impl ProxyError {
             | ProxyError::SiteNotAllowed { .. }
             | ProxyError::CapabilityScope { .. }
             | ProxyError::PolicyDenied { .. }
+            | ProxyError::ApprovalUnavailable { .. }
             | ProxyError::Limited { .. }
             | ProxyError::AddressRefused(_)
             | ProxyError::OutsideCaNameConstraints
@@ -349,7 +365,9 @@ impl ProxyError {
     /// The rule ids to report with the error.
     pub fn rules(&self) -> &[String] {
         match self {
-            ProxyError::PolicyDenied { rules, .. } | ProxyError::Limited { rules, .. } => rules,
+            ProxyError::PolicyDenied { rules, .. }
+            | ProxyError::ApprovalUnavailable { rules }
+            | ProxyError::Limited { rules, .. } => rules,
             _ => &[],
         }
     }
