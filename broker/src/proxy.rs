@@ -14,7 +14,9 @@
 //!    by alias: not bound to the host 403, a site the alias does not allow 403, capability
 //!    narrowing 403;
 //! 4. policy, once per tool call (deny overrides) 403; a batch calling several different tools
-//!    400; then call limits 429, checked and consumed atomically;
+//!    400; calls an `approve` rule holds wait for the operator (`approve`: a `pending` record,
+//!    then 403 on a denial or timeout, 429 when too many wait, 503 at shutdown); then call limits
+//!    429, checked and consumed atomically;
 //! 5. write the `decision` record (fail closed: 503 when it cannot be written);
 //! 6. substitute (`inject`), send through [`UpstreamClient`] (DNS and address checks, TLS), and
 //!    stream the answer back scrubbed (`answer`); the `outcome` record is written when it ends.
@@ -41,8 +43,8 @@ use http::header::{self, HeaderValue};
 use http::{Method, StatusCode, Version};
 use http_body_util::{BodyExt, Full};
 use mint_policy::audit::{
-    AgentName, AliasName, AuditDecision, CapabilityId, Outcome, ReasonCode, RequestId, RuleId,
-    SkippedQuote, ToolName,
+    AgentName, AliasName, ApprovalId, Approver, AuditDecision, CapabilityId, Outcome, ReasonCode,
+    RequestId, RuleId, SkippedQuote, ToolName,
 };
 use mint_policy::evaluate::AliasUse;
 use mint_policy::limits::{Charge, Limiter};
@@ -59,6 +61,7 @@ use crate::net::upstream::{ConnectError, UpstreamClient, connect_error};
 use crate::secrets::inject::{self, InjectError};
 
 mod answer;
+mod approve;
 pub(crate) mod connect;
 mod error;
 pub(crate) mod headers;
@@ -556,6 +559,15 @@ struct Exchange {
     /// The JSON-RPC ids of an MCP `tools/call` request, once recognized: its refusals are
     /// answered as JSON-RPC errors the MCP client can show.
     jsonrpc: Option<JsonRpcIds>,
+    /// Set once the `pending` decision record of a request held for approval is written, with
+    /// the approve rules that hold it; cleared by its second decision record. While it is set,
+    /// an agent that goes away leaves a `deny` (`approval_withdrawn`) record behind.
+    held: Option<Vec<String>>,
+    /// The approvals the request waited for and the grants that approved it, for its decision
+    /// records.
+    approval: Vec<ApprovalId>,
+    /// Who decided them.
+    approver: Vec<Approver>,
 }
 
 // === impl Exchange ===
@@ -580,6 +592,9 @@ impl Exchange {
             decided: false,
             bytes_up: None,
             jsonrpc: None,
+            held: None,
+            approval: Vec::new(),
+            approver: Vec::new(),
         }
     }
 
@@ -599,12 +614,17 @@ impl Exchange {
             }
         }
         let decision = match error {
-            ProxyError::Limited { .. } => AuditDecision::Limited,
+            ProxyError::Limited { .. } | ProxyError::ApprovalQueueFull { .. } => {
+                AuditDecision::Limited
+            }
             _ => AuditDecision::Deny,
         };
         let rules = match &error {
             ProxyError::PolicyDenied { rules, .. }
-            | ProxyError::ApprovalUnavailable { rules }
+            | ProxyError::ApprovalDenied { rules }
+            | ProxyError::ApprovalTimeout { rules, .. }
+            | ProxyError::ApprovalQueueFull { rules, .. }
+            | ProxyError::ShuttingDown { rules }
             | ProxyError::Limited { rules, .. } => Some(rule_ids(rules)),
             _ => None,
         };
@@ -639,6 +659,8 @@ impl Exchange {
                 decision,
                 rules,
                 reason: ReasonCode::new(reason).ok(),
+                approval: self.approval.clone(),
+                approver: self.approver.clone(),
             };
             let record = decision_record(now(), self.facts.take(), facts);
             if let Err(audit_error) = self.audit.append(&record) {
@@ -646,6 +668,7 @@ impl Exchange {
             }
             self.facts = RequestFacts::from_record(record);
             self.decided = true;
+            self.held = None;
         }
         self.outcome_written = true;
         let writer = OutcomeWriter {
@@ -657,16 +680,55 @@ impl Exchange {
         writer.write(outcome, status, Some(0), Some(reason));
     }
 
+    /// Writes the `pending` decision record of a request about to wait for approval (its
+    /// approvals noted already); it does not wait if the record cannot be written. From here
+    /// until its second decision record, an agent that goes away leaves an
+    /// `approval_withdrawn` record.
+    async fn record_pending(
+        &mut self,
+        state: &AppState,
+        rules: &[String],
+    ) -> Result<(), ProxyError> {
+        let facts = DecisionFacts {
+            decision: AuditDecision::Pending,
+            rules: Some(rule_ids(rules)),
+            reason: ReasonCode::new("approval_required").ok(),
+            approval: self.approval.clone(),
+            approver: Vec::new(),
+        };
+        let record = decision_record(now(), self.facts.take(), facts);
+        let written = state.audit().write_now(&record);
+        self.facts = RequestFacts::from_record(record);
+        let refuse = |error: AuditError, id: &RequestId| {
+            tracing::error!(request.id = %id, error = %error, "Pending record not written; refusing");
+            ProxyError::AuditUnavailable
+        };
+        let written = written.map_err(|error| refuse(error, &self.facts.id))?;
+        self.held = Some(rules.to_vec());
+        written
+            .durable()
+            .await
+            .map_err(|error| refuse(error, &self.facts.id))?;
+        Ok(())
+    }
+
     /// Writes the `allow` decision record; the request goes nowhere if it cannot be written.
     async fn record_allow(&mut self, state: &AppState, rules: &[String]) -> Result<(), ProxyError> {
         let facts = DecisionFacts {
             decision: AuditDecision::Allow,
             rules: Some(rule_ids(rules)),
             reason: None,
+            approval: self.approval.clone(),
+            approver: self.approver.clone(),
         };
         let record = decision_record(now(), self.facts.take(), facts);
         let written = state.audit().write_now(&record);
         self.facts = RequestFacts::from_record(record);
+        // Written or not, the `pending` record now has its second decision (or the refusal
+        // that follows writes one).
+        if written.is_ok() {
+            self.held = None;
+        }
         let refuse = |error: AuditError, id: &RequestId| {
             tracing::error!(request.id = %id, error = %error, "Decision record not written; refusing");
             ProxyError::AuditUnavailable
@@ -702,6 +764,19 @@ impl Drop for Exchange {
     /// The agent went away while the request was in Mint's hands (before the answer's head): an
     /// allowed request gets its outcome all the same. It may have been sent: `unknown`.
     fn drop(&mut self) {
+        if let Some(rules) = self.held.take() {
+            // The agent went away while its request waited for approval: the waiting ended
+            // (the ticket's drop took it out of the book) and nothing was sent.
+            tracing::info!(request.id = %self.facts.id, "Agent went away while its request waited for approval");
+            self.record_refusal(
+                AuditDecision::Deny,
+                Some(rule_ids(&rules)),
+                "approval_withdrawn",
+                Outcome::Denied,
+                None,
+            );
+            return;
+        }
         if !self.decided || self.outcome_written {
             return;
         }
@@ -884,7 +959,21 @@ async fn forward(
         // The audit record names the tool that was refused, not the batch's first.
         exchange.facts.mcp_tool = ToolName::new(tool).ok();
     }
-    let admitted = admit(state, evaluated.allowed()?)?;
+    // 4a. Calls an approve rule holds wait for the operator (limits are admitted after).
+    let holds = evaluated.holds();
+    let allowed = evaluated.allowed()?;
+    if !holds.is_empty() {
+        let decoded = pipeline::decoded_body(&request_headers, &body)?;
+        let shown = approve::Shown {
+            agent: grant.agent.as_str(),
+            method: method.as_str(),
+            target: &target,
+            uses: &uses,
+            body: &decoded,
+        };
+        approve::await_approval(state, exchange, &holds, &shown).await?;
+    }
+    let admitted = admit(state, allowed)?;
     let charges = (admitted.charges.clone(), admitted.admitted_at);
     let outgoing = Outgoing {
         method,

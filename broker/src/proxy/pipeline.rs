@@ -470,20 +470,16 @@ impl Evaluated {
             .and_then(|(tool, _)| tool.as_deref())
     }
 
-    /// The request is allowed only if every call is (the first denial is the refusal, ahead of
-    /// any call held for approval), and only if it calls one tool at most.
+    /// What the request may do if every call is allowed or, held for approval, approved: refused
+    /// at the first denied call (ahead of any call held for approval), and when it calls more
+    /// than one tool. The held calls' grants are included: [`Evaluated::holds`] says which calls
+    /// must be approved first.
     pub(crate) fn allowed(self) -> Result<Allowed, ProxyError> {
         if let Some(denial) = self.denial() {
             return Err(ProxyError::PolicyDenied {
                 rules: denial.rules.clone(),
                 reason: denial.reason,
             });
-        }
-        // Until approvals land: nothing is held, so a request an approve rule matches is refused
-        // (fail closed) and audited as a deny naming the approve rules. Nothing was sent and no
-        // limit was consumed.
-        if let Some(held) = self.held() {
-            return Err(ProxyError::ApprovalUnavailable { rules: held.rules });
         }
         self.one_tool()?;
         let mut allowed = Allowed {
@@ -499,13 +495,34 @@ impl Evaluated {
                         reason: denial.reason,
                     });
                 }
-                Evaluation::Approve(hold) => {
-                    return Err(ProxyError::ApprovalUnavailable { rules: hold.rules });
-                }
+                Evaluation::Approve(hold) => allowed.add(hold.grant),
                 Evaluation::Allow(grant) => allowed.add(grant),
             }
         }
         Ok(allowed)
+    }
+
+    /// Each call an approve rule holds, in call order, with the index of its tool call in the
+    /// body (`None`: the request itself, or a batch's other messages). Each is decided on its
+    /// own; the request is sent only when every one is approved.
+    pub(crate) fn holds(&self) -> Vec<CallHold> {
+        let mut tool_calls = 0;
+        let mut holds = Vec::new();
+        for (tool, evaluation) in &self.calls {
+            let call = tool.as_ref().map(|_| {
+                tool_calls += 1;
+                tool_calls - 1
+            });
+            if let Evaluation::Approve(hold) = evaluation {
+                holds.push(CallHold {
+                    tool: tool.clone(),
+                    call,
+                    rules: hold.rules.clone(),
+                    timeout: hold.timeout,
+                });
+            }
+        }
+        holds
     }
 
     /// What the request waits for when no call is denied and some call is held for approval:
@@ -573,7 +590,20 @@ impl Evaluated {
     }
 }
 
-/// What a request held for approval waits for.
+/// One call an approve rule holds.
+#[derive(Clone, Debug)]
+pub(crate) struct CallHold {
+    /// Its MCP tool, for a `tools/call`.
+    pub(crate) tool: Option<String>,
+    /// Which tool call of the body it is (0-based), for a `tools/call`.
+    pub(crate) call: Option<usize>,
+    /// The approve rules that hold it, in file order.
+    pub(crate) rules: Vec<String>,
+    /// How long it waits for a decision.
+    pub(crate) timeout: Duration,
+}
+
+/// What a request held for approval waits for, all calls together (`mint policy explain`).
 #[derive(Debug)]
 pub(crate) struct Held {
     /// The approve rules of every call, each once, in call order.
