@@ -495,7 +495,15 @@ impl Evaluated {
                         reason: denial.reason,
                     });
                 }
-                Evaluation::Approve(hold) => allowed.add(hold.grant),
+                // Approved, a held call is allowed by its approve rules (and any allow rules).
+                Evaluation::Approve(hold) => {
+                    for rule in hold.rules {
+                        if !allowed.rules.contains(&rule) {
+                            allowed.rules.push(rule);
+                        }
+                    }
+                    allowed.add(hold.grant);
+                }
                 Evaluation::Allow(grant) => allowed.add(grant),
             }
         }
