@@ -24,6 +24,7 @@ use tokio::sync::{broadcast, oneshot};
 pub mod display;
 pub mod protocol;
 pub mod socket;
+pub mod webhook;
 
 #[cfg(test)]
 mod tests;

@@ -51,6 +51,7 @@ use mint_policy::limits::{Charge, Limiter};
 use mint_policy::normalize::Target;
 use mint_policy::site::Site;
 
+use crate::approval::webhook::Webhook;
 use crate::approval::{ApprovalBook, ApprovalBounds};
 use crate::audit::facts::{DecisionFacts, RequestFacts, decision_record};
 use crate::audit::{AuditError, AuditLog, now};
@@ -156,6 +157,8 @@ struct Inner {
     interception: Option<Arc<LeafCache>>,
     /// The requests `approve` rules hold, and the operators' grants.
     approvals: Arc<ApprovalBook>,
+    /// Where each newly held request is notified, if anywhere.
+    approval_webhook: Option<Webhook>,
 }
 
 /// Request ids: a random prefix per broker run and a counter.
@@ -236,6 +239,7 @@ impl AppState {
                 },
                 interception: None,
                 approvals: Arc::new(ApprovalBook::new(ApprovalBounds::default())),
+                approval_webhook: None,
             }),
         }
     }
@@ -252,6 +256,25 @@ impl AppState {
     /// The requests held for approval.
     pub fn approvals(&self) -> &Arc<ApprovalBook> {
         &self.inner.approvals
+    }
+
+    /// This state, notifying `webhook` of each newly held request (once served). Call before
+    /// the state is shared.
+    pub fn with_approval_webhook(mut self, webhook: Option<Webhook>) -> AppState {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.approval_webhook = webhook;
+        }
+        self
+    }
+
+    /// The notifier of held requests, on a task, if a webhook is configured.
+    pub(crate) fn spawn_approval_webhook(&self) -> Option<tokio::task::JoinHandle<()>> {
+        let webhook = self.inner.approval_webhook.clone()?;
+        tracing::info!(webhook.host = %webhook.host(), "Requests waiting for approval are notified to the approval webhook");
+        Some(tokio::spawn(webhook.notify(
+            Arc::clone(&self.inner.approvals),
+            self.inner.upstream.clone(),
+        )))
     }
 
     /// This state, intercepting `CONNECT` tunnels with leaves from `leaves`. Call before the

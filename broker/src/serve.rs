@@ -103,6 +103,8 @@ pub struct ServeConfig {
     pub audit: AuditConfig,
     /// How many requests may wait for approval.
     pub approvals: ApprovalBounds,
+    /// Where newly held requests are notified.
+    pub approval_webhook: Option<crate::approval::webhook::Webhook>,
 }
 
 impl Default for ServeConfig {
@@ -114,6 +116,7 @@ impl Default for ServeConfig {
             limits: ProxyLimits::default(),
             audit: AuditConfig::default(),
             approvals: ApprovalBounds::default(),
+            approval_webhook: None,
         }
     }
 }
@@ -165,6 +168,9 @@ pub enum ServeError {
     /// The operator socket for approvals.
     #[error(transparent)]
     ApprovalSocket(#[from] crate::approval::socket::SocketError),
+    /// The approval webhook's URL.
+    #[error(transparent)]
+    ApprovalWebhook(#[from] crate::approval::webhook::WebhookError),
 }
 
 impl From<CaFileError> for ServeError {
@@ -207,7 +213,8 @@ pub fn load_state(paths: &Paths, config: &ServeConfig) -> Result<(AppState, Relo
     let leaves = LeafCache::new(Arc::new(ca), config.leaf_cache);
     let state = AppState::new(config.limits, declarations, capabilities, audit, upstream)
         .with_interception(Arc::new(leaves))
-        .with_approval_bounds(config.approvals);
+        .with_approval_bounds(config.approvals)
+        .with_approval_webhook(config.approval_webhook.clone());
     warn_hosts_outside_ca(&state);
     Ok((state, reloader))
 }
@@ -264,6 +271,7 @@ pub async fn run(
         })
     };
     let watcher = reloader.map(|reloader| tokio::spawn(reloader.watch(state.clone())));
+    let notifier = state.spawn_approval_webhook();
     tokio::pin!(shutdown);
     loop {
         // At most `max_connections` at once: past it, new connections wait in the listen
@@ -340,6 +348,9 @@ pub async fn run(
     pruner.abort();
     if let Some(watcher) = watcher {
         watcher.abort();
+    }
+    if let Some(notifier) = notifier {
+        notifier.abort();
     }
     tracing::info!("Shutting down: waiting for requests in flight");
     // Requests waiting for approval are answered `503` now rather than at the end of the grace.

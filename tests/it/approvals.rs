@@ -531,3 +531,112 @@ fn without_a_broker_the_commands_say_so() {
         text(&output)
     );
 }
+
+#[test]
+fn the_webhook_is_told_of_each_waiting_request_without_secrets_and_decides_nothing() {
+    let hook_path = "/echo/hook/canary-hookpath-4Rt8";
+    let mut lab = Lab::start(
+        LabConfig {
+            secrets: &[("echo", CANARY)],
+            echo: mint_tests::echo_upstream::EchoConfig {
+                extra_names: vec!["hooks.example.test".to_owned()],
+                ..Default::default()
+            },
+            ..LabConfig::default()
+        },
+        |port| rules(port, "60s", ""),
+    );
+    // The webhook's URL names the echo upstream by a host name pinned to loopback.
+    let port = lab.port();
+    lab.broker.stop();
+    let url = format!("https://hooks.example.test:{port}{hook_path}");
+    let pin = format!("hooks.example.test:{port}:127.0.0.1");
+    lab.broker = lab.home.serve(
+        &lab.peer.ca_file,
+        &["--approval-webhook", &url, "--resolve", &pin],
+    );
+    let agent = post_in_background(&lab, "/echo/write/x?state=open");
+    let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let hook = loop {
+        let seen = lab.peer.server.requests().snapshot();
+        if let Some(hook) = seen.into_iter().find(|r| r.path.starts_with("/echo/hook/")) {
+            break hook;
+        }
+        assert!(Instant::now() < deadline, "the webhook was not called");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(hook.method, "POST");
+    let body: Value = serde_json::from_slice(&hook.body).unwrap();
+    assert_eq!(body["approval"]["id"], id.as_str());
+    assert_eq!(body["approval"]["query_keys"], serde_json::json!(["state"]));
+    let said = body["text"].as_str().unwrap();
+    assert!(
+        said.contains(&format!(
+            "mino wants POST https://127.0.0.1:{port}/echo/write/x"
+        )),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("mint approvals approve {id}")),
+        "{said}"
+    );
+    // Still waiting: the webhook answered 200, which decides nothing.
+    assert_eq!(wait_pending(&lab, 1)[0]["id"], id.as_str());
+    approvals(&lab, &["deny", &id]);
+    assert_eq!(agent.join().unwrap().status, 403);
+    assert_eq!(
+        lab.forwarded_paths()
+            .iter()
+            .filter(|p| p.starts_with("/echo/write"))
+            .count(),
+        0
+    );
+    // The webhook URL's path (often its secret) is never logged; the host is.
+    let stderr = lab.broker.stderr();
+    assert!(!stderr.contains("canary-hookpath"), "{stderr}");
+    assert!(stderr.contains("hooks.example.test"), "{stderr}");
+    lab.assert_clean(String::from_utf8_lossy(&hook.body).into_owned());
+}
+
+#[test]
+fn a_webhook_that_cannot_be_reached_holds_the_request_all_the_same() {
+    let mut lab = lab("60s", "", &[]);
+    // Nothing listens there; and a webhook host resolving to loopback without a pin is refused
+    // by the address checks, as an upstream would be.
+    lab.broker.stop();
+    lab.broker = lab.home.serve(
+        &lab.peer.ca_file,
+        &["--approval-webhook", "https://localhost:9/hook"],
+    );
+    let agent = post_in_background(&lab, "/echo/write/x");
+    let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !lab.broker.stderr().contains("Approval webhook not reached") {
+        assert!(Instant::now() < deadline, "{}", lab.broker.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(wait_pending(&lab, 1)[0]["id"], id.as_str());
+    approvals(&lab, &["approve", &id]);
+    assert_eq!(agent.join().unwrap().status, 200);
+    // A plain-http webhook is refused at start.
+    lab.broker.stop();
+    let refused = lab
+        .home
+        .mint()
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--approval-webhook",
+            "http://hooks.example.test/x",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        text(&refused).contains("must be an https:// URL"),
+        "{}",
+        text(&refused)
+    );
+}

@@ -9,6 +9,7 @@ use clap::Args;
 
 use crate::approval::ApprovalBounds;
 use crate::approval::protocol::SOCKET_NAME;
+use crate::approval::webhook::{Webhook, WebhookFormat};
 use crate::audit::AuditConfig;
 use crate::config::env::Paths;
 use crate::proxy::ProxyLimits;
@@ -79,6 +80,17 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub max_pending_approvals: u32,
 
+    /// POST a summary of each request that starts waiting for approval to this https:// URL (an
+    /// ntfy topic, a Slack incoming webhook...). It only notifies: decisions are taken with
+    /// `mint approvals`. The URL is never logged, only its host.
+    #[arg(long, value_name = "URL")]
+    pub approval_webhook: Option<String>,
+
+    /// The notification's shape: `json` (`text` and `approval`; Slack-compatible) or `ntfy`
+    /// (plain text with a Title header).
+    #[arg(long, value_enum, default_value = "json")]
+    pub approval_webhook_format: WebhookFormat,
+
     /// The most requests of one agent waiting for approval at once.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub max_pending_approvals_per_agent: u32,
@@ -114,6 +126,11 @@ pub fn run(args: ServeArgs, paths: &Paths, out: &mut dyn Write) -> Result<(), Se
             max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
         },
         audit,
+        approval_webhook: args
+            .approval_webhook
+            .as_deref()
+            .map(|url| Webhook::parse(url, args.approval_webhook_format))
+            .transpose()?,
         approvals: ApprovalBounds {
             max_pending: args.max_pending_approvals as usize,
             max_pending_per_agent: args
