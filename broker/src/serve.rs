@@ -28,7 +28,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tower::Service as _;
 
 use crate::approval::ApprovalBounds;
-use crate::approval::socket::OperatorSocket;
+use crate::approval::socket::{OperatorSocket, SocketError};
 use crate::audit::{AuditConfig, AuditConfigError, AuditError, AuditLog};
 use crate::capability::{CapabilityFileError, CapabilityStore};
 use crate::config::ca_files::{self, CaFileError};
@@ -550,12 +550,18 @@ pub fn serve_blocking(
             addr: listen.to_owned(),
             source,
         })?;
-        let operators = match operator_socket {
-            Some(path) => {
-                let socket = OperatorSocket::bind(path)?;
+        let operators = match operator_socket.map(OperatorSocket::bind) {
+            Some(Ok(socket)) => {
                 tracing::info!(socket = %socket.path().display(), "Approvals are decided on this socket (`mint approvals`)");
                 Some(tokio::spawn(socket.serve(Arc::clone(state.approvals()))))
             }
+            // Another broker of this home holds the socket: this one serves, but nobody can
+            // decide on what it holds, so its held requests time out (refused, nothing sent).
+            Some(Err(error @ SocketError::InUse(_))) => {
+                tracing::warn!(error = %error, "No approvals socket for this broker: requests its approve rules hold will time out");
+                None
+            }
+            Some(Err(error)) => return Err(error.into()),
             None => None,
         };
         tracing::info!(listen = %addr, "Mint is serving");

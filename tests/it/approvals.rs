@@ -640,3 +640,44 @@ fn a_webhook_that_cannot_be_reached_holds_the_request_all_the_same() {
         text(&refused)
     );
 }
+
+#[test]
+fn a_socket_left_by_a_killed_broker_is_replaced_and_a_file_in_its_way_is_not() {
+    let mut lab = lab("30s", "", &[]);
+    let socket = lab.home.path().join("approvals.sock");
+    // SIGKILL: no chance to remove the socket file.
+    let pid = lab.broker.pid().unwrap();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    // Reaped (the test owns the process): it died of the SIGKILL.
+    let status = lab.broker.stop();
+    assert!(!status.success(), "{status:?}");
+    assert!(socket.exists());
+    lab.broker = lab.home.serve(&lab.peer.ca_file, &[]);
+    let agent = post_in_background(&lab, "/echo/write/x");
+    let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
+    approvals(&lab, &["approve", &id]);
+    assert_eq!(agent.join().unwrap().status, 200);
+    // Something that is not a socket where the socket goes: refused at start, left untouched.
+    lab.broker.stop();
+    std::fs::write(&socket, "not a socket").unwrap();
+    let refused = lab
+        .home
+        .mint()
+        .args(["serve", "--listen", "127.0.0.1:0", "--upstream-ca"])
+        .arg(&lab.peer.ca_file)
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("is not a socket"),
+        "{}",
+        text(&refused)
+    );
+    assert_eq!(std::fs::read_to_string(&socket).unwrap(), "not a socket");
+}

@@ -26,7 +26,7 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum SocketError {
     /// Another broker answers on the socket already.
     #[error(
-        "another `mint serve` is using `{0}` (one broker per MINT_HOME); stop it or use another MINT_HOME"
+        "another `mint serve` of this MINT_HOME answers on `{0}`; give each broker its own MINT_HOME to decide on its approvals"
     )]
     InUse(PathBuf),
     /// Something that is not a socket is in the way.
