@@ -681,3 +681,55 @@ fn a_socket_left_by_a_killed_broker_is_replaced_and_a_file_in_its_way_is_not() {
     );
     assert_eq!(std::fs::read_to_string(&socket).unwrap(), "not a socket");
 }
+
+#[test]
+fn a_grant_ends_when_its_time_is_up() {
+    let lab = lab("60s", "", &[]);
+    let first = post_in_background(&lab, "/echo/write/issues");
+    let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
+    let approved = approvals(&lab, &["approve", &id, "--for", "1s"]);
+    assert!(approved.status.success(), "{}", text(&approved));
+    assert_eq!(first.join().unwrap().status, 200);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(listed(&lab)["grants"].as_array().unwrap().is_empty());
+    let again = post_in_background(&lab, "/echo/write/issues");
+    let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
+    approvals(&lab, &["deny", &id]);
+    assert_eq!(again.join().unwrap().status, 403);
+    assert_eq!(lab.forwarded(), 1);
+}
+
+#[test]
+fn a_timed_out_request_consumes_no_limit() {
+    // One limit over both paths; a short wait on the first, a long one on the second.
+    let approve = |id: &str, port: u16, path: &str, timeout: &str| {
+        format!(
+            "  - id: {id}\n    effect: approve\n    approval: {{ timeout: {timeout} }}\n    match:\n      alias: [echo]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [POST]\n      path: [\"{path}\"]\n"
+        )
+    };
+    let lab = Lab::start(
+        LabConfig {
+            secrets: &[("echo", CANARY)],
+            ..LabConfig::default()
+        },
+        |port| {
+            format!(
+                "{}{}  - id: one-write\n    effect: limit\n    match:\n      host: [127.0.0.1]\n      method: [POST]\n    limits:\n      - {{ max: 1, per: 1h }}\n",
+                approve("quick", port, "/echo/write/1", "1s"),
+                approve("patient", port, "/echo/write/2", "60s"),
+            )
+        },
+    );
+    let timed_out = post_in_background(&lab, "/echo/write/1").join().unwrap();
+    assert_eq!(timed_out.json()["error"]["code"], "approval_timeout");
+    let approved = post_in_background(&lab, "/echo/write/2");
+    let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
+    approvals(&lab, &["approve", &id]);
+    assert_eq!(approved.join().unwrap().status, 200);
+    // And that one did count: the next is refused by the limit once approved.
+    let limited = post_in_background(&lab, "/echo/write/2");
+    let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
+    approvals(&lab, &["approve", &id]);
+    assert_eq!(limited.join().unwrap().status, 429);
+    assert_eq!(lab.forwarded(), 1);
+}
