@@ -327,8 +327,11 @@ async fn watch(socket: &Path, grant_for: Duration) -> Result<(), ApprovalsError>
         let Some(current) = queue.first().cloned() else {
             // Nothing to ask: wait for the broker.
             match next_event(&mut client).await? {
-                Incoming::Event(BookEvent::Pending(view)) => queue.push(view),
-                Incoming::Event(_) => {}
+                Incoming::Event(event) => {
+                    if let BookEvent::Pending(view) = *event {
+                        queue.push(view);
+                    }
+                }
                 Incoming::List(pending) => queue = pending,
                 Incoming::Gone => {
                     writeln!(screen, "The broker closed the socket (it stopped).")?;
@@ -354,15 +357,17 @@ async fn watch(socket: &Path, grant_for: Duration) -> Result<(), ApprovalsError>
                     },
                 },
                 incoming = next_event(&mut client) => match incoming? {
-                    Incoming::Event(BookEvent::Pending(view)) => queue.push(view),
-                    Incoming::Event(BookEvent::Closed { id, how }) => {
-                        if id == current.id {
-                            writeln!(screen, "\n{} is no longer waiting: {}", inert(&id, false), closed_text(how))?;
-                            break None;
+                    Incoming::Event(event) => match *event {
+                        BookEvent::Pending(view) => queue.push(view),
+                        BookEvent::Closed { id, how } => {
+                            if id == current.id {
+                                writeln!(screen, "\n{} is no longer waiting: {}", inert(&id, false), closed_text(how))?;
+                                break None;
+                            }
+                            queue.retain(|view| view.id != id);
                         }
-                        queue.retain(|view| view.id != id);
-                    }
-                    Incoming::Event(_) => {}
+                        BookEvent::Granted(_) | BookEvent::Revoked { .. } => {}
+                    },
                     Incoming::List(pending) => {
                         let still = pending.iter().any(|view| view.id == current.id);
                         queue = pending;
@@ -425,7 +430,7 @@ fn closed_text(how: Closed) -> &'static str {
 
 /// What the broker wrote next on a watch.
 enum Incoming {
-    Event(BookEvent),
+    Event(Box<BookEvent>),
     List(Vec<PendingView>),
     Gone,
 }
@@ -436,7 +441,7 @@ async fn next_event(client: &mut OperatorClient) -> Result<Incoming, ApprovalsEr
             return Ok(Incoming::Gone);
         };
         if let Ok(event) = serde_json::from_str::<BookEvent>(&line) {
-            return Ok(Incoming::Event(event));
+            return Ok(Incoming::Event(Box::new(event)));
         }
         if let Ok(reply) = serde_json::from_str::<Reply>(&line) {
             return Ok(Incoming::List(reply.pending.unwrap_or_default()));
