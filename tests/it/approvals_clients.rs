@@ -832,6 +832,28 @@ fn shell_quote(word: &str) -> String {
     format!("'{}'", word.replace('\'', "'\\''"))
 }
 
+/// `mint approvals watch ARGS` for `home` in a new tmux session, once it is watching. It runs
+/// with the environment of `mint` for this home and nothing else of Mint's.
+#[track_caller]
+fn watch_in_tmux(home: &MintHome, args: &[&str]) -> Tmux {
+    let mut unset = String::new();
+    for (key, _) in std::env::vars() {
+        if key.starts_with("MINT_") {
+            unset.push_str(&format!("-u {} ", shell_quote(&key)));
+        }
+    }
+    let args: Vec<String> = args.iter().map(|a| shell_quote(a)).collect();
+    let watch = format!(
+        "env {unset}MINT_HOME={} MINT_KEYRING_BACKEND=keyutils {} approvals watch {}; echo \"watch exited: $?\"",
+        shell_quote(home.path().to_str().unwrap()),
+        shell_quote(mint_bin().to_str().unwrap()),
+        args.join(" "),
+    );
+    let tmux = Tmux::start(&watch);
+    tmux.wait_for("Watching");
+    tmux
+}
+
 /// An approve rule for MCP tool calls (any tool) in POSTs to the echo upstream's
 /// `/echo/write/**` with the echo alias.
 fn tool_rules(port: u16) -> String {
@@ -885,20 +907,7 @@ fn mint_approvals_watch_on_a_terminal_shows_escapes_inert_and_enter_y_a_decide()
         },
         tool_rules,
     );
-    // The watcher runs with the environment of `mint` for this home and nothing else of Mint's.
-    let mut unset = String::new();
-    for (key, _) in std::env::vars() {
-        if key.starts_with("MINT_") {
-            unset.push_str(&format!("-u {} ", shell_quote(&key)));
-        }
-    }
-    let watch = format!(
-        "env {unset}MINT_HOME={} MINT_KEYRING_BACKEND=keyutils {} approvals watch; echo \"watch exited: $?\"",
-        shell_quote(lab.home.path().to_str().unwrap()),
-        shell_quote(mint_bin().to_str().unwrap()),
-    );
-    let tmux = Tmux::start(&watch);
-    tmux.wait_for("Watching");
+    let tmux = watch_in_tmux(&lab.home, &[]);
     let mut operator = String::new();
 
     // 1. Escapes in the path (percent-encoded: the canonical path keeps them so) and in the tool's
@@ -1364,4 +1373,131 @@ fn a_call_with_two_spellings_of_its_arguments_is_never_shown_only_one_of_them() 
     } else {
         assert_eq!(answer.status, 400, "{}", answer.body);
     }
+}
+
+/// The request on the watching terminal stops waiting some other way: decided by another
+/// operator (`mint approvals deny` elsewhere), or its agent went away. The terminal says so and
+/// goes on to the next request, which the answer typed then decides; `--grant-for` sets the
+/// grant `a` gives.
+#[test]
+fn the_watching_terminal_lets_go_of_a_request_decided_elsewhere_or_withdrawn() {
+    if !Tmux::available() {
+        return;
+    }
+    let lab = Lab::start(
+        LabConfig {
+            secrets: &[("echo", ECHO_CANARY)],
+            ..LabConfig::default()
+        },
+        tool_rules,
+    );
+    let tmux = watch_in_tmux(&lab.home, &["--grant-for", "90s"]);
+    let mut operator = String::new();
+
+    // Denied elsewhere while shown here.
+    let agent = tool_call_in_background(&lab, "/echo/write/elsewhere", &json!({"n": 1}));
+    let first = id_of(&wait_pending(&lab.home, 1)[0]);
+    tmux.wait_for(&format!("Approval {first}"));
+    operator.push_str(&decide(&lab.home, &["deny", &first]));
+    tmux.wait_for(&format!("{first} is no longer waiting: denied elsewhere"));
+    let denied = agent.join().unwrap();
+    assert_eq!(denied.status, 403, "{}", denied.body);
+
+    // The agent goes away while shown here (a raw connection the test closes).
+    let mut stream = std::net::TcpStream::connect(lab.broker.addr()).unwrap();
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search","arguments":{"n":2}}}"#;
+    write!(
+        stream,
+        "POST /v1/proxy/https/127.0.0.1:{}/echo/write/gone HTTP/1.1\r\nHost: mint\r\n{}\r\nAuthorization: Bearer {{{{mint:echo}}}}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        lab.port(),
+        lab.cap_header(),
+        body.len()
+    )
+    .unwrap();
+    let second = id_of(&wait_pending(&lab.home, 1)[0]);
+    tmux.wait_for(&format!("Approval {second}"));
+    drop(stream);
+    tmux.wait_for(&format!(
+        "{second} is no longer waiting: the agent went away"
+    ));
+    wait_pending(&lab.home, 0);
+
+    // Still watching: the next request is asked about and `a` grants for the 90 s asked.
+    let agent = tool_call_in_background(&lab, "/echo/write/next", &json!({"n": 3}));
+    let third = id_of(&wait_pending(&lab.home, 1)[0]);
+    let shown = tmux.wait_for(&format!("Approval {third}"));
+    assert!(shown.contains("[a] for 1m 30s"), "{shown}");
+    tmux.keys(&["a", "Enter"]);
+    let screen = tmux.wait_for(&format!("approved {third}; grant gr-"));
+    assert!(screen.contains("for 1m 30s"), "{screen}");
+    let granted = agent.join().unwrap();
+    assert_eq!(granted.status, 200, "{}", granted.body);
+    let grants = listed(&lab.home)["grants"].clone();
+    let left = grants[0]["seconds_left"].as_u64().unwrap();
+    assert!((80..=90).contains(&left), "{grants}");
+    assert_eq!(lab.forwarded(), 1);
+    let records = lab.broker.audit_records();
+    assert!(
+        records
+            .iter()
+            .any(|r| r["reason"] == "approval_withdrawn" && r["approval"] == json!([second])),
+        "{records:?}"
+    );
+    operator.push_str(&String::from_utf8_lossy(&tmux.screen()));
+    lab.assert_clean(format!(
+        "{}{}{operator}",
+        denied.everything(),
+        granted.everything()
+    ));
+}
+
+/// An answer typed while nothing is shown (a key pressed twice on the previous prompt, or
+/// pressed while the screen was idle) must not decide the next request: the operator has not
+/// seen it yet. The watcher reads the terminal's lines on a thread into a queue, and a prompt
+/// takes whatever line is queued first.
+#[test]
+#[ignore = "bug: broker/src/cli/approvals.rs `watch` answers a new prompt with a line typed \
+            before it was shown (tty_lines queues every line; nothing discards type-ahead), so \
+            a stray `y` approves a request the operator never saw"]
+fn an_answer_typed_before_a_request_is_shown_never_decides_it() {
+    if !Tmux::available() {
+        return;
+    }
+    let lab = Lab::start(
+        LabConfig {
+            secrets: &[("echo", ECHO_CANARY)],
+            ..LabConfig::default()
+        },
+        tool_rules,
+    );
+    let tmux = watch_in_tmux(&lab.home, &[]);
+    // Typed while nothing waits.
+    tmux.keys(&["y", "Enter"]);
+    let agent = tool_call_in_background(&lab, "/echo/write/unseen", &json!({"n": 1}));
+    // Its prompt (not the list, where a queued answer would leave it only for a moment).
+    let screen = tmux.wait_for("Approval ap-");
+    let id = screen
+        .split_whitespace()
+        .find(|w| w.starts_with("ap-"))
+        .unwrap()
+        .to_owned();
+    // The prompt is shown: the request must still wait for an answer typed now. A queued line
+    // decides it at once; two seconds leave room for that on a loaded machine.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline && !agent.is_finished() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let still_waiting = !agent.is_finished();
+    let screen = String::from_utf8_lossy(&tmux.screen()).into_owned();
+    // End it either way, then judge.
+    let _ = approvals(&lab.home, &["deny", &id]);
+    let answer = agent.join().unwrap();
+    assert!(
+        still_waiting,
+        "decided by an answer typed before it was shown (status {}, {} sent):\n{screen}",
+        answer.status,
+        lab.forwarded()
+    );
+    assert_eq!(answer.status, 403, "{}", answer.body);
+    assert_eq!(lab.forwarded(), 0);
 }
