@@ -315,6 +315,12 @@ struct McpLab {
 impl McpLab {
     #[track_caller]
     fn start(python: &Path) -> McpLab {
+        McpLab::start_with_timeout(python, "200s")
+    }
+
+    /// The lab with `ask-search` waiting `timeout` for a decision.
+    #[track_caller]
+    fn start_with_timeout(python: &Path, timeout: &str) -> McpLab {
         let server = McpServer::start(python);
         let port = server.port;
         let policy = format!(
@@ -333,7 +339,7 @@ rules:
   - id: ask-search
     effect: approve
     approval:
-      timeout: 200s
+      timeout: {timeout}
     match:
       alias: [mcpkey]
       scheme: [http]
@@ -1500,4 +1506,202 @@ fn an_answer_typed_before_a_request_is_shown_never_decides_it() {
     );
     assert_eq!(answer.status, 403, "{}", answer.body);
     assert_eq!(lab.forwarded(), 0);
+}
+
+/// Several held requests as streams of one HTTP/2 connection (hyper's client, cleartext, prior
+/// knowledge): each waits on its own, so a later stream approved first completes while an
+/// earlier one still waits; a stream the client resets while it waits is withdrawn (audited
+/// approval_withdrawn), the connection staying open; a denied one gets 403. Only the approved
+/// one is sent.
+#[test]
+fn streams_of_one_http2_connection_are_held_and_decided_independently() {
+    use http_body_util::{BodyExt as _, Full};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+
+    let lab = Lab::start(
+        LabConfig {
+            secrets: &[("echo", ECHO_CANARY)],
+            ..LabConfig::default()
+        },
+        write_rules,
+    );
+    let mut operator = String::new();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let addr = lab.broker.addr().to_owned();
+    let port = lab.port();
+    let cap = lab.cap.clone();
+    // The hyper work runs on the runtime's workers; this thread plays the operator, blocking.
+    let (a, b, c) = runtime.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let (sender, connection) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+                .await
+                .unwrap();
+        tokio::spawn(connection);
+        let post = |path: &str| {
+            let mut sender = sender.clone();
+            let request = hyper::Request::post(format!(
+                "http://{addr}/v1/proxy/https/127.0.0.1:{port}{path}"
+            ))
+            .header("mint-capability", &cap)
+            .header("authorization", "Bearer {{mint:echo}}")
+            .header("content-type", "application/json")
+            .body(Full::new(bytes::Bytes::from_static(
+                b"{\"title\":\"stream\"}",
+            )))
+            .unwrap();
+            tokio::spawn(async move {
+                let response = sender.send_request(request).await.unwrap();
+                let status = response.status().as_u16();
+                let id = response
+                    .headers()
+                    .get("mint-request-id")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_owned();
+                let body = response.into_body().collect().await.unwrap().to_bytes();
+                (status, id, String::from_utf8_lossy(&body).into_owned())
+            })
+        };
+        (
+            post("/echo/write/a"),
+            post("/echo/write/b"),
+            post("/echo/write/c"),
+        )
+    });
+    let pending = wait_pending(&lab.home, 3);
+    let id_for = |path: &str| {
+        pending
+            .iter()
+            .find(|v| v["path"] == path)
+            .map(id_of)
+            .unwrap_or_else(|| panic!("{path} is not waiting: {pending:?}"))
+    };
+    let (id_a, id_b, id_c) = (
+        id_for("/echo/write/a"),
+        id_for("/echo/write/b"),
+        id_for("/echo/write/c"),
+    );
+    // The client resets stream c (its response future dropped): withdrawn, the others wait on.
+    c.abort();
+    let left = wait_pending(&lab.home, 2);
+    assert!(left.iter().all(|v| v["id"] != id_c.as_str()), "{left:?}");
+    let late = approvals(&lab.home, &["approve", &id_c]);
+    assert_eq!(late.status.code(), Some(1), "{}", text(&late));
+    // b approved first: it completes while a still waits.
+    operator.push_str(&decide(&lab.home, &["approve", &id_b]));
+    let (status_b, rid_b, body_b) = runtime
+        .block_on(async { tokio::time::timeout(PATIENCE, b).await })
+        .unwrap()
+        .unwrap();
+    assert_eq!(status_b, 200, "{body_b}");
+    assert!(body_b.contains(&format!("Bearer {MARKER}")), "{body_b}");
+    assert!(!a.is_finished(), "a was answered before it was decided");
+    assert_eq!(wait_pending(&lab.home, 1)[0]["id"], id_a.as_str());
+    operator.push_str(&decide(&lab.home, &["deny", &id_a]));
+    let (status_a, rid_a, body_a) = runtime
+        .block_on(async { tokio::time::timeout(PATIENCE, a).await })
+        .unwrap()
+        .unwrap();
+    assert_eq!(status_a, 403, "{body_a}");
+    assert!(body_a.contains("approval_denied"), "{body_a}");
+    assert_eq!(lab.forwarded_paths(), ["/echo/write/b"]);
+    assert_eq!(lab.broker.outcome_of(&rid_b)["outcome"], "completed");
+    assert_eq!(lab.broker.outcome_of(&rid_a)["outcome"], "denied");
+    // The reset stream's approval is audited as withdrawn.
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let records = lab.broker.audit_records();
+        if records
+            .iter()
+            .any(|r| r["reason"] == "approval_withdrawn" && r["approval"] == json!([id_c]))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no approval_withdrawn: {records:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(runtime);
+    lab.assert_clean(format!("{body_a}{body_b}{operator}"));
+}
+
+/// No decision in time: the SDK raises the JSON-RPC error whose `data.code` is
+/// `approval_timeout`, the call never ran, a late approval finds nothing, and the session goes
+/// on (the next call, decided, answers).
+#[test]
+fn an_undecided_mcp_call_times_out_as_a_jsonrpc_error_and_the_session_goes_on() {
+    let Some(python) = python() else { return };
+    let lab = McpLab::start_with_timeout(&python, "2s");
+    let mut command = python_command(&python);
+    command
+        .arg(script("mcp_approval_client.py"))
+        .args(["--url", &lab.url()])
+        .args(["--call", "search", r#"{"query": "nobody answers"}"#])
+        .args(["--call", "search", r#"{"query": "answered"}"#])
+        .env("MINT_CAPABILITY", &lab.cap);
+    let started = Instant::now();
+    let client = spawn_bounded(command, Duration::from_secs(400));
+    // The second call is held once the first has timed out (which needs no listing: on a slow
+    // machine the first may come and go between two looks); approved at once.
+    let deadline = Instant::now() + PATIENCE;
+    let second = loop {
+        let pending = listed(&lab.home)["pending"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if let Some(view) = pending
+            .iter()
+            .find(|v| v["arguments"] == "{\n  \"query\": \"answered\"\n}")
+        {
+            break view.clone();
+        }
+        assert!(Instant::now() < deadline, "the second call never waited");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut operator = decide(&lab.home, &["approve", &id_of(&second)]);
+    // The first call's approval, from its pending record; approving it now finds nothing.
+    let timed_out = lab
+        .broker
+        .audit_records()
+        .into_iter()
+        .find(|r| r["reason"] == "approval_timeout")
+        .unwrap_or_else(|| panic!("no approval_timeout record"));
+    let request_id = timed_out["id"].as_str().unwrap().to_owned();
+    let first_id = timed_out["approval"][0].as_str().unwrap().to_owned();
+    let late = approvals(&lab.home, &["approve", &first_id]);
+    assert_eq!(late.status.code(), Some(1), "{}", text(&late));
+    operator.push_str(&text(&late));
+    let output = client.join().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        output.status.success(),
+        "the client failed:\n{stderr}\n{stdout}"
+    );
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    let report: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let error = &report["calls"][0]["error"];
+    assert_eq!(error["code"], JSONRPC_REFUSED, "{report}");
+    assert_eq!(error["data"]["code"], "approval_timeout", "{report}");
+    assert_eq!(
+        report["calls"][1]["text"], "3 results for answered",
+        "{report}"
+    );
+    assert_eq!(lab.server.calls(), ["search"]);
+    let records = records_with_outcome(&lab.broker, &request_id);
+    let decided = decisions(&records);
+    assert_eq!(decided[0]["decision"], "pending", "{records:?}");
+    assert_eq!(decided[0]["approval"], json!([first_id]), "{records:?}");
+    assert_eq!(decided[0]["mcp_tool"], "search", "{records:?}");
+    assert_eq!(decided[1]["decision"], "deny", "{records:?}");
+    assert_eq!(decided[1]["reason"], "approval_timeout", "{records:?}");
+    assert!(decided[1]["approver"].is_null(), "{records:?}");
+    lab.assert_clean(&format!("{stdout}{stderr}{operator}"));
 }
