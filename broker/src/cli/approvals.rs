@@ -340,15 +340,21 @@ async fn watch(socket: &Path, grant_for: Duration) -> Result<(), ApprovalsError>
             }
             continue;
         };
+        // An answer typed before this prompt was on the screen is not an answer to it: drop the
+        // terminal's unread input and every line read before now.
+        let _ = rustix::termios::tcflush(&screen, rustix::termios::QueueSelector::IFlush);
         screen.write_all(prompt_text(&current, grant_for).as_bytes())?;
         screen.flush()?;
+        let shown_at = std::time::Instant::now();
         // Ask until answered, or until the request stops waiting some other way.
         let answer = loop {
             tokio::select! {
                 line = lines.recv() => match line {
                     // The terminal closed (Ctrl-D): leave without deciding.
                     None => return Ok(()),
-                    Some(line) => match parse_answer(&line) {
+                    // Typed before the prompt was shown (type-ahead): ignored.
+                    Some((read_at, _)) if read_at < shown_at => {}
+                    Some((_, line)) => match parse_answer(&line) {
                         Some(answer) => break Some(answer),
                         None => {
                             write!(screen, "Type y, a, n or Enter: ")?;
@@ -450,13 +456,14 @@ async fn next_event(client: &mut OperatorClient) -> Result<Incoming, ApprovalsEr
     }
 }
 
-/// The terminal's lines, read on a thread of their own (a blocking read), as a channel.
-fn tty_lines(tty: File) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+/// The terminal's lines, read on a thread of their own (a blocking read), as a channel; each
+/// with when it was read, so that a line typed before a prompt never answers it.
+fn tty_lines(tty: File) -> tokio::sync::mpsc::UnboundedReceiver<(std::time::Instant, String)> {
     let (send, receive) = tokio::sync::mpsc::unbounded_channel();
     std::thread::spawn(move || {
         for line in BufReader::new(tty).lines() {
             let Ok(line) = line else { break };
-            if send.send(line).is_err() {
+            if send.send((std::time::Instant::now(), line)).is_err() {
                 break;
             }
         }

@@ -13,6 +13,7 @@ use mint_policy::audit::{ApprovalId, Approver};
 use mint_policy::evaluate::AliasUse;
 use mint_policy::normalize::Target;
 
+use super::mcp_call;
 use super::pipeline::CallHold;
 use super::{AppState, Exchange, ProxyError};
 use crate::approval::display::{arguments, inert};
@@ -209,25 +210,56 @@ fn summary(
 }
 
 /// The `params.arguments` of each JSON-RPC `tools/call` message of a decoded body, in body order
-/// (JSON Lines and batches expanded; `null` for a call without arguments). The body was already
-/// read strictly by `mcp_call`, and is at most an MCP message long when it holds a call.
+/// (JSON Lines and batches expanded; `null` for a call without arguments). Members are matched as
+/// `mcp_call` matches them ([`mcp_call::reads_as`]: case-folded, cut at U+0000), so the calls are
+/// the ones it named, in the same order. A call whose `params` spell `arguments` several ways
+/// (`arguments` and `ARGUMENTS`) is shown with every spelling: a case-folding receiver may run
+/// any of them, and the operator must not be shown only one. The body was already read strictly
+/// by `mcp_call` (no duplicate member, at most an MCP message long when it holds a call).
 fn tool_arguments(body: &[u8]) -> Vec<serde_json::Value> {
+    use serde_json::Value;
     let body = body.strip_prefix("\u{feff}".as_bytes()).unwrap_or(body);
-    let mut found = Vec::new();
-    let mut push = |message: &serde_json::Value| {
-        if message.get("method").and_then(serde_json::Value::as_str) == Some("tools/call") {
-            found.push(
-                message
-                    .get("params")
-                    .and_then(|params| params.get("arguments"))
-                    .cloned()
-                    .unwrap_or(serde_json::Value::Null),
-            );
-        }
+    let member = |object: &serde_json::Map<String, Value>, name: &str| -> Vec<(String, Value)> {
+        object
+            .iter()
+            .filter(|(key, _)| mcp_call::reads_as(key, name))
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect()
     };
-    for text in serde_json::Deserializer::from_slice(body).into_iter::<serde_json::Value>() {
+    let mut found = Vec::new();
+    let mut push =
+        |message: &Value| {
+            let Value::Object(message) = message else {
+                return;
+            };
+            let is_call = member(message, "method")
+                .first()
+                .and_then(|(_, method)| {
+                    method.as_str().map(|m| mcp_call::reads_as(m, "tools/call"))
+                })
+                .unwrap_or(false);
+            if !is_call {
+                return;
+            }
+            let params = member(message, "params");
+            let arguments = match params.first() {
+                Some((_, Value::Object(params))) => member(params, "arguments"),
+                _ => Vec::new(),
+            };
+            found.push(match arguments.len() {
+            0 => Value::Null,
+            1 => arguments.into_iter().next().map(|(_, v)| v).unwrap_or(Value::Null),
+            _ => {
+                let spellings: serde_json::Map<String, Value> = arguments.into_iter().collect();
+                serde_json::json!({
+                    "several spellings of `arguments` (a receiver may run any of them)": spellings
+                })
+            }
+        });
+        };
+    for text in serde_json::Deserializer::from_slice(body).into_iter::<Value>() {
         match text {
-            Ok(serde_json::Value::Array(batch)) => batch.iter().for_each(&mut push),
+            Ok(Value::Array(batch)) => batch.iter().for_each(&mut push),
             Ok(message) => push(&message),
             Err(_) => break,
         }
