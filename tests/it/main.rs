@@ -1,5 +1,6 @@
 //! Mint's end-to-end tests: one test binary, one module per area.
 
+mod approval_unavailable;
 mod audit_crash;
 mod audit_disk_full;
 mod connection_framing;
