@@ -1,12 +1,14 @@
 //! `effect: approve` through the real `mint serve`, until approvals land: a request an approve
 //! rule holds is refused with `403 approval_unavailable` (an MCP `tools/call` with a JSON-RPC
 //! error), audited as a deny naming the approve rules, and nothing reaches the upstream: not the
-//! request, not its secret. The approve rule's own limit is not consumed by the refusals. The
+//! request, not its secret. The approve rule's own limit is not consumed by the refusals, and a
+//! `CONNECT` tunnel opens for an approve rule so that the request inside gets that answer. The
 //! approvals work replaces these tests with ones that hold the request for the operator.
 
 #![expect(clippy::unwrap_used, reason = "test code")]
 
-use mint_tests::broker::CurlResponse;
+use mint_tests::broker::{CurlResponse, curl_via_proxy_as};
+use mint_tests::interception::{Setup, SetupConfig};
 use mint_tests::lab::{self, LabConfig};
 use serde_json::{Value, json};
 
@@ -147,4 +149,44 @@ fn an_mcp_call_an_approve_rule_holds_is_a_json_rpc_error_and_never_sent() {
     assert_eq!(allowed.status, 200, "{}", allowed.body);
     assert_eq!(lab.forwarded_paths(), ["/echo/mcp"]);
     lab.assert_clean(allowed.everything());
+}
+
+/// A `CONNECT` opens its tunnel when an approve rule could match a request inside (the tunnel's
+/// record names it), and the request inside is refused as on `/v1/proxy/`: nothing is sent.
+#[test]
+fn a_tunnel_opens_for_an_approve_rule_and_the_request_inside_is_refused() {
+    let setup = Setup::start_with(SetupConfig {
+        rules: "  - id: ask-other\n    effect: approve\n    match:\n      host: [other.example.test]\n      port: [$PORT]\n      method: [POST]\n".to_owned(),
+        ..SetupConfig::default()
+    });
+    let ca = setup.ca();
+    let url = format!("https://other.example.test:{}/echo", setup.port());
+    let response = curl_via_proxy_as(
+        "--http1.1",
+        &setup.proxy(),
+        &[
+            "--cacert",
+            ca.to_str().unwrap(),
+            "-X",
+            "POST",
+            "--data-binary",
+            "{\"a\":1}",
+            &url,
+        ],
+    );
+    assert_eq!(response.status, 403, "{response:?}");
+    assert_eq!(response.json()["error"]["code"], "approval_unavailable");
+    assert_eq!(response.json()["error"]["rules"], json!(["ask-other"]));
+    assert!(setup.peer.server.requests().is_empty(), "sent upstream");
+    let id = response.header("mint-request-id").unwrap().to_owned();
+    let decision = setup.broker.decision_of(&id);
+    assert_eq!(decision["decision"], "deny", "{decision}");
+    assert_eq!(decision["reason"], "approval_unavailable", "{decision}");
+    assert_eq!(decision["host"], "other.example.test", "{decision}");
+    let opened = setup.records_with_reason("tunnel_opened");
+    assert_eq!(opened.len(), 1, "{opened:?}");
+    let tunnel = setup.broker.decision_of(opened[0]["id"].as_str().unwrap());
+    assert_eq!(tunnel["decision"], "allow", "{tunnel}");
+    assert_eq!(tunnel["rule"], json!(["ask-other"]), "{tunnel}");
+    setup.assert_no_canary(&response.everything());
 }
