@@ -170,7 +170,7 @@ fn policy_yaml(default: &str, rules: &[GenRule], call_limits: bool) -> String {
         if r.effect == "allow" || r.effect == "approve" {
             out.push_str("    inject: [header, query]\n");
         }
-        if r.effect == "approve" && i % 3 != 0 {
+        if r.effect == "approve" && !i.is_multiple_of(3) {
             out.push_str(&format!(
                 "    approval: {{ timeout: {}s }}\n",
                 approval_secs(i)
@@ -205,7 +205,7 @@ fn policy_yaml(default: &str, rules: &[GenRule], call_limits: bool) -> String {
 /// The `approval.timeout` of approve rule `r{i}`, written unless `i` is a multiple of 3 (then
 /// the default, 120 s, applies).
 fn approval_secs(i: usize) -> u64 {
-    if i % 3 == 0 {
+    if i.is_multiple_of(3) {
         120
     } else {
         280 - (i as u64 * 37) % 270
