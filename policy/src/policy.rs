@@ -37,8 +37,8 @@ pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(120);
 /// The shortest `approval.timeout`.
 pub const MIN_APPROVAL_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// The longest `approval.timeout`: below the 300 s after which common HTTP and MCP SDKs give up
-/// on a request, so a held request is decided before its client stops waiting.
+/// The longest `approval.timeout`: below the request timeouts of common HTTP and MCP SDKs, so
+/// a held request is decided before its client stops waiting.
 pub const MAX_APPROVAL_TIMEOUT: Duration = Duration::from_secs(280);
 
 /// A loaded, valid policy.
@@ -686,17 +686,24 @@ fn read_approval(node: &Node, path: &str, sink: &mut Sink<'_>) -> Approval {
                 Code::InvalidDuration,
                 n,
                 &p,
-                "an approval timeout is a whole number with a unit s or m, from 1s to 280s, such \
-                 as `120s` or `2m`",
+                format!(
+                    "an approval timeout is a whole number with a unit s or m, from {}s to {}s, \
+                     such as `120s` or `2m`",
+                    MIN_APPROVAL_TIMEOUT.as_secs(),
+                    MAX_APPROVAL_TIMEOUT.as_secs()
+                ),
             ),
             Some(timeout) if !(MIN_APPROVAL_TIMEOUT..=MAX_APPROVAL_TIMEOUT).contains(&timeout) => {
                 sink.error(
                     Code::ApprovalTimeoutOutOfRange,
                     n,
                     &p,
-                    "an approval timeout is at most 280s, so that the agent's HTTP or MCP client \
-                     (which commonly gives up after 300s) is still waiting when the decision \
-                     comes; write `280s` or less",
+                    format!(
+                        "an approval timeout is at most {max}s, below the request timeouts of \
+                         common HTTP and MCP clients, so that the agent is still waiting when the \
+                         decision comes; write `{max}s` or less",
+                        max = MAX_APPROVAL_TIMEOUT.as_secs()
+                    ),
                 );
             }
             Some(timeout) => approval.timeout = timeout,
