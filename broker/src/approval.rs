@@ -107,10 +107,12 @@ impl Summary {
     }
 
     /// Whether a grant given for `self` approves `other`: the same agent, rules, method, scheme,
-    /// host, port, path and tool. The query and the arguments are not compared: a grant is for a
-    /// kind of call, and says so when it is given.
+    /// host, port, path, tool and aliases (a grant given on a request without a secret never
+    /// approves one with a secret). The query and the arguments are not compared: a grant is
+    /// for a kind of call, and says so when it is given.
     fn same_call(&self, other: &Summary) -> bool {
         self.agent == other.agent
+            && self.aliases == other.aliases
             && self.rules == other.rules
             && self.method == other.method
             && self.scheme == other.scheme
@@ -506,6 +508,15 @@ impl ApprovalBook {
             })
             .collect();
         (pending, grants)
+    }
+
+    /// Whether the request held under `id` still waits.
+    pub fn is_waiting(&self, id: &str) -> bool {
+        let now = Instant::now();
+        self.state()
+            .pending
+            .iter()
+            .any(|entry| entry.id == id && entry.deadline > now)
     }
 
     /// The book's events from now on.

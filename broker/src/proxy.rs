@@ -888,7 +888,6 @@ async fn forward(
         None => capability_token(&parts.headers, mode),
     };
     let grant = state.authenticate(token.as_deref(), mode)?;
-    drop(token);
     exchange.facts.agent = AgentName::new(grant.agent.as_str()).ok();
     exchange.facts.capability = CapabilityId::new(grant.id.as_str()).ok();
 
@@ -912,7 +911,7 @@ async fn forward(
     let declared = headers::content_length(&parts.headers);
     let mut request_headers = parts.headers;
     headers::strip_request(&mut request_headers);
-    let declarations = state.declarations();
+    let mut declarations = state.declarations();
 
     // 3a. Before the body is read: the placeholders of the target and the headers, and the
     // policy for whatever the body could hold. A request denied whatever its body says is
@@ -959,32 +958,21 @@ async fn forward(
         .first()
         .and_then(|tool| ToolName::new(tool.as_str()).ok());
 
-    // 3c. Placeholders, aliases, bindings, sites, capability narrowing.
-    let found =
-        pipeline::find_placeholders(&raw, &request_headers, &body, declarations.body_places())?;
-    exchange.facts.aliases = audit_aliases(&found);
-    (exchange.facts.skipped, exchange.facts.skipped_count) = audit_skipped(&found);
-    pipeline::check_placeholders(&found, declarations.aliases())?;
-    let uses = found.alias_uses();
-    check_alias_uses(&declarations, &target, &grant, &uses)?;
-
-    // 4. Policy, then call limits.
-    let evaluated = pipeline::evaluate_calls(
-        declarations.policy(),
-        grant.agent.as_str(),
-        &method,
-        &target,
-        &uses,
-        &tools,
+    // 3c and 4. Placeholders, aliases, bindings, sites, capability narrowing; the policy.
+    let checked = Checked {
+        raw: &raw,
+        method: &method,
+        target: &target,
+        headers: &request_headers,
+        body: &body,
+        tools: &tools,
         other_messages,
-    );
-    if let Some(tool) = evaluated.denied_tool() {
-        // The audit record names the tool that was refused, not the batch's first.
-        exchange.facts.mcp_tool = ToolName::new(tool).ok();
-    }
+    };
+    let (uses, evaluated) = checked.decide(exchange, &declarations, &grant)?;
     // 4a. Calls an approve rule holds wait for the operator (limits are admitted after).
     let holds = evaluated.holds();
-    let allowed = evaluated.allowed()?;
+    let mut allowed = evaluated.allowed()?;
+    let mut uses = uses;
     if !holds.is_empty() {
         let decoded = pipeline::decoded_body(&request_headers, &body)?;
         let shown = approve::Shown {
@@ -995,7 +983,22 @@ async fn forward(
             body: &decoded,
         };
         approve::await_approval(state, exchange, &holds, &shown).await?;
+        // While it waited, the capability may have been revoked and the declarations reloaded
+        // (a deny rule added, an alias rebound, a secret replaced): it is checked again against
+        // what is in force now, as a request arriving now would be, and sent with the secrets
+        // in force now.
+        let again = state.authenticate(token.as_deref(), mode)?;
+        if again.id != grant.id {
+            return Err(ProxyError::CapabilityInvalid {
+                forward: mode != Mode::Route,
+            });
+        }
+        declarations = state.declarations();
+        let (now_uses, now_evaluated) = checked.decide(exchange, &declarations, &again)?;
+        allowed = now_evaluated.allowed()?;
+        uses = now_uses;
     }
+    drop(token);
     let admitted = admit(state, allowed)?;
     let charges = (admitted.charges.clone(), admitted.admitted_at);
     let outgoing = Outgoing {
@@ -1014,6 +1017,54 @@ async fn forward(
         state.limiter().refund_each(&calls, charges.1);
     }
     sent
+}
+
+/// The parts of a request that steps 3c and 4 check, read once.
+struct Checked<'a> {
+    raw: &'a RawTarget,
+    method: &'a Method,
+    target: &'a Target,
+    headers: &'a http::HeaderMap,
+    body: &'a Bytes,
+    tools: &'a [String],
+    other_messages: bool,
+}
+
+impl Checked<'_> {
+    /// Steps 3c and 4 against `declarations`: placeholders, aliases, bindings, sites and the
+    /// capability's narrowing (refusing), then the policy's evaluation of each call.
+    fn decide(
+        &self,
+        exchange: &mut Exchange,
+        declarations: &Declarations,
+        grant: &CapabilityGrant,
+    ) -> Result<(Vec<AliasUse>, pipeline::Evaluated), ProxyError> {
+        let found = pipeline::find_placeholders(
+            self.raw,
+            self.headers,
+            self.body,
+            declarations.body_places(),
+        )?;
+        exchange.facts.aliases = audit_aliases(&found);
+        (exchange.facts.skipped, exchange.facts.skipped_count) = audit_skipped(&found);
+        pipeline::check_placeholders(&found, declarations.aliases())?;
+        let uses = found.alias_uses();
+        check_alias_uses(declarations, self.target, grant, &uses)?;
+        let evaluated = pipeline::evaluate_calls(
+            declarations.policy(),
+            grant.agent.as_str(),
+            self.method,
+            self.target,
+            &uses,
+            self.tools,
+            self.other_messages,
+        );
+        if let Some(tool) = evaluated.denied_tool() {
+            // The audit record names the tool that was refused, not the batch's first.
+            exchange.facts.mcp_tool = ToolName::new(tool).ok();
+        }
+        Ok((uses, evaluated))
+    }
 }
 
 /// The aliases the placeholders name, as the audit record holds them.

@@ -3,6 +3,8 @@
 //! the echo upstream records what reached it. A canary secret is asserted absent from what the
 //! agent and the operator saw, the audit log and Mint's stderr.
 
+#![allow(clippy::unwrap_used, clippy::panic, reason = "tests")]
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Output;
@@ -731,5 +733,103 @@ fn a_timed_out_request_consumes_no_limit() {
     let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
     approvals(&lab, &["approve", &id]);
     assert_eq!(limited.join().unwrap().status, 429);
+    assert_eq!(lab.forwarded(), 1);
+}
+
+/// Waits (bounded) until the broker's stderr holds `text`.
+#[track_caller]
+fn wait_stderr(lab: &Lab, text: &str) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !lab.broker.stderr().contains(text) {
+        assert!(
+            Instant::now() < deadline,
+            "no {text:?} in: {}",
+            lab.broker.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn an_approval_sends_nothing_once_the_capability_is_revoked_or_a_deny_rule_added() {
+    let lab = lab("60s", "", &[]);
+    // Revoked while waiting: approved, then refused 401.
+    let agent = post_in_background(&lab, "/echo/write/revoked");
+    let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
+    lab.home.revoke_capability(&lab.cap);
+    std::thread::sleep(Duration::from_millis(400));
+    approvals(&lab, &["approve", &id]);
+    let response = agent.join().unwrap();
+    assert_eq!(response.status, 401, "{}", response.body);
+    assert_eq!(lab.forwarded(), 0);
+    let records = lab.broker.records_of(&request_id(&response));
+    assert_eq!(records[1]["decision"], "deny");
+    assert_eq!(records[1]["reason"], "capability_invalid");
+    assert_eq!(records[1]["approval"], serde_json::json!([id]));
+
+    // A deny rule added while waiting: approved, then refused by it.
+    let cap = lab.home.issue_capability("mino", &[]);
+    std::thread::sleep(Duration::from_millis(400));
+    let url = lab.echo_url("/echo/write/kill-switch");
+    let header = format!("Mint-Capability: {cap}");
+    let agent = std::thread::spawn(move || {
+        curl(&[
+            "-H",
+            &header,
+            "-H",
+            "Authorization: Bearer {{mint:echo}}",
+            "--data",
+            "{}",
+            &url,
+        ])
+    });
+    let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
+    let policy = std::fs::read_to_string(lab.home.path().join("policy.yaml")).unwrap();
+    let kill_switch = "  - id: kill-switch\n    effect: deny\n    match:\n      host: [127.0.0.1]\n      path: [\"/echo/write/**\"]\n";
+    lab.home
+        .write_private("policy.yaml", &format!("{policy}{kill_switch}"));
+    lab.broker.hangup();
+    wait_stderr(&lab, "Policy and aliases reloaded");
+    approvals(&lab, &["approve", &id]);
+    let response = agent.join().unwrap();
+    assert_eq!(response.status, 403, "{}", response.body);
+    assert_eq!(response.json()["error"]["code"], "policy_denied");
+    assert_eq!(
+        response.json()["error"]["rules"],
+        serde_json::json!(["kill-switch"])
+    );
+    assert_eq!(lab.forwarded(), 0);
+    lab.assert_clean(response.everything());
+}
+
+#[test]
+fn a_grant_given_without_a_secret_never_approves_a_request_with_one() {
+    let lab = Lab::start(
+        LabConfig {
+            secrets: &[("echo", CANARY)],
+            ..LabConfig::default()
+        },
+        |port| {
+            format!(
+                "  - id: ask\n    effect: approve\n    match:\n      alias: [echo]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [POST]\n  - id: ask-plain\n    effect: approve\n    match:\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [POST]\n"
+            )
+        },
+    );
+    // Without the alias: granted for a minute.
+    let url = lab.echo_url("/echo/write/x");
+    let cap = lab.cap_header();
+    let plain = {
+        let (url, cap) = (url.clone(), cap.clone());
+        std::thread::spawn(move || curl(&["-H", &cap, "--data", "{}", &url]))
+    };
+    let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
+    approvals(&lab, &["approve", &id, "--for", "1m"]);
+    assert_eq!(plain.join().unwrap().status, 200);
+    // The same call with the secret: asked about, not approved by the grant.
+    let with_secret = post_in_background(&lab, "/echo/write/x");
+    let view = wait_pending(&lab, 1)[0].clone();
+    assert_eq!(view["aliases"], serde_json::json!(["echo"]));
+    approvals(&lab, &["deny", view["id"].as_str().unwrap()]);
+    assert_eq!(with_secret.join().unwrap().status, 403);
     assert_eq!(lab.forwarded(), 1);
 }

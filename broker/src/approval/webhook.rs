@@ -24,6 +24,18 @@ use crate::net::upstream::UpstreamClient;
 /// How long one notification may take, connecting included.
 const NOTIFY_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a request must have waited before it is notified: one an agent withdraws at once
+/// (a flood of held-and-dropped requests) is never sent.
+const SETTLE: Duration = Duration::from_secs(1);
+
+/// Notifications sent in a burst, and one more per [`REFILL`] after it (about what Slack's and
+/// ntfy's rate limits allow); past that they are counted, and the next one says how many.
+const BURST: u32 = 5;
+const REFILL: Duration = Duration::from_secs(1);
+
+/// Notifications in flight at once.
+const CONCURRENT: usize = 4;
+
 /// The shape of the notification body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum WebhookFormat {
@@ -92,15 +104,39 @@ impl Webhook {
 
     /// Sends a notification for each request that starts waiting, until the task is aborted.
     /// Each notification is sent on a task of its own, so a slow endpoint delays none other.
+    /// A request is notified once it has waited [`SETTLE`] and still waits, within [`BURST`]
+    /// and [`REFILL`] and at most [`CONCURRENT`] at once.
     pub async fn notify(self, book: Arc<super::ApprovalBook>, upstream: UpstreamClient) {
         let webhook = Arc::new(self);
+        let pace = Arc::new(std::sync::Mutex::new(Pace {
+            tokens: BURST,
+            refilled: tokio::time::Instant::now(),
+            unsent: 0,
+        }));
+        let in_flight = Arc::new(tokio::sync::Semaphore::new(CONCURRENT));
         let mut events = book.subscribe();
         loop {
             match events.recv().await {
                 Ok(BookEvent::Pending(view)) => {
                     let webhook = Arc::clone(&webhook);
                     let upstream = upstream.clone();
-                    tokio::spawn(async move { webhook.send(&view, &upstream).await });
+                    let book = Arc::clone(&book);
+                    let pace = Arc::clone(&pace);
+                    let in_flight = Arc::clone(&in_flight);
+                    tokio::spawn(async move {
+                        tokio::time::sleep(SETTLE).await;
+                        if !book.is_waiting(&view.id) {
+                            return;
+                        }
+                        let Some(unsent) = take_turn(&pace) else {
+                            tracing::debug!(approval = %view.id, "Approval webhook: over its rate; counted for the next notification");
+                            return;
+                        };
+                        let Ok(_permit) = in_flight.acquire().await else {
+                            return;
+                        };
+                        webhook.send(&view, unsent, &upstream).await;
+                    });
                 }
                 Ok(_) => {}
                 Err(RecvError::Lagged(missed)) => {
@@ -111,8 +147,8 @@ impl Webhook {
         }
     }
 
-    async fn send(&self, view: &PendingView, upstream: &UpstreamClient) {
-        let (body, content_type) = self.body(view);
+    async fn send(&self, view: &PendingView, unsent: u64, upstream: &UpstreamClient) {
+        let (body, content_type) = self.body(view, unsent);
         let mut request = http::Request::new(Full::new(Bytes::from(body)));
         *request.method_mut() = http::Method::POST;
         *request.uri_mut() = self.url.clone();
@@ -143,12 +179,24 @@ impl Webhook {
         }
     }
 
-    /// The notification's body and content type.
-    fn body(&self, view: &PendingView) -> (Vec<u8>, &'static str) {
-        let text = summary_text(view);
+    /// The notification's body and content type; `unsent` notifications were dropped for the
+    /// rate before this one.
+    fn body(&self, view: &PendingView, unsent: u64) -> (Vec<u8>, &'static str) {
+        let mut text = summary_text(view);
+        if unsent > 0 {
+            text.push_str(&format!(
+                "\n({unsent} more requests started waiting and were not notified: `mint approvals list`)"
+            ));
+        }
         match self.format {
             WebhookFormat::Ntfy => (text.into_bytes(), "text/plain; charset=utf-8"),
             WebhookFormat::Json => {
+                // Slack reads `<…>` in `text` as links and mentions (`<!channel>`) and `&` as an
+                // entity: the agent's fields are shown, never interpreted.
+                let text = text
+                    .replace('&', "&amp;")
+                    .replace('<', "&lt;")
+                    .replace('>', "&gt;");
                 let body = serde_json::json!({ "text": text, "approval": view });
                 (
                     serde_json::to_vec(&body).unwrap_or_default(),
@@ -157,6 +205,36 @@ impl Webhook {
             }
         }
     }
+}
+
+/// The notification rate's state.
+struct Pace {
+    tokens: u32,
+    refilled: tokio::time::Instant,
+    /// Notifications dropped for the rate since the last one sent.
+    unsent: u64,
+}
+
+/// A turn to send, with how many were dropped before it; `None` when over the rate.
+fn take_turn(pace: &std::sync::Mutex<Pace>) -> Option<u64> {
+    let mut pace = pace
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let now = tokio::time::Instant::now();
+    let refills = now.saturating_duration_since(pace.refilled).as_secs() / REFILL.as_secs().max(1);
+    if refills > 0 {
+        pace.tokens = BURST.min(
+            pace.tokens
+                .saturating_add(u32::try_from(refills).unwrap_or(u32::MAX)),
+        );
+        pace.refilled = now;
+    }
+    if pace.tokens == 0 {
+        pace.unsent += 1;
+        return None;
+    }
+    pace.tokens -= 1;
+    Some(std::mem::take(&mut pace.unsent))
 }
 
 /// One paragraph: who wants what, where, under which rule, how to decide.
@@ -258,10 +336,58 @@ mod tests {
             "{text}"
         );
         let hook = Webhook::parse("https://x.example/h", WebhookFormat::Json).unwrap();
-        let (body, kind) = hook.body(&view);
+        let (body, kind) = hook.body(&view, 0);
         assert_eq!(kind, "application/json");
         let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(json["approval"]["id"], "ap-abcdefgh");
         assert_eq!(json["text"], text);
+    }
+
+    #[test]
+    fn slack_markup_from_the_agent_is_escaped_in_the_json_text() {
+        let view = PendingView {
+            id: "ap-abcdefgh".to_owned(),
+            summary: Summary {
+                request_id: "r-1".to_owned(),
+                agent: "mino".to_owned(),
+                rules: vec!["ask".to_owned()],
+                method: "POST".to_owned(),
+                scheme: "https".to_owned(),
+                host: "mcp.example.com".to_owned(),
+                port: 443,
+                path: "/mcp".to_owned(),
+                query_keys: vec![],
+                tool: Some("<!channel>".to_owned()),
+                arguments: Some("<https://evil.example|approve safely> & more".to_owned()),
+                aliases: vec![],
+            },
+            seconds_left: 42,
+        };
+        let hook = Webhook::parse("https://x.example/h", WebhookFormat::Json).unwrap();
+        let (body, _) = hook.body(&view, 3);
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let text = json["text"].as_str().unwrap();
+        assert!(!text.contains('<') && !text.contains('>'), "{text}");
+        assert!(
+            text.contains("&lt;!channel&gt;") && text.contains("&amp; more"),
+            "{text}"
+        );
+        assert!(text.contains("(3 more requests started waiting"), "{text}");
+    }
+
+    #[test]
+    fn past_the_burst_notifications_are_counted_not_sent() {
+        let pace = std::sync::Mutex::new(Pace {
+            tokens: BURST,
+            refilled: tokio::time::Instant::now(),
+            unsent: 0,
+        });
+        for _ in 0..BURST {
+            assert_eq!(take_turn(&pace), Some(0));
+        }
+        assert_eq!(take_turn(&pace), None);
+        assert_eq!(take_turn(&pace), None);
+        pace.lock().unwrap().refilled -= REFILL;
+        assert_eq!(take_turn(&pace), Some(2));
     }
 }

@@ -284,6 +284,9 @@ fn prompt_text(view: &PendingView, grant_for: Duration) -> String {
     text
 }
 
+/// How long answers are ignored after the request on screen changed underneath the operator.
+const SETTLE: Duration = Duration::from_secs(1);
+
 /// What the operator typed.
 enum Answer {
     Once,
@@ -323,8 +326,23 @@ async fn watch(socket: &Path, grant_for: Duration) -> Result<(), ApprovalsError>
         socket.display()
     )?;
     let mut lines = lines;
+    // When each request's wait ends, as first seen: the prompt counts down from there.
+    let mut deadlines: std::collections::HashMap<String, std::time::Instant> =
+        std::collections::HashMap::new();
+    // When the request on screen last changed underneath the operator (decided elsewhere,
+    // withdrawn): a prompt shown within a second of it ignores answers until that second is
+    // over, so a key meant for the old request does not decide the new one (an agent can
+    // withdraw a request at the moment it chooses).
+    let mut changed_at: Option<std::time::Instant> = None;
     loop {
-        let Some(current) = queue.first().cloned() else {
+        let now = std::time::Instant::now();
+        for view in &queue {
+            deadlines
+                .entry(view.id.clone())
+                .or_insert_with(|| now + Duration::from_secs(view.seconds_left));
+        }
+        deadlines.retain(|id, _| queue.iter().any(|view| &view.id == id));
+        let Some(mut current) = queue.first().cloned() else {
             // Nothing to ask: wait for the broker.
             match next_event(&mut client).await? {
                 Incoming::Event(event) => {
@@ -343,16 +361,30 @@ async fn watch(socket: &Path, grant_for: Duration) -> Result<(), ApprovalsError>
         // An answer typed before this prompt was on the screen is not an answer to it: drop the
         // terminal's unread input and every line read before now.
         let _ = rustix::termios::tcflush(&screen, rustix::termios::QueueSelector::IFlush);
+        if let Some(deadline) = deadlines.get(&current.id) {
+            current.seconds_left = deadline.saturating_duration_since(now).as_secs();
+        }
         screen.write_all(prompt_text(&current, grant_for).as_bytes())?;
+        // Answers count from when the prompt is shown, or a moment after the previous request
+        // changed underneath the operator if that was just now.
+        let shown = std::time::Instant::now();
+        let shown_at = changed_at
+            .take()
+            .map_or(shown, |changed| (changed + SETTLE).max(shown));
+        if shown_at > shown {
+            write!(
+                screen,
+                "(the request on screen just changed: answers typed in the next second are ignored) "
+            )?;
+        }
         screen.flush()?;
-        let shown_at = std::time::Instant::now();
         // Ask until answered, or until the request stops waiting some other way.
         let answer = loop {
             tokio::select! {
                 line = lines.recv() => match line {
                     // The terminal closed (Ctrl-D): leave without deciding.
                     None => return Ok(()),
-                    // Typed before the prompt was shown (type-ahead): ignored.
+                    // Typed before the prompt was shown (type-ahead), or while it settles: ignored.
                     Some((read_at, _)) if read_at < shown_at => {}
                     Some((_, line)) => match parse_answer(&line) {
                         Some(answer) => break Some(answer),
@@ -368,6 +400,7 @@ async fn watch(socket: &Path, grant_for: Duration) -> Result<(), ApprovalsError>
                         BookEvent::Closed { id, how } => {
                             if id == current.id {
                                 writeln!(screen, "\n{} is no longer waiting: {}", inert(&id, false), closed_text(how))?;
+                                changed_at = Some(std::time::Instant::now());
                                 break None;
                             }
                             queue.retain(|view| view.id != id);
@@ -379,6 +412,7 @@ async fn watch(socket: &Path, grant_for: Duration) -> Result<(), ApprovalsError>
                         queue = pending;
                         if !still {
                             writeln!(screen, "\n{} is no longer waiting", inert(&current.id, false))?;
+                            changed_at = Some(std::time::Instant::now());
                             break None;
                         }
                     }

@@ -82,8 +82,14 @@ pub struct ServeArgs {
 
     /// POST a summary of each request that starts waiting for approval to this https:// URL (an
     /// ntfy topic, a Slack incoming webhook...). It only notifies: decisions are taken with
-    /// `mint approvals`. The URL is never logged, only its host.
-    #[arg(long, value_name = "URL")]
+    /// `mint approvals`. The URL is never logged, only its host. Prefer the environment variable
+    /// for a URL that is a secret (Slack's is): a command line is visible to every local user.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "MINT_APPROVAL_WEBHOOK",
+        hide_env_values = true
+    )]
     pub approval_webhook: Option<String>,
 
     /// The notification's shape: `json` (`text` and `approval`; Slack-compatible) or `ntfy`

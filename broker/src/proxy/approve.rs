@@ -19,6 +19,9 @@ use super::{AppState, Exchange, ProxyError};
 use crate::approval::display::{arguments, inert};
 use crate::approval::{Held, HoldError, Summary, Ticket, Verdict};
 
+/// What the operator is shown for a tool call whose arguments Mint could not read.
+const UNREADABLE_ARGUMENTS: &str = "(Mint cannot show these arguments: the body holds a value it cannot represent, such as a number past 1e308. Deny unless you know what the agent sends.)";
+
 /// What the operator is shown of the request, besides each call's tool and arguments.
 pub(super) struct Shown<'a> {
     pub(super) agent: &'a str,
@@ -201,10 +204,12 @@ fn summary(
         path: inert(&target.path, false),
         query_keys,
         tool: hold.tool.as_deref().map(|tool| inert(tool, false)),
-        arguments: hold
-            .call
-            .and_then(|call| call_arguments.get(call))
-            .map(arguments),
+        // A call whose arguments Mint cannot read (a number past f64's range, such as `1e400`,
+        // which a receiver may still take) is shown as unreadable, never as having none.
+        arguments: hold.call.map(|call| match call_arguments.get(call) {
+            Some(value) => arguments(value),
+            None => UNREADABLE_ARGUMENTS.to_owned(),
+        }),
         aliases,
     }
 }
