@@ -576,10 +576,10 @@ impl CapabilityStore {
     }
 
     fn refresh_if_due(&self) {
-        // Another thread already looking means the file is being checked right now.
-        let Ok(mut watch) = self.watch.try_lock() else {
-            return;
-        };
+        // Waits for another thread that is reloading right now, rather than verifying against
+        // the set it is replacing: a capability issued just before would be refused (401), and
+        // one revoked just before accepted. The reload reads one small file.
+        let mut watch = self.watch.lock().unwrap_or_else(PoisonError::into_inner);
         if watch.checked.elapsed() < self.check_interval {
             return;
         }

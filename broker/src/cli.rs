@@ -6,7 +6,7 @@
 //! themselves: they return them.
 //!
 //! One module per subcommand holds its flags and calls the engine: [`init`], [`alias`], [`cap`],
-//! [`audit`], [`ca`], [`policy`] (`check`, `explain`), [`serve`], [`mod@run`], [`mod@env`],
+//! [`audit`], [`ca`], [`policy`] (`check`, `explain`), [`serve`], [`mod@run`], [`mod@env`], [`approvals`],
 //! [`demo`], [`usage`]; [`agent_env`] is the agent environment `run` and `env` share, [`terminal`] the
 //! hidden secret prompt and the escaping of what is printed to a terminal. Every command
 //! DESIGN.md lists is a variant of [`Command`] or [`PolicyCommand`]. None of these modules
@@ -23,6 +23,7 @@ use crate::serve::ServeError;
 
 pub mod agent_env;
 pub mod alias;
+pub mod approvals;
 pub mod audit;
 pub mod ca;
 pub mod cap;
@@ -37,6 +38,7 @@ pub mod terminal;
 pub mod usage;
 
 use alias::AliasCommandError;
+use approvals::{ApprovalsCommand, ApprovalsError};
 use audit::{AuditCommand, AuditCommandError};
 use ca::{CaCommand, CaCommandError};
 use cap::{CapCommand, CapCommandError};
@@ -96,6 +98,12 @@ pub enum Command {
     /// Print the settings of `mint run` as lines for a shell, a container or a systemd unit,
     /// with a capability issued for them (its token shown once, in the proxy URL).
     Env(env::EnvArgs),
+    /// Decide on the requests an `approve` rule holds: list, approve, deny, watch; revoke grants.
+    ///
+    /// Talks to the running broker on `$MINT_HOME/approvals.sock` (mode 0600, only the user
+    /// `mint serve` runs as). `watch` asks on the terminal about each request as it starts waiting.
+    #[command(subcommand)]
+    Approvals(ApprovalsCommand),
     /// Export or rotate the interception CA that agents trust for HTTPS through Mint.
     #[command(subcommand)]
     Ca(CaCommand),
@@ -169,6 +177,9 @@ pub enum CommandError {
     /// `mint env` printed nothing.
     #[error(transparent)]
     Env(#[from] EnvError),
+    /// `mint approvals ...` failed.
+    #[error(transparent)]
+    Approvals(#[from] ApprovalsError),
     /// `mint demo` could not run, or a check failed.
     #[error(transparent)]
     Demo(#[from] DemoError),
@@ -195,6 +206,7 @@ impl CommandError {
                 .exit_code()
                 .map_or(ExitStatus::UsageOrConfig, ExitStatus::Code),
             CommandError::Env(_) => ExitStatus::UsageOrConfig,
+            CommandError::Approvals(error) => error.exit_status(),
             CommandError::Demo(DemoError::Check(_)) => ExitStatus::Failure,
             CommandError::Demo(_) => ExitStatus::UsageOrConfig,
         }
@@ -242,6 +254,10 @@ pub fn run(cli: Cli, paths: &Paths, out: &mut dyn Write) -> Result<ExitStatus, C
             // Nothing is issued for an output nobody can read (`mint env >&-`).
             env::require_writable_stdout()?;
             env::run(args, paths, out, &mut std::io::stderr())?;
+            Ok(ExitStatus::Success)
+        }
+        Command::Approvals(command) => {
+            approvals::run(command, paths, out)?;
             Ok(ExitStatus::Success)
         }
         Command::Ca(command) => {

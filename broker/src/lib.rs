@@ -12,6 +12,7 @@
 //! | [`capability`] | agent capabilities: issue, store hashes, verify | keeps hashes only; compares in constant time |
 //! | [`proxy`] | the pipeline: authenticate, decide, record, send, answer; MCP tool calls | records the decision before anything is substituted or sent |
 //! | [`net`] | upstream connections, the TLS client, address checks | never follows a redirect; never connects to an address the checks refuse |
+//! | [`approval`] | requests an `approve` rule holds, grants, the operator socket | decides only on the operator socket (peer uid checked), never on the proxy port; sees no secret |
 //! | [`audit`] | the hash-chained audit log: writer, tail, verify, rotation | fails closed: a record that cannot be written refuses the request |
 //! | [`serve`] | the listener, connections, framing, shutdown | hands every request to [`proxy`]; answers nothing on its own but framing errors |
 //! | [`demo`] | `mint demo` and its local HTTPS echo upstream | loopback only, a throwaway home and secret |
@@ -21,6 +22,7 @@
 
 #![warn(missing_docs)]
 
+pub mod approval;
 pub mod audit;
 pub mod capability;
 pub mod cli;

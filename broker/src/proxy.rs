@@ -14,7 +14,9 @@
 //!    by alias: not bound to the host 403, a site the alias does not allow 403, capability
 //!    narrowing 403;
 //! 4. policy, once per tool call (deny overrides) 403; a batch calling several different tools
-//!    400; then call limits 429, checked and consumed atomically;
+//!    400; calls an `approve` rule holds wait for the operator (`approve`: a `pending` record,
+//!    then 403 on a denial or timeout, 429 when too many wait, 503 at shutdown); then call limits
+//!    429, checked and consumed atomically;
 //! 5. write the `decision` record (fail closed: 503 when it cannot be written);
 //! 6. substitute (`inject`), send through [`UpstreamClient`] (DNS and address checks, TLS), and
 //!    stream the answer back scrubbed (`answer`); the `outcome` record is written when it ends.
@@ -41,14 +43,16 @@ use http::header::{self, HeaderValue};
 use http::{Method, StatusCode, Version};
 use http_body_util::{BodyExt, Full};
 use mint_policy::audit::{
-    AgentName, AliasName, AuditDecision, CapabilityId, Outcome, ReasonCode, RequestId, RuleId,
-    SkippedQuote, ToolName,
+    AgentName, AliasName, ApprovalId, Approver, AuditDecision, CapabilityId, Outcome, ReasonCode,
+    RequestId, RuleId, SkippedQuote, ToolName,
 };
 use mint_policy::evaluate::AliasUse;
 use mint_policy::limits::{Charge, Limiter};
 use mint_policy::normalize::Target;
 use mint_policy::site::Site;
 
+use crate::approval::webhook::Webhook;
+use crate::approval::{ApprovalBook, ApprovalBounds};
 use crate::audit::facts::{DecisionFacts, RequestFacts, decision_record};
 use crate::audit::{AuditError, AuditLog, now};
 use crate::capability::{CapabilityGrant, CapabilityStore};
@@ -58,6 +62,7 @@ use crate::net::upstream::{ConnectError, UpstreamClient, connect_error};
 use crate::secrets::inject::{self, InjectError};
 
 mod answer;
+mod approve;
 pub(crate) mod connect;
 mod error;
 pub(crate) mod headers;
@@ -150,6 +155,10 @@ struct Inner {
     ids: RequestIds,
     /// The leaves of intercepted `CONNECT` tunnels; `None` when this broker has no CA.
     interception: Option<Arc<LeafCache>>,
+    /// The requests `approve` rules hold, and the operators' grants.
+    approvals: Arc<ApprovalBook>,
+    /// Where each newly held request is notified, if anywhere.
+    approval_webhook: Option<Webhook>,
 }
 
 /// Request ids: a random prefix per broker run and a counter.
@@ -229,8 +238,43 @@ impl AppState {
                     next: AtomicU64::new(1),
                 },
                 interception: None,
+                approvals: Arc::new(ApprovalBook::new(ApprovalBounds::default())),
+                approval_webhook: None,
             }),
         }
+    }
+
+    /// This state, holding requests for approval within `bounds`. Call before the state is
+    /// shared.
+    pub fn with_approval_bounds(mut self, bounds: ApprovalBounds) -> AppState {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.approvals = Arc::new(ApprovalBook::new(bounds));
+        }
+        self
+    }
+
+    /// The requests held for approval.
+    pub fn approvals(&self) -> &Arc<ApprovalBook> {
+        &self.inner.approvals
+    }
+
+    /// This state, notifying `webhook` of each newly held request (once served). Call before
+    /// the state is shared.
+    pub fn with_approval_webhook(mut self, webhook: Option<Webhook>) -> AppState {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.approval_webhook = webhook;
+        }
+        self
+    }
+
+    /// The notifier of held requests, on a task, if a webhook is configured.
+    pub(crate) fn spawn_approval_webhook(&self) -> Option<tokio::task::JoinHandle<()>> {
+        let webhook = self.inner.approval_webhook.clone()?;
+        tracing::info!(webhook.host = %webhook.host(), "Requests waiting for approval are notified to the approval webhook");
+        Some(tokio::spawn(webhook.notify(
+            Arc::clone(&self.inner.approvals),
+            self.inner.upstream.clone(),
+        )))
     }
 
     /// This state, intercepting `CONNECT` tunnels with leaves from `leaves`. Call before the
@@ -538,6 +582,15 @@ struct Exchange {
     /// The JSON-RPC ids of an MCP `tools/call` request, once recognized: its refusals are
     /// answered as JSON-RPC errors the MCP client can show.
     jsonrpc: Option<JsonRpcIds>,
+    /// Set once the `pending` decision record of a request held for approval is written, with
+    /// the approve rules that hold it; cleared by its second decision record. While it is set,
+    /// an agent that goes away leaves a `deny` (`approval_withdrawn`) record behind.
+    held: Option<Vec<String>>,
+    /// The approvals the request waited for and the grants that approved it, for its decision
+    /// records.
+    approval: Vec<ApprovalId>,
+    /// Who decided them.
+    approver: Vec<Approver>,
 }
 
 // === impl Exchange ===
@@ -562,6 +615,9 @@ impl Exchange {
             decided: false,
             bytes_up: None,
             jsonrpc: None,
+            held: None,
+            approval: Vec::new(),
+            approver: Vec::new(),
         }
     }
 
@@ -581,13 +637,18 @@ impl Exchange {
             }
         }
         let decision = match error {
-            ProxyError::Limited { .. } => AuditDecision::Limited,
+            ProxyError::Limited { .. } | ProxyError::ApprovalQueueFull { .. } => {
+                AuditDecision::Limited
+            }
             _ => AuditDecision::Deny,
         };
         let rules = match &error {
-            ProxyError::PolicyDenied { rules, .. } | ProxyError::Limited { rules, .. } => {
-                Some(rule_ids(rules))
-            }
+            ProxyError::PolicyDenied { rules, .. }
+            | ProxyError::ApprovalDenied { rules }
+            | ProxyError::ApprovalTimeout { rules, .. }
+            | ProxyError::ApprovalQueueFull { rules, .. }
+            | ProxyError::ShuttingDown { rules }
+            | ProxyError::Limited { rules, .. } => Some(rule_ids(rules)),
             _ => None,
         };
         self.record_refusal(
@@ -621,6 +682,8 @@ impl Exchange {
                 decision,
                 rules,
                 reason: ReasonCode::new(reason).ok(),
+                approval: self.approval.clone(),
+                approver: self.approver.clone(),
             };
             let record = decision_record(now(), self.facts.take(), facts);
             if let Err(audit_error) = self.audit.append(&record) {
@@ -628,6 +691,7 @@ impl Exchange {
             }
             self.facts = RequestFacts::from_record(record);
             self.decided = true;
+            self.held = None;
         }
         self.outcome_written = true;
         let writer = OutcomeWriter {
@@ -639,16 +703,55 @@ impl Exchange {
         writer.write(outcome, status, Some(0), Some(reason));
     }
 
+    /// Writes the `pending` decision record of a request about to wait for approval (its
+    /// approvals noted already); it does not wait if the record cannot be written. From here
+    /// until its second decision record, an agent that goes away leaves an
+    /// `approval_withdrawn` record.
+    async fn record_pending(
+        &mut self,
+        state: &AppState,
+        rules: &[String],
+    ) -> Result<(), ProxyError> {
+        let facts = DecisionFacts {
+            decision: AuditDecision::Pending,
+            rules: Some(rule_ids(rules)),
+            reason: ReasonCode::new("approval_required").ok(),
+            approval: self.approval.clone(),
+            approver: Vec::new(),
+        };
+        let record = decision_record(now(), self.facts.take(), facts);
+        let written = state.audit().write_now(&record);
+        self.facts = RequestFacts::from_record(record);
+        let refuse = |error: AuditError, id: &RequestId| {
+            tracing::error!(request.id = %id, error = %error, "Pending record not written; refusing");
+            ProxyError::AuditUnavailable
+        };
+        let written = written.map_err(|error| refuse(error, &self.facts.id))?;
+        self.held = Some(rules.to_vec());
+        written
+            .durable()
+            .await
+            .map_err(|error| refuse(error, &self.facts.id))?;
+        Ok(())
+    }
+
     /// Writes the `allow` decision record; the request goes nowhere if it cannot be written.
     async fn record_allow(&mut self, state: &AppState, rules: &[String]) -> Result<(), ProxyError> {
         let facts = DecisionFacts {
             decision: AuditDecision::Allow,
             rules: Some(rule_ids(rules)),
             reason: None,
+            approval: self.approval.clone(),
+            approver: self.approver.clone(),
         };
         let record = decision_record(now(), self.facts.take(), facts);
         let written = state.audit().write_now(&record);
         self.facts = RequestFacts::from_record(record);
+        // Written or not, the `pending` record now has its second decision (or the refusal
+        // that follows writes one).
+        if written.is_ok() {
+            self.held = None;
+        }
         let refuse = |error: AuditError, id: &RequestId| {
             tracing::error!(request.id = %id, error = %error, "Decision record not written; refusing");
             ProxyError::AuditUnavailable
@@ -684,6 +787,19 @@ impl Drop for Exchange {
     /// The agent went away while the request was in Mint's hands (before the answer's head): an
     /// allowed request gets its outcome all the same. It may have been sent: `unknown`.
     fn drop(&mut self) {
+        if let Some(rules) = self.held.take() {
+            // The agent went away while its request waited for approval: the waiting ended
+            // (the ticket's drop took it out of the book) and nothing was sent.
+            tracing::info!(request.id = %self.facts.id, "Agent went away while its request waited for approval");
+            self.record_refusal(
+                AuditDecision::Deny,
+                Some(rule_ids(&rules)),
+                "approval_withdrawn",
+                Outcome::Denied,
+                None,
+            );
+            return;
+        }
         if !self.decided || self.outcome_written {
             return;
         }
@@ -772,7 +888,6 @@ async fn forward(
         None => capability_token(&parts.headers, mode),
     };
     let grant = state.authenticate(token.as_deref(), mode)?;
-    drop(token);
     exchange.facts.agent = AgentName::new(grant.agent.as_str()).ok();
     exchange.facts.capability = CapabilityId::new(grant.id.as_str()).ok();
 
@@ -796,7 +911,7 @@ async fn forward(
     let declared = headers::content_length(&parts.headers);
     let mut request_headers = parts.headers;
     headers::strip_request(&mut request_headers);
-    let declarations = state.declarations();
+    let mut declarations = state.declarations();
 
     // 3a. Before the body is read: the placeholders of the target and the headers, and the
     // policy for whatever the body could hold. A request denied whatever its body says is
@@ -843,30 +958,48 @@ async fn forward(
         .first()
         .and_then(|tool| ToolName::new(tool.as_str()).ok());
 
-    // 3c. Placeholders, aliases, bindings, sites, capability narrowing.
-    let found =
-        pipeline::find_placeholders(&raw, &request_headers, &body, declarations.body_places())?;
-    exchange.facts.aliases = audit_aliases(&found);
-    (exchange.facts.skipped, exchange.facts.skipped_count) = audit_skipped(&found);
-    pipeline::check_placeholders(&found, declarations.aliases())?;
-    let uses = found.alias_uses();
-    check_alias_uses(&declarations, &target, &grant, &uses)?;
-
-    // 4. Policy, then call limits.
-    let evaluated = pipeline::evaluate_calls(
-        declarations.policy(),
-        grant.agent.as_str(),
-        &method,
-        &target,
-        &uses,
-        &tools,
+    // 3c and 4. Placeholders, aliases, bindings, sites, capability narrowing; the policy.
+    let checked = Checked {
+        raw: &raw,
+        method: &method,
+        target: &target,
+        headers: &request_headers,
+        body: &body,
+        tools: &tools,
         other_messages,
-    );
-    if let Some(tool) = evaluated.denied_tool() {
-        // The audit record names the tool that was refused, not the batch's first.
-        exchange.facts.mcp_tool = ToolName::new(tool).ok();
+    };
+    let (uses, evaluated) = checked.decide(exchange, &declarations, &grant)?;
+    // 4a. Calls an approve rule holds wait for the operator (limits are admitted after).
+    let holds = evaluated.holds();
+    let mut allowed = evaluated.allowed()?;
+    let mut uses = uses;
+    if !holds.is_empty() {
+        let decoded = pipeline::decoded_body(&request_headers, &body)?;
+        let shown = approve::Shown {
+            agent: grant.agent.as_str(),
+            method: method.as_str(),
+            target: &target,
+            uses: &uses,
+            body: &decoded,
+        };
+        approve::await_approval(state, exchange, &holds, &shown).await?;
+        // While it waited, the capability may have been revoked and the declarations reloaded
+        // (a deny rule added, an alias rebound, a secret replaced): it is checked again against
+        // what is in force now, as a request arriving now would be, and sent with the secrets
+        // in force now.
+        let again = state.authenticate(token.as_deref(), mode)?;
+        if again.id != grant.id {
+            return Err(ProxyError::CapabilityInvalid {
+                forward: mode != Mode::Route,
+            });
+        }
+        declarations = state.declarations();
+        let (now_uses, now_evaluated) = checked.decide(exchange, &declarations, &again)?;
+        allowed = now_evaluated.allowed()?;
+        uses = now_uses;
     }
-    let admitted = admit(state, evaluated.allowed()?)?;
+    drop(token);
+    let admitted = admit(state, allowed)?;
     let charges = (admitted.charges.clone(), admitted.admitted_at);
     let outgoing = Outgoing {
         method,
@@ -884,6 +1017,54 @@ async fn forward(
         state.limiter().refund_each(&calls, charges.1);
     }
     sent
+}
+
+/// The parts of a request that steps 3c and 4 check, read once.
+struct Checked<'a> {
+    raw: &'a RawTarget,
+    method: &'a Method,
+    target: &'a Target,
+    headers: &'a http::HeaderMap,
+    body: &'a Bytes,
+    tools: &'a [String],
+    other_messages: bool,
+}
+
+impl Checked<'_> {
+    /// Steps 3c and 4 against `declarations`: placeholders, aliases, bindings, sites and the
+    /// capability's narrowing (refusing), then the policy's evaluation of each call.
+    fn decide(
+        &self,
+        exchange: &mut Exchange,
+        declarations: &Declarations,
+        grant: &CapabilityGrant,
+    ) -> Result<(Vec<AliasUse>, pipeline::Evaluated), ProxyError> {
+        let found = pipeline::find_placeholders(
+            self.raw,
+            self.headers,
+            self.body,
+            declarations.body_places(),
+        )?;
+        exchange.facts.aliases = audit_aliases(&found);
+        (exchange.facts.skipped, exchange.facts.skipped_count) = audit_skipped(&found);
+        pipeline::check_placeholders(&found, declarations.aliases())?;
+        let uses = found.alias_uses();
+        check_alias_uses(declarations, self.target, grant, &uses)?;
+        let evaluated = pipeline::evaluate_calls(
+            declarations.policy(),
+            grant.agent.as_str(),
+            self.method,
+            self.target,
+            &uses,
+            self.tools,
+            self.other_messages,
+        );
+        if let Some(tool) = evaluated.denied_tool() {
+            // The audit record names the tool that was refused, not the batch's first.
+            exchange.facts.mcp_tool = ToolName::new(tool).ok();
+        }
+        Ok((uses, evaluated))
+    }
 }
 
 /// The aliases the placeholders name, as the audit record holds them.

@@ -27,6 +27,8 @@ use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tower::Service as _;
 
+use crate::approval::ApprovalBounds;
+use crate::approval::socket::{OperatorSocket, SocketError};
 use crate::audit::{AuditConfig, AuditConfigError, AuditError, AuditLog};
 use crate::capability::{CapabilityFileError, CapabilityStore};
 use crate::config::ca_files::{self, CaFileError};
@@ -99,6 +101,10 @@ pub struct ServeConfig {
     pub limits: ProxyLimits,
     /// How the audit log writes.
     pub audit: AuditConfig,
+    /// How many requests may wait for approval.
+    pub approvals: ApprovalBounds,
+    /// Where newly held requests are notified.
+    pub approval_webhook: Option<crate::approval::webhook::Webhook>,
 }
 
 impl Default for ServeConfig {
@@ -109,6 +115,8 @@ impl Default for ServeConfig {
             resolve: ResolvePins::default(),
             limits: ProxyLimits::default(),
             audit: AuditConfig::default(),
+            approvals: ApprovalBounds::default(),
+            approval_webhook: None,
         }
     }
 }
@@ -157,6 +165,12 @@ pub enum ServeError {
     /// The async runtime.
     #[error("cannot start the runtime")]
     Runtime(#[source] io::Error),
+    /// The operator socket for approvals.
+    #[error(transparent)]
+    ApprovalSocket(#[from] crate::approval::socket::SocketError),
+    /// The approval webhook's URL.
+    #[error(transparent)]
+    ApprovalWebhook(#[from] crate::approval::webhook::WebhookError),
 }
 
 impl From<CaFileError> for ServeError {
@@ -198,7 +212,9 @@ pub fn load_state(paths: &Paths, config: &ServeConfig) -> Result<(AppState, Relo
         UpstreamClient::with_pins(tls, config.limits.connect_timeout, config.resolve.clone());
     let leaves = LeafCache::new(Arc::new(ca), config.leaf_cache);
     let state = AppState::new(config.limits, declarations, capabilities, audit, upstream)
-        .with_interception(Arc::new(leaves));
+        .with_interception(Arc::new(leaves))
+        .with_approval_bounds(config.approvals)
+        .with_approval_webhook(config.approval_webhook.clone());
     warn_hosts_outside_ca(&state);
     Ok((state, reloader))
 }
@@ -255,6 +271,7 @@ pub async fn run(
         })
     };
     let watcher = reloader.map(|reloader| tokio::spawn(reloader.watch(state.clone())));
+    let notifier = state.spawn_approval_webhook();
     tokio::pin!(shutdown);
     loop {
         // At most `max_connections` at once: past it, new connections wait in the listen
@@ -332,7 +349,12 @@ pub async fn run(
     if let Some(watcher) = watcher {
         watcher.abort();
     }
+    if let Some(notifier) = notifier {
+        notifier.abort();
+    }
     tracing::info!("Shutting down: waiting for requests in flight");
+    // Requests waiting for approval are answered `503` now rather than at the end of the grace.
+    state.approvals().shut_down();
     drop(drain);
     // Connections and tunnels are told at once; both get the same grace period.
     tunnels.send_replace(());
@@ -503,8 +525,10 @@ where
 
 /// Binds, serves until Ctrl-C or SIGTERM, and returns once the audit log is synced. Writes
 /// `listening on http://ADDR` to `out` once the socket is bound (tests read the port from it).
+/// With `operator_socket`, operators decide on held requests there (removed at exit).
 pub fn serve_blocking(
     listen: &str,
+    operator_socket: Option<&std::path::Path>,
     state_loader: impl FnOnce() -> Result<(AppState, Reloader), ServeError>,
     out: &mut dyn io::Write,
 ) -> Result<(), ServeError> {
@@ -526,12 +550,32 @@ pub fn serve_blocking(
             addr: listen.to_owned(),
             source,
         })?;
+        let operators = match operator_socket.map(OperatorSocket::bind) {
+            Some(Ok(socket)) => {
+                tracing::info!(socket = %socket.path().display(), "Approvals are decided on this socket (`mint approvals`)");
+                Some(tokio::spawn(socket.serve(Arc::clone(state.approvals()))))
+            }
+            // Another broker of this home holds the socket: this one serves, but nobody can
+            // decide on what it holds, so its held requests time out (refused, nothing sent).
+            Some(Err(error @ SocketError::InUse(_))) => {
+                tracing::warn!(error = %error, "No approvals socket for this broker: requests its approve rules hold will time out");
+                None
+            }
+            Some(Err(error)) => return Err(error.into()),
+            None => None,
+        };
         tracing::info!(listen = %addr, "Mint is serving");
         let _ = writeln!(out, "listening on http://{addr}");
         let _ = out.flush();
-        run(listener, state, Some(reloader), shutdown_signal())
+        let served = run(listener, state, Some(reloader), shutdown_signal())
             .await
-            .map_err(ServeError::Runtime)
+            .map_err(ServeError::Runtime);
+        if let Some(operators) = operators {
+            operators.abort();
+            // The socket's file goes with the task.
+            let _ = operators.await;
+        }
+        served
     })
 }
 

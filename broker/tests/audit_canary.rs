@@ -141,6 +141,8 @@ fn no_canary_reaches_the_log() {
             decision: AuditDecision::Allow,
             rules: Some(vec![RuleId::new("github-read").unwrap()]),
             reason: None,
+            approval: Vec::new(),
+            approver: Vec::new(),
         },
     );
     // The secret is substituted only after the decision record is written; the outcome record
@@ -232,6 +234,8 @@ fn logs_name_the_problem_never_the_record() {
                 decision: AuditDecision::Deny,
                 rules: Some(vec![]),
                 reason: None,
+                approval: Vec::new(),
+                approver: Vec::new(),
             },
         );
         assert!(log.record(&refused).is_err());
@@ -243,6 +247,8 @@ fn logs_name_the_problem_never_the_record() {
                 decision: AuditDecision::Allow,
                 rules: None,
                 reason: None,
+                approval: Vec::new(),
+                approver: Vec::new(),
             },
         );
         let immutable = std::process::Command::new("chattr")

@@ -136,6 +136,61 @@ fn invalid_fixture_exits_one_with_rustc_style_lines() {
     assert_eq!(errors, error_lines.len());
 }
 
+/// Approve rules: a timeout past 280 s (E060), an unknown key inside `approval` (E010) and
+/// `approval` on an allow rule (E033), each at its position, in the human and the JSON report;
+/// an approve rule a deny rule overrides is W003 in a valid file.
+#[test]
+fn approval_findings_have_codes_and_positions() {
+    let dir = tempfile::tempdir().unwrap();
+    let invalid = dir.path().join("approval.yaml");
+    std::fs::write(
+        &invalid,
+        "version: 1\nrules:\n  - id: ask\n    effect: approve\n    match: { host: api.github.com, method: POST }\n    approval: { timeout: 300s }\n  - id: ask-typo\n    effect: approve\n    match: { host: api.github.com, method: PUT }\n    approval: { timout: 60s }\n  - id: read\n    effect: allow\n    match: { host: api.github.com, method: GET }\n    approval: { timeout: 60s }\n",
+    )
+    .unwrap();
+    let out = run(mint(dir.path()).args(["policy", "check"]).arg(&invalid));
+    assert_eq!(out.code, Some(1), "{}{}", out.stdout, out.stderr);
+    let at = |pos: &str, code: &str| format!("{}:{pos}: error[{code}]", invalid.display());
+    for line in [at("6:26", "E060"), at("10:17", "E010"), at("14:15", "E033")] {
+        assert!(out.stdout.contains(&line), "missing {line}: {}", out.stdout);
+    }
+    assert!(
+        out.stdout.contains("rule \"ask\": approval.timeout:"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(counts(&out.stdout), (3, 0));
+
+    let json = run(mint(dir.path())
+        .args(["policy", "check", "--json"])
+        .arg(&invalid));
+    assert_eq!(json.code, Some(1), "{}", json.stderr);
+    let report: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    let e060 = &report["errors"][0];
+    assert_eq!(e060["code"], "E060", "{report}");
+    assert_eq!(
+        (e060["line"].as_u64(), e060["column"].as_u64()),
+        (Some(6), Some(26))
+    );
+    assert_eq!(e060["rule_id"], "ask");
+    assert_eq!(e060["path"], "approval.timeout");
+
+    let valid = dir.path().join("shadowed.yaml");
+    std::fs::write(
+        &valid,
+        "version: 1\nrules:\n  - id: ask-deletes\n    effect: approve\n    match: { host: api.github.com, method: DELETE }\n  - id: no-deletes\n    effect: deny\n    match: { method: DELETE }\n",
+    )
+    .unwrap();
+    let out = run(mint(dir.path()).args(["policy", "check"]).arg(&valid));
+    assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout
+            .contains("3:7: warning[W003]: rule \"ask-deletes\": deny rule \"no-deletes\""),
+        "{}",
+        out.stdout
+    );
+}
+
 #[test]
 fn json_report_has_the_documented_shape() {
     let dir = tempfile::tempdir().unwrap();

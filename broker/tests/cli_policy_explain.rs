@@ -134,6 +134,72 @@ fn allowed_example_request_exits_zero() {
     assert!(out.stdout.contains("`.mint/audit.log`"));
 }
 
+/// A request an approve rule holds: `approve`, the rule and the timeout, the limits it would
+/// consume once approved; exit 1 (not forwarded without a decision). No header value printed.
+#[test]
+fn a_held_request_names_its_approve_rule_and_timeout_and_exits_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (policy, aliases) = write_limited(dir.path());
+    let approve = format!(
+        "{LIMITED}  - id: ask-deletes\n    effect: approve\n    match:\n      alias: api\n      host: api.example.com\n      method: DELETE\n    approval: {{ timeout: 45s }}\n    limits:\n      - {{ max: 3, per: 1d }}\n"
+    );
+    std::fs::write(&policy, approve).unwrap();
+    let explain = |json: bool| {
+        let mut cmd = mint(dir.path());
+        cmd.args(["policy", "explain", "--policy"])
+            .arg(&policy)
+            .arg("--aliases")
+            .arg(&aliases)
+            .args([
+                "--agent",
+                "bot",
+                "--method",
+                "DELETE",
+                "--url",
+                "https://api.example.com/items/7",
+                "--header",
+            ])
+            .arg(format!("Authorization: Bearer {CANARY}-{{{{mint:api}}}}"));
+        if json {
+            cmd.arg("--json");
+        }
+        run(&mut cmd)
+    };
+    let out = explain(false);
+    assert_eq!(out.code, Some(1), "{}{}", out.stdout, out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines[0], "approve: DELETE https://api.example.com/items/7");
+    assert!(
+        lines.contains(
+            &"  approval waits up to 45 s for the operator's decision (approve rule: ask-deletes)"
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(lines.contains(&"  rules    ask-deletes"), "{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("ask-deletes  one counter  3 per 1d  3 left"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("until the operator approves"));
+    assert!(!out.stdout.contains(CANARY) && !out.stderr.contains(CANARY));
+
+    let out = explain(true);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    let report = json(&out);
+    assert_eq!(report["decision"], "approve");
+    assert_eq!(report["rules"], serde_json::json!(["ask-deletes"]));
+    assert_eq!(report["approval"]["timeout_seconds"], 45);
+    assert_eq!(
+        report["approval"]["rules"],
+        serde_json::json!(["ask-deletes"])
+    );
+    assert_eq!(report["status"], serde_json::Value::Null);
+    assert!(!out.stdout.contains(CANARY));
+}
+
 #[test]
 fn denied_and_refused_requests_exit_one() {
     let dir = tempfile::tempdir().unwrap();

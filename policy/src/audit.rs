@@ -14,6 +14,8 @@
 //!   `capability`, `method`, `scheme`, `host`, `port`, `path`, `query_keys`, `aliases`,
 //!   `skipped`, `skipped_count` and `mcp_tool` are optional in every phase.
 //! - `decision`: requires `decision`, and `reason` unless the decision is `allow`. May carry
+//!   `approval` and `approver` (a held request's approvals and who decided them; no other phase
+//!   carries them). May carry
 //!   `rule`: absent when no policy ran (the request was refused before, e.g. a bad capability),
 //!   `[]` when the policy's default decided. Refuses `outcome`, `status`, `bytes_up`,
 //!   `bytes_down`, `duration_ms`, `requests` and `ended`.
@@ -51,6 +53,12 @@ pub const MAX_ALIASES: usize = 64;
 
 /// The most entries `skipped` may hold; `skipped_count` counts every inert placeholder.
 pub const MAX_SKIPPED: usize = 16;
+
+/// The most ids `approval` may hold (one per held tool call of a request).
+pub const MAX_APPROVALS: usize = 64;
+
+/// The most names `approver` may hold.
+pub const MAX_APPROVERS: usize = 8;
 
 /// The most rule ids `rule` may hold. A writer with more deciding rules keeps the first ones.
 pub const MAX_RULE_IDS: usize = 256;
@@ -99,6 +107,11 @@ pub enum Field {
     Decision,
     /// `rule`: the ids of the deciding rules.
     Rule,
+    /// `approval`: the approvals a held request waited for (`ap-…`), or the grants that
+    /// approved it without asking (`gr-…`).
+    Approval,
+    /// `approver`: who decided the approvals (`root (uid 0, pid 4242)`).
+    Approver,
     /// `outcome`: how the request ended.
     Outcome,
     /// `status`: the HTTP status answered.
@@ -123,7 +136,7 @@ pub enum Field {
 
 impl Field {
     /// Every field, in the order `to_line` writes them.
-    pub const ALL: [Field; 27] = [
+    pub const ALL: [Field; 29] = [
         Field::V,
         Field::Ts,
         Field::Id,
@@ -142,6 +155,8 @@ impl Field {
         Field::McpTool,
         Field::Decision,
         Field::Rule,
+        Field::Approval,
+        Field::Approver,
         Field::Outcome,
         Field::Status,
         Field::BytesUp,
@@ -174,6 +189,8 @@ impl Field {
             Field::McpTool => "mcp_tool",
             Field::Decision => "decision",
             Field::Rule => "rule",
+            Field::Approval => "approval",
+            Field::Approver => "approver",
             Field::Outcome => "outcome",
             Field::Status => "status",
             Field::BytesUp => "bytes_up",
@@ -327,6 +344,18 @@ text_type! {
 text_type! {
     /// One of `rule`: a policy rule id, `[a-z0-9][a-z0-9._-]{0,63}`.
     RuleId, Field::Rule, is_rule_id
+}
+
+text_type! {
+    /// One of `approval`: an approval id, `ap-` and 8 characters of `[a-z0-9]`, or a grant id,
+    /// `gr-` and 8 of the same.
+    ApprovalId, Field::Approval, is_approval_id
+}
+
+text_type! {
+    /// One of `approver`: who decided, as the operator socket saw them: 1–96 characters of
+    /// printable ASCII other than `"`, `\\` and control characters (`root (uid 0, pid 4242)`).
+    Approver, Field::Approver, is_approver
 }
 
 text_type! {
@@ -503,6 +532,8 @@ pub enum AuditDecision {
     Deny,
     /// The request is refused because a call limit is exhausted.
     Limited,
+    /// The request waits for an operator's approval; a second decision record follows.
+    Pending,
 }
 
 // === impl AuditDecision ===
@@ -514,6 +545,7 @@ impl AuditDecision {
             AuditDecision::Allow => "allow",
             AuditDecision::Deny => "deny",
             AuditDecision::Limited => "limited",
+            AuditDecision::Pending => "pending",
         }
     }
 
@@ -522,6 +554,7 @@ impl AuditDecision {
             AuditDecision::Allow,
             AuditDecision::Deny,
             AuditDecision::Limited,
+            AuditDecision::Pending,
         ]
         .into_iter()
         .find(|decision| decision.as_str() == name)
@@ -693,6 +726,14 @@ pub struct AuditRecord {
     /// refused before), empty when the policy's default decided. At most `MAX_RULE_IDS`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rule: Option<Vec<RuleId>>,
+    /// The approvals a held request waited for, or the grants that approved it (decision
+    /// records only); empty is written as absent. At most `MAX_APPROVALS`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub approval: Vec<ApprovalId>,
+    /// Who decided those approvals (decision records only); empty is written as absent. At most
+    /// `MAX_APPROVERS`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub approver: Vec<Approver>,
     /// How the request ended (outcome records only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outcome: Option<Outcome>,
@@ -773,6 +814,8 @@ impl AuditRecord {
             mcp_tool: None,
             decision: None,
             rule: None,
+            approval: Vec::new(),
+            approver: Vec::new(),
             outcome: None,
             status: None,
             bytes_up: None,
@@ -808,6 +851,20 @@ impl AuditRecord {
             .is_some_and(|ids| ids.len() > MAX_RULE_IDS)
         {
             return too_many(Field::Rule);
+        }
+        if self.approval.len() > MAX_APPROVALS {
+            return too_many(Field::Approval);
+        }
+        if self.approver.len() > MAX_APPROVERS {
+            return too_many(Field::Approver);
+        }
+        if self.phase != Phase::Decision {
+            if !self.approval.is_empty() {
+                return refused(Field::Approval);
+            }
+            if !self.approver.is_empty() {
+                return refused(Field::Approver);
+            }
         }
         let outcome_only = [
             (Field::Status, self.status.is_some()),
@@ -1253,6 +1310,12 @@ impl Parser<'_> {
                 draft.decision = Some(self.keyword(field, AuditDecision::from_name)?);
             }
             Field::Rule => draft.rule = Some(self.list(field, MAX_RULE_IDS, RuleId::new)?),
+            Field::Approval => {
+                draft.approval = self.list(field, MAX_APPROVALS, ApprovalId::new)?;
+            }
+            Field::Approver => {
+                draft.approver = self.list(field, MAX_APPROVERS, Approver::new)?;
+            }
             Field::Outcome => draft.outcome = Some(self.keyword(field, Outcome::from_name)?),
             Field::Status => {
                 let status = |n| u16::try_from(n).ok().and_then(|n| HttpStatus::new(n).ok());
@@ -1566,6 +1629,8 @@ struct Draft {
     mcp_tool: Option<ToolName>,
     decision: Option<AuditDecision>,
     rule: Option<Vec<RuleId>>,
+    approval: Vec<ApprovalId>,
+    approver: Vec<Approver>,
     outcome: Option<Outcome>,
     status: Option<HttpStatus>,
     bytes_up: Option<u64>,
@@ -1605,6 +1670,8 @@ impl Draft {
             mcp_tool: self.mcp_tool,
             decision: self.decision,
             rule: self.rule,
+            approval: self.approval,
+            approver: self.approver,
             outcome: self.outcome,
             status: self.status,
             bytes_up: self.bytes_up,
@@ -1738,6 +1805,24 @@ fn is_alias_name(text: &str) -> bool {
 fn is_skipped_quote(text: &str) -> bool {
     text.split_once('@').is_some_and(|(alias, place)| {
         is_alias_name(alias) && crate::body::InertPlace::from_name(place).is_some()
+    })
+}
+
+fn is_approval_id(text: &str) -> bool {
+    (text
+        .strip_prefix("ap-")
+        .or_else(|| text.strip_prefix("gr-")))
+    .is_some_and(|rest| {
+        rest.len() == 8
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    })
+}
+
+fn is_approver(text: &str) -> bool {
+    bounded(text, 1, 96, |b| {
+        (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\'
     })
 }
 

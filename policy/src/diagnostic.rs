@@ -102,12 +102,12 @@ codes! {
     InvalidRuleId = "E030", "invalid rule id";
     /// Two rules with the same id.
     DuplicateRuleId = "E031", "duplicate rule id";
-    /// An effect other than `allow`, `deny` or `limit`.
+    /// An effect other than `allow`, `deny`, `limit` or `approve`.
     InvalidEffect = "E032", "invalid effect";
     /// A field that this rule's effect does not accept.
     FieldNotAllowedForEffect = "E033", "field not allowed for this effect";
-    /// An allow rule without `match.host`.
-    AllowWithoutHost = "E034", "allow rule without host";
+    /// An allow or approve rule without `match.host`.
+    AllowWithoutHost = "E034", "allow or approve rule without host";
     /// A request site other than `header`, `query` or `body`.
     InvalidSite = "E035", "invalid site";
     /// An alias name outside `^[a-z0-9][a-z0-9_-]{0,63}$`.
@@ -140,12 +140,14 @@ codes! {
     ReservedEnvName = "E056", "reserved environment variable name";
     /// An `env` name declared twice, in one alias or in two.
     DuplicateEnvName = "E057", "duplicate environment variable name";
+    /// An approve rule's `approval.timeout` outside 1 s to 280 s.
+    ApprovalTimeoutOutOfRange = "E060", "approval timeout out of range";
     /// `default: allow`.
     DefaultAllow = "W001", "default allow";
     /// The legacy `call_limits` map.
     LegacyCallLimits = "W002", "legacy call_limits";
-    /// An allow rule that a deny rule always overrides.
-    AllowShadowedByDeny = "W003", "allow rule shadowed by a deny rule";
+    /// An allow or approve rule that a deny rule always overrides.
+    AllowShadowedByDeny = "W003", "allow or approve rule shadowed by a deny rule";
     /// A secret that may travel to a wildcard host.
     AliasWildcardHost = "W004", "alias on a wildcard host";
     /// Secrets allowed in the query or the body.

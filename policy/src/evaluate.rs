@@ -3,7 +3,9 @@
 //! Runs after the broker has authenticated the capability, normalized the target and found the
 //! placeholders; before any audit record or upstream byte. Infallible: every request gets a
 //! decision, and anything the policy does not clearly allow is denied. Rule order never matters:
-//! all matching rules are collected, then deny beats allow beats default.
+//! all matching rules are collected, then deny beats approve beats allow beats default. An
+//! approve answer holds the request for the operator; nothing here waits or consumes a limit for
+//! it (the broker admits the hold's charges once the request is approved and sent).
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -15,7 +17,8 @@ use crate::host::{Host, HostPattern};
 use crate::limits::{Budget, Charge, Limited, Limiter};
 use crate::normalize::{Scheme, Target};
 use crate::policy::{
-    CallLimit, CallLimitKey, DefaultEffect, Effect, LEGACY_WINDOW, LimitKey, Match, Policy, Rule,
+    CallLimit, CallLimitKey, DEFAULT_APPROVAL_TIMEOUT, DefaultEffect, Effect, LEGACY_WINDOW,
+    LimitKey, Match, Policy, Rule,
 };
 use crate::site::SiteSet;
 
@@ -51,6 +54,8 @@ pub enum Evaluation {
     Allow(Grant),
     /// Denied.
     Deny(Denial),
+    /// Held until the operator decides; approved, it is allowed as the hold's grant says.
+    Approve(Hold),
 }
 
 /// The outcome of evaluation and limits together.
@@ -62,6 +67,23 @@ pub enum Decision {
     Deny(Denial),
     /// Refuse it for now (429).
     Limited(Limited),
+    /// Hold it for the operator's decision. No limit was checked or consumed: once approved,
+    /// the caller admits `hold.grant.charges` (refusing with 429 if one is exhausted) and only
+    /// then sends the request.
+    Approve(Hold),
+}
+
+/// Why and how a request waits for the operator's decision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hold {
+    /// The matching approve rules, in file order (ids).
+    pub rules: Vec<String>,
+    /// How long to wait for a decision: the shortest timeout of the matching approve rules.
+    pub timeout: Duration,
+    /// What applies once approved: charges of the approve rules' own limits, plus matching allow
+    /// and limit rules' (same order rules as today), allow_private if any matching approve or
+    /// allow rule says so, and `rules` = the matching allow rules' ids (may be empty).
+    pub grant: Grant,
 }
 
 /// Why and how a request is allowed.
@@ -203,10 +225,14 @@ impl CompiledPolicy {
                 self.policy.rules.get(i).map(|rule| (i, rule))
             })
         };
-        let (mut denies, mut allows, mut limits) = (0, 0, 0);
+        let (mut denies, mut approves, mut allows, mut limits) = (0, 0, 0, 0);
         for (_, rule) in rules() {
             match rule.effect {
                 Effect::Deny => denies += 1,
+                Effect::Approve => {
+                    approves += 1;
+                    limits += rule.limits.len();
+                }
                 Effect::Allow => {
                     allows += 1;
                     limits += rule.limits.len();
@@ -229,7 +255,7 @@ impl CompiledPolicy {
                 reason: DenyReason::DenyRule,
             });
         }
-        if allows == 0 {
+        if allows == 0 && approves == 0 {
             let reason = match self.policy.default {
                 DefaultEffect::Deny => Some(DenyReason::NoAllowRule),
                 DefaultEffect::Allow if !request.aliases.is_empty() => {
@@ -247,26 +273,41 @@ impl CompiledPolicy {
                 });
             }
         }
-        // Allow rules' counters first, then limit rules', each in file order.
+        // Approve rules' counters first (none without one), then allow rules', then limit
+        // rules', each in file order.
         let mut charges = Vec::with_capacity(limits);
-        for effect in [Effect::Allow, Effect::Limit] {
+        for effect in [Effect::Approve, Effect::Allow, Effect::Limit] {
             for (i, rule) in rules().filter(|(_, r)| r.effect == effect) {
                 let heads = self.limit_heads.get(i).map_or(&[][..], |h| &h[..]);
                 rule_charges(rule, heads, request, &mut charges);
             }
         }
         self.legacy_charges(request, &mut charges);
-        Evaluation::Allow(Grant {
+        let grant = Grant {
             rules: ids(Effect::Allow, allows),
-            allow_private: rules().any(|(_, r)| r.effect == Effect::Allow && r.allow_private),
+            allow_private: rules().any(|(_, r)| r.effect.admits() && r.allow_private),
             charges,
+        };
+        if approves == 0 {
+            return Evaluation::Allow(grant);
+        }
+        let timeout = rules()
+            .filter_map(|(_, r)| r.approval.map(|a| a.timeout))
+            .min()
+            .unwrap_or(DEFAULT_APPROVAL_TIMEOUT);
+        Evaluation::Approve(Hold {
+            rules: ids(Effect::Approve, approves),
+            timeout,
+            grant,
         })
     }
 
-    /// Evaluates the request, then checks and consumes its limits.
+    /// Evaluates the request, then checks and consumes its limits. A request held for approval
+    /// consumes nothing here: its limits are the caller's to admit once it is approved.
     pub fn decide(&self, request: &Request<'_>, limiter: &mut Limiter, now: Duration) -> Decision {
         match self.evaluate(request) {
             Evaluation::Deny(denial) => Decision::Deny(denial),
+            Evaluation::Approve(hold) => Decision::Approve(hold),
             Evaluation::Allow(grant) => match limiter.admit(&grant.charges, now) {
                 Ok(()) => Decision::Allow(grant),
                 Err(limited) => Decision::Limited(limited),
@@ -275,8 +316,9 @@ impl CompiledPolicy {
     }
 
     /// Whether some request of `agent` over `https` to `host:port` could be allowed, whatever its
-    /// method, path, aliases and tool: an allow rule whose agent, scheme, port and host could all
-    /// match it, or `default: allow` for a host that is not loopback. What a `CONNECT` needs
+    /// method, path, aliases and tool: an allow or approve rule (approved, a held request is
+    /// sent) whose agent, scheme, port and host could all match it, or `default: allow` for a
+    /// host that is not loopback. What a `CONNECT` needs
     /// before a tunnel is opened: a `false` here means every request inside would be denied, so
     /// none is worth a TLS handshake. Deny rules are not consulted (one could always spare some
     /// path); each request inside the tunnel is evaluated in full.
@@ -288,7 +330,8 @@ impl CompiledPolicy {
                 .is_some()
     }
 
-    /// The ids of the allow rules that [`CompiledPolicy::could_allow_host`] finds could match
+    /// The ids of the allow and approve rules that [`CompiledPolicy::could_allow_host`] finds
+    /// could match
     /// some request of `agent` over `https` to `host:port`, in the policy's order: what admits a
     /// tunnel, named in its decision record.
     pub fn rules_that_could_allow_host<'a>(
@@ -299,7 +342,7 @@ impl CompiledPolicy {
     ) -> impl Iterator<Item = &'a str> + 'a {
         self.policy.rules.iter().filter_map(move |rule| {
             let m = &rule.matcher;
-            let fits = rule.effect == Effect::Allow
+            let fits = rule.effect.admits()
                 && m.scheme
                     .as_ref()
                     .is_none_or(|schemes| schemes.contains(&Scheme::Https))
@@ -334,23 +377,26 @@ impl CompiledPolicy {
         if denial.reason == DenyReason::DenyRule {
             return Some(denial);
         }
-        // No allow rule matched without a tool; one with a `tool` might match some call. More
-        // aliases never make an allow rule match: it must list them all, and their sites.
+        // No allow or approve rule matched without a tool; one with a `tool` might match some
+        // call. More aliases never make such a rule match: it must list them all, and their
+        // sites.
         let mut matches = Matches::new();
         self.matching(&request, &mut matches, rule_matches_some_tool);
         let allowed = matches.sorted().iter().any(|&i| {
             self.policy
                 .rules
                 .get(i as usize)
-                .is_some_and(|rule| rule.effect == Effect::Allow)
+                .is_some_and(|rule| rule.effect.admits())
         });
         (!allowed).then_some(denial)
     }
 
-    /// What each limit that applies to the request has left, without consuming anything.
+    /// What each limit that applies to the request has left, without consuming anything; for a
+    /// request held for approval, the limits it would consume once approved.
     pub fn budgets(&self, request: &Request<'_>, limiter: &Limiter, now: Duration) -> Vec<Budget> {
         match self.evaluate(request) {
             Evaluation::Allow(grant) => limiter.budgets(&grant.charges, now),
+            Evaluation::Approve(hold) => limiter.budgets(&hold.grant.charges, now),
             Evaluation::Deny(_) => Vec::new(),
         }
     }
@@ -479,7 +525,8 @@ fn legacy_name(limit: &CallLimit) -> String {
 
 /// Whether `rule` matches `request`, with the reading of omitted fields its effect calls for.
 pub fn rule_matches(rule: &Rule, request: &Request<'_>) -> bool {
-    let allow = rule.effect == Effect::Allow;
+    // Approve rules match as allow rules do: approved, the request proceeds as allowed.
+    let allow = rule.effect.admits();
     // Cheapest tests first; each returns as soon as the rule cannot match. Allow rules match the
     // tool name byte-exact; deny and limit rules also catch other ASCII cases of it (`Drop` for
     // `drop`), which a server that looks tools up case-insensitively treats as the same tool.
@@ -507,7 +554,7 @@ fn rule_matches_some_tool(rule: &Rule, request: &Request<'_>) -> bool {
 fn fields_match(rule: &Rule, request: &Request<'_>) -> bool {
     let m: &Match = &rule.matcher;
     let target = request.target;
-    let allow = rule.effect == Effect::Allow;
+    let allow = rule.effect.admits();
     let scheme = match &m.scheme {
         Some(s) => s.contains(&target.scheme),
         None => !allow || target.scheme == Scheme::Https,

@@ -8,7 +8,7 @@
 //! The flow: `policy::load_policy` turns bytes into a checked `Policy` (or findings);
 //! `evaluate::CompiledPolicy` indexes it; `normalize::normalize_target` turns a request's target
 //! into the canonical `Target` that is both matched and forwarded; `CompiledPolicy::decide`
-//! answers allow, deny or limited.
+//! answers allow, deny, limited, or approve (hold the request for the operator's decision).
 
 #![deny(missing_docs)]
 

@@ -31,6 +31,16 @@ pub const MAX_LIMIT: u64 = 1_000_000;
 /// The window of a legacy `call_limits` entry: 24 hours.
 pub const LEGACY_WINDOW: Duration = Duration::from_secs(86_400);
 
+/// How long an approve rule holds a request for a decision when it names no `approval.timeout`.
+pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The shortest `approval.timeout`.
+pub const MIN_APPROVAL_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The longest `approval.timeout`: below the request timeouts of common HTTP and MCP SDKs, so
+/// a held request is decided before its client stops waiting.
+pub const MAX_APPROVAL_TIMEOUT: Duration = Duration::from_secs(280);
+
 /// A loaded, valid policy.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Policy {
@@ -69,23 +79,37 @@ impl DefaultEffect {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Effect {
-    /// Admits the request (deny rules override it).
+    /// Admits the request (deny and approve rules override it).
     Allow,
     /// Refuses the request, whatever else matches.
     Deny,
     /// Counts the request against its limits without allowing anything.
     Limit,
+    /// Holds the request until the operator approves or refuses it; approved, it proceeds as
+    /// if allowed by this rule (deny rules override it).
+    Approve,
 }
 
 // === impl Effect ===
 
 impl Effect {
-    /// `allow`, `deny` or `limit`.
+    /// `allow`, `deny`, `limit` or `approve`.
     pub fn as_str(self) -> &'static str {
         match self {
             Effect::Allow => "allow",
             Effect::Deny => "deny",
             Effect::Limit => "limit",
+            Effect::Approve => "approve",
+        }
+    }
+
+    /// Whether a matching rule lets the request through (`allow`, or `approve` once the operator
+    /// agrees). Such rules read omitted fields narrowly: no `alias` is no secret, no `scheme` is
+    /// https, no `tool` is no MCP call (POLICY.md), and they must name their hosts.
+    pub fn admits(self) -> bool {
+        match self {
+            Effect::Allow | Effect::Approve => true,
+            Effect::Deny | Effect::Limit => false,
         }
     }
 }
@@ -101,14 +125,33 @@ pub struct Rule {
     pub effect: Effect,
     /// Which requests it concerns.
     pub matcher: Match,
-    /// Allow rules: where secrets may be placed (header by default).
+    /// Allow and approve rules: where secrets may be placed (header by default).
     pub inject: SiteSet,
-    /// Allow rules: whether the target may resolve to a private address.
+    /// Allow and approve rules: whether the target may resolve to a private address.
     pub allow_private: bool,
-    /// Allow and limit rules: sliding-window limits.
+    /// Allow, approve and limit rules: sliding-window limits.
     pub limits: Vec<Limit>,
+    /// Approve rules (always, with the default timeout when the file names none); `None` for
+    /// every other effect.
+    pub approval: Option<Approval>,
     /// Where the rule starts in the file.
     pub pos: Pos,
+}
+
+/// How an approve rule holds a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Approval {
+    /// How long to wait for the operator's decision, from `MIN_APPROVAL_TIMEOUT` to
+    /// `MAX_APPROVAL_TIMEOUT`; past it the request is refused.
+    pub timeout: Duration,
+}
+
+impl Default for Approval {
+    fn default() -> Self {
+        Approval {
+            timeout: DEFAULT_APPROVAL_TIMEOUT,
+        }
+    }
 }
 
 /// The `match` block: AND across fields, OR within a list. `None` is an omitted field, whose
@@ -302,11 +345,13 @@ const RULE_FIELDS: &[&str] = &[
     "inject",
     "allow_private",
     "limits",
+    "approval",
 ];
 const MATCH_FIELDS: &[&str] = &[
     "agent", "alias", "scheme", "host", "port", "method", "path", "tool",
 ];
 const LIMIT_FIELDS: &[&str] = &["max", "per", "by"];
+const APPROVAL_FIELDS: &[&str] = &["timeout"];
 
 /// Reads the whole document. Returns a policy whenever the top-level shape could be read, so the
 /// caller can report counts; `diagnostics` decides validity.
@@ -478,7 +523,8 @@ fn read_rule(
                 Code::MissingField,
                 node,
                 &prefix,
-                "missing `effect`; write `effect: allow`, `effect: deny` or `effect: limit`",
+                "missing `effect`; write `effect: allow`, `effect: deny`, `effect: limit` or \
+                 `effect: approve`",
             );
             None
         }
@@ -486,12 +532,13 @@ fn read_rule(
             Some(Value::Str("allow")) => Some(Effect::Allow),
             Some(Value::Str("deny")) => Some(Effect::Deny),
             Some(Value::Str("limit")) => Some(Effect::Limit),
+            Some(Value::Str("approve")) => Some(Effect::Approve),
             _ => {
                 sink.error(
                     Code::InvalidEffect,
                     n,
                     &join(&prefix, "effect"),
-                    "`effect` is `allow`, `deny` or `limit`",
+                    "`effect` is `allow`, `deny`, `limit` or `approve`",
                 );
                 None
             }
@@ -503,7 +550,8 @@ fn read_rule(
         None => Match::default(),
         Some(n) => read_match(n, &match_path, sink),
     };
-    if effect == Some(Effect::Allow) {
+    let admits = effect.is_some_and(Effect::admits);
+    if admits {
         let uses_alias = matcher.alias.as_ref().is_some_and(|a| !a.is_empty());
         let wildcard = matcher.host.iter().flatten().any(HostPattern::is_wildcard);
         if uses_alias && wildcard {
@@ -520,7 +568,7 @@ fn read_rule(
     let mut inject = SiteSet::HEADER;
     if let Some(n) = map.take("inject") {
         let path = join(&prefix, "inject");
-        if effect == Some(Effect::Allow) {
+        if admits {
             inject = SiteSet::EMPTY;
             for site in read_list(n, &path, sink, read_site) {
                 inject = inject.with(site);
@@ -542,7 +590,7 @@ fn read_rule(
     let mut allow_private = false;
     if let Some(n) = map.take("allow_private") {
         let path = join(&prefix, "allow_private");
-        if effect == Some(Effect::Allow) {
+        if admits {
             allow_private = boolean(n, &path, sink).unwrap_or(false);
             if allow_private {
                 sink.error(
@@ -575,13 +623,29 @@ fn read_rule(
         );
     }
 
-    if effect == Some(Effect::Allow) {
+    let approval = match (map.take("approval"), effect) {
+        (Some(n), Some(Effect::Approve)) => {
+            Some(read_approval(n, &join(&prefix, "approval"), sink))
+        }
+        (None, Some(Effect::Approve)) => Some(Approval::default()),
+        (Some(n), Some(effect)) => {
+            not_for_effect(sink, n, &join(&prefix, "approval"), "approval", effect);
+            None
+        }
+        // No effect: already an error; a non-approve rule without `approval` has none.
+        (_, None) | (None, Some(_)) => None,
+    };
+
+    if let Some(effect) = effect.filter(|e| e.admits()) {
         if matcher.host.is_none() {
             sink.error(
                 Code::AllowWithoutHost,
                 node,
                 &prefix,
-                "an allow rule must name its hosts: add `match: { host: [api.example.com] }`",
+                format!(
+                    "an {} rule must name its hosts: add `match: {{ host: [api.example.com] }}`",
+                    effect.as_str()
+                ),
             );
         }
         let scheme_node = map
@@ -600,8 +664,53 @@ fn read_rule(
         inject,
         allow_private,
         limits,
+        approval,
         pos: node.pos(),
     })
+}
+
+/// Reads an approve rule's `approval` block: `{ timeout: 120s }`, every field optional.
+fn read_approval(node: &Node, path: &str, sink: &mut Sink<'_>) -> Approval {
+    let mut approval = Approval::default();
+    let Some(mut map) = MapReader::new(node, path, sink) else {
+        return approval;
+    };
+    if let Some(n) = map.take("timeout") {
+        let p = map.path_of("timeout");
+        let parsed = match n.value() {
+            Some(Value::Str(text)) => parse_duration(text),
+            _ => None,
+        };
+        match parsed {
+            None => sink.error(
+                Code::InvalidDuration,
+                n,
+                &p,
+                format!(
+                    "an approval timeout is a whole number with a unit s or m, from {}s to {}s, \
+                     such as `120s` or `2m`",
+                    MIN_APPROVAL_TIMEOUT.as_secs(),
+                    MAX_APPROVAL_TIMEOUT.as_secs()
+                ),
+            ),
+            Some(timeout) if !(MIN_APPROVAL_TIMEOUT..=MAX_APPROVAL_TIMEOUT).contains(&timeout) => {
+                sink.error(
+                    Code::ApprovalTimeoutOutOfRange,
+                    n,
+                    &p,
+                    format!(
+                        "an approval timeout is at most {max}s, below the request timeouts of \
+                         common HTTP and MCP clients, so that the agent is still waiting when the \
+                         decision comes; write `{max}s` or less",
+                        max = MAX_APPROVAL_TIMEOUT.as_secs()
+                    ),
+                );
+            }
+            Some(timeout) => approval.timeout = timeout,
+        }
+    }
+    map.finish(APPROVAL_FIELDS, sink);
+    approval
 }
 
 /// The value of `key` in a mapping node.
@@ -617,21 +726,26 @@ fn child<'n>(node: &'n Node, key: &str) -> Option<&'n Node> {
 
 fn not_for_effect(sink: &mut Sink<'_>, node: &Node, path: &str, field: &str, effect: Effect) {
     let allowed = match field {
-        "limits" => "allow and limit rules",
-        _ => "allow rules",
+        "limits" => "allow, approve and limit rules",
+        "approval" => "approve rules",
+        _ => "allow and approve rules",
     };
     sink.error(
         Code::FieldNotAllowedForEffect,
         node,
         path,
         format!(
-            "`{field}` belongs to {allowed}, not to a {} rule; remove it",
+            "`{field}` belongs to {allowed}, not to {} {} rule; remove it",
+            match effect {
+                Effect::Allow | Effect::Approve => "an",
+                Effect::Deny | Effect::Limit => "a",
+            },
             effect.as_str()
         ),
     );
 }
 
-/// `http` upstream is only for loopback targets, which an allow rule names literally.
+/// `http` upstream is only for loopback targets, which an allow or approve rule names literally.
 fn check_plain_http(matcher: &Match, node: &Node, path: &str, sink: &mut Sink<'_>) {
     let plain = matcher
         .scheme
@@ -1174,7 +1288,8 @@ fn read_call_limits(node: &Node, sink: &mut Sink<'_>) -> Vec<CallLimit> {
     out
 }
 
-/// Warnings that need the whole policy: allow rules that a deny rule always overrides.
+/// Warnings that need the whole policy: allow and approve rules that a deny rule always
+/// overrides (both read omitted fields the same narrow way, so one check covers them).
 ///
 /// Each allow rule is compared only with the deny rules that could cover its first host (found
 /// through an index of the deny rules' host patterns, plus those without hosts), and each
@@ -1186,7 +1301,7 @@ fn add_warnings(policy: &Policy, out: &mut Findings) {
     let index = DenyIndex::new(&policy.rules);
     let mut budget = SHADOW_CHECK_BUDGET;
     let mut candidates = Vec::new();
-    for allow in policy.rules.iter().filter(|r| r.effect == Effect::Allow) {
+    for allow in policy.rules.iter().filter(|r| r.effect.admits()) {
         let found = index
             .candidates(&allow.matcher, &mut candidates, &mut budget)
             .and_then(|()| {
@@ -1206,8 +1321,8 @@ fn add_warnings(policy: &Policy, out: &mut Findings) {
                         Code::ShadowCheckIncomplete,
                         allow.pos,
                         "",
-                        "the policy is too large to check fully for allow rules that a deny rule \
-                         overrides; this rule and the ones after it were not checked",
+                        "the policy is too large to check fully for allow and approve rules that \
+                         a deny rule overrides; this rule and the ones after it were not checked",
                     )
                     .in_rule(Some(&allow.id)),
                 );
@@ -1219,11 +1334,19 @@ fn add_warnings(policy: &Policy, out: &mut Findings) {
                     Code::AllowShadowedByDeny,
                     allow.pos,
                     "",
-                    format!(
-                        "deny rule \"{}\" (line {}) matches every request this rule allows, so it \
-                         never allows anything; narrow the deny rule or remove this one",
-                        deny.id, deny.pos.line
-                    ),
+                    match allow.effect {
+                        Effect::Approve => format!(
+                            "deny rule \"{}\" (line {}) matches every request this rule holds for \
+                             approval, so it never holds anything; narrow the deny rule or remove \
+                             this one",
+                            deny.id, deny.pos.line
+                        ),
+                        _ => format!(
+                            "deny rule \"{}\" (line {}) matches every request this rule allows, so \
+                             it never allows anything; narrow the deny rule or remove this one",
+                            deny.id, deny.pos.line
+                        ),
+                    },
                 )
                 .in_rule(Some(&allow.id)),
             ),
@@ -1575,7 +1698,7 @@ mod tests {
             .filter(|r| r.effect == Effect::Deny)
             .collect();
         let mut out = Vec::new();
-        for allow in policy.rules.iter().filter(|r| r.effect == Effect::Allow) {
+        for allow in policy.rules.iter().filter(|r| r.effect.admits()) {
             if let Some(deny) = denies
                 .iter()
                 .find(|d| reference_shadows(&d.matcher, &allow.matcher))
@@ -1667,7 +1790,7 @@ mod tests {
 
     fn rule() -> impl Strategy<Value = String> {
         (
-            prop::bool::ANY,
+            prop::sample::select(&["allow", "approve", "deny"][..]),
             field("agent", &["mino", "'ci-*'", "'*'", "ci-a"]),
             field("alias", &["gh"]),
             field("scheme", &["https", "http"]),
@@ -1688,8 +1811,9 @@ mod tests {
             field("path", &["'/**'", "/a", "'/a/*'", "'/a/**'", "/b"]),
             field("tool", &["q", "'*'", "'q*'"]),
         )
-            .prop_map(|(allow, agent, alias, scheme, host, port, method, path, tool)| {
-                let effect = if allow { "allow" } else { "deny" };
+            .prop_map(|(effect, agent, alias, scheme, host, port, method, path, tool)| {
+                // Approve rules read omitted fields as allow rules do.
+                let allow = effect != "deny";
                 // Allow rules need a host and loopback-only http: give them one when missing.
                 let host = if allow && (host.is_empty() || !scheme.is_empty()) {
                     "host: [127.0.0.1], ".to_owned()

@@ -108,12 +108,18 @@ fn evaluate(policy: &CompiledPolicy, r: &Req<'_>) -> Evaluation {
     r.with_request(|request| policy.evaluate(request))
 }
 
-/// `allow:[ids]`, `deny:[ids]:Reason`.
+/// `allow:[ids]`, `deny:[ids]:Reason`, `approve:[ids]:SECONDSs:[allow ids]`.
 #[track_caller]
 fn verdict(policy: &CompiledPolicy, r: &Req<'_>) -> String {
     match evaluate(policy, r) {
         Evaluation::Allow(g) => format!("allow:{:?}", g.rules),
         Evaluation::Deny(d) => format!("deny:{:?}:{:?}", d.rules, d.reason),
+        Evaluation::Approve(h) => format!(
+            "approve:{:?}:{}s:{:?}",
+            h.rules,
+            h.timeout.as_secs(),
+            h.grant.rules
+        ),
     }
 }
 
@@ -506,6 +512,7 @@ fn decide(p: &CompiledPolicy, limiter: &mut Limiter, r: &Req<'_>, at: u64) -> St
         Decision::Allow(_) => "allow".to_owned(),
         Decision::Deny(d) => format!("deny:{:?}", d.reason),
         Decision::Limited(l) => format!("limited:{:?}:{}", l.rules, l.retry_after.as_secs()),
+        Decision::Approve(h) => format!("approve:{:?}", h.rules),
     }
 }
 
@@ -781,4 +788,130 @@ fn could_allow_host_looks_at_agent_scheme_port_and_host_only() {
     let open = compile_with_default("allow", "  []");
     assert!(open.could_allow_host("mino", &host("api.github.com"), 443));
     assert!(!open.could_allow_host("mino", &host("127.0.0.1"), 443));
+}
+
+/// `effect: approve`: deny beats approve beats allow and the default, whatever the order; the
+/// hold names every matching approve rule, waits the shortest timeout (120 s by default) and
+/// carries the matching allow rules for after the approval.
+#[test]
+fn approve_rules_hold_between_deny_and_allow() {
+    let p = compile(
+        "  - id: gh-read\n    effect: allow\n    match: { host: api.github.com, alias: github }\n  - id: ask-writes\n    effect: approve\n    match: { host: api.github.com, alias: github, method: [POST, DELETE] }\n  - id: ask-deletes\n    effect: approve\n    match: { host: api.github.com, alias: github, method: DELETE }\n    approval: { timeout: 30s }\n  - id: no-admin\n    effect: deny\n    match: { host: api.github.com, path: \"/admin/**\" }\n",
+    );
+    let gh = |method: &'static str, url: &'static str| req(method, url).alias("github");
+    assert_eq!(
+        verdict(&p, &gh("GET", "https://api.github.com/user")),
+        "allow:[\"gh-read\"]"
+    );
+    assert_eq!(
+        verdict(&p, &gh("POST", "https://api.github.com/user")),
+        "approve:[\"ask-writes\"]:120s:[\"gh-read\"]"
+    );
+    assert_eq!(
+        verdict(&p, &gh("DELETE", "https://api.github.com/repos/x")),
+        "approve:[\"ask-writes\", \"ask-deletes\"]:30s:[\"gh-read\"]"
+    );
+    assert_eq!(
+        verdict(&p, &gh("DELETE", "https://api.github.com/admin/x")),
+        "deny:[\"no-admin\"]:DenyRule"
+    );
+    // Approve rules read omitted fields as allow rules do: no alias listed, no secret; no
+    // scheme, https only; no tool, no MCP call.
+    let plain = compile("  - id: ask\n    effect: approve\n    match: { host: api.example.com }\n");
+    assert_eq!(
+        verdict(&plain, &req("GET", "https://api.example.com/")),
+        "approve:[\"ask\"]:120s:[]"
+    );
+    assert_eq!(
+        verdict(
+            &plain,
+            &req("GET", "https://api.example.com/").alias("github")
+        ),
+        DENY
+    );
+    assert_eq!(
+        verdict(&plain, &req("GET", "https://api.example.com/").tool("q")),
+        DENY
+    );
+    assert_eq!(
+        verdict(&plain, &req("GET", "https://api.example.com:8443/")),
+        DENY
+    );
+    // Under `default: allow`, an approve rule still holds what it matches.
+    let open = compile_with_default(
+        "allow",
+        "  - id: ask\n    effect: approve\n    match: { host: api.example.com, method: DELETE }\n",
+    );
+    assert_eq!(
+        verdict(&open, &req("DELETE", "https://api.example.com/")),
+        "approve:[\"ask\"]:120s:[]"
+    );
+    assert_eq!(
+        verdict(&open, &req("GET", "https://api.example.com/")),
+        "allow:[]"
+    );
+}
+
+/// A hold consumes no limit when decided: the broker admits its charges (the approve rules'
+/// own limits first, then the allow and limit rules') only once the request is approved and
+/// sent. Private addresses: either an approve or an allow rule may open them.
+#[test]
+fn a_hold_carries_its_charges_and_consumes_none() {
+    let p = compile(
+        "  - id: ask\n    effect: approve\n    match: { host: api.example.com }\n    limits: [{ max: 1, per: 1h }]\n    allow_private: true\n  - id: read\n    effect: allow\n    match: { host: api.example.com }\n    limits: [{ max: 5, per: 1h }]\n  - id: all\n    effect: limit\n    match: { host: api.example.com }\n    limits: [{ max: 9, per: 1d }]\n",
+    );
+    let r = req("GET", "https://api.example.com/");
+    let Evaluation::Approve(hold) = evaluate(&p, &r) else {
+        panic!("not held")
+    };
+    let rules: Vec<&str> = hold.grant.charges.iter().map(|c| c.rule.as_str()).collect();
+    assert_eq!(rules, ["ask", "read", "all"]);
+    assert_eq!(hold.grant.rules, ["read"]);
+    assert!(hold.grant.allow_private);
+    let mut l = Limiter::new();
+    for at in 0..5 {
+        assert_eq!(decide(&p, &mut l, &r, at), "approve:[\"ask\"]");
+    }
+    assert!(
+        l.budgets(&hold.grant.charges, Duration::from_secs(5))
+            .iter()
+            .all(|b| b.remaining == b.max)
+    );
+    // Approved and sent: the caller admits the charges; the approve rule's own limit then binds.
+    l.admit(&hold.grant.charges, Duration::from_secs(6))
+        .unwrap();
+    let limited = l
+        .admit(&hold.grant.charges, Duration::from_secs(7))
+        .unwrap_err();
+    assert_eq!(limited.rules, ["ask"]);
+}
+
+/// A `CONNECT` opens when an approve rule could match a request inside; a body can make an
+/// approve rule naming tools match, so it is read.
+#[test]
+fn approve_rules_open_tunnels_and_bodies() {
+    use mint_policy::host::Host;
+    let host = |text: &str| Host::parse_request(text).unwrap();
+    let p = compile(
+        "  - id: ask-tool\n    effect: approve\n    match: { host: mcp.example.com, method: POST, path: /mcp, tool: [\"drop-*\"] }\n",
+    );
+    assert!(p.could_allow_host("mino", &host("mcp.example.com"), 443));
+    assert_eq!(
+        p.rules_that_could_allow_host("mino", &host("mcp.example.com"), 443)
+            .collect::<Vec<_>>(),
+        ["ask-tool"]
+    );
+    assert!(!p.could_allow_host("mino", &host("other.example.com"), 443));
+    let post = req("POST", "https://mcp.example.com/mcp");
+    assert!(
+        post.with_request(|request| p.denial_for_any_call(request))
+            .is_none()
+    );
+    assert_eq!(
+        verdict(
+            &p,
+            &req("POST", "https://mcp.example.com/mcp").tool("drop-table")
+        ),
+        "approve:[\"ask-tool\"]:120s:[]"
+    );
 }

@@ -12,7 +12,7 @@
 )]
 
 use mint_policy::evaluate::{
-    AliasUse, CompiledPolicy, Denial, DenyReason, Evaluation, Grant, Request, rule_matches,
+    AliasUse, CompiledPolicy, Denial, DenyReason, Evaluation, Grant, Hold, Request, rule_matches,
 };
 use mint_policy::limits::Charge;
 use mint_policy::normalize::normalize_target;
@@ -81,7 +81,7 @@ fn some_of(items: &'static [&'static str]) -> impl Strategy<Value = Option<Vec<&
 
 fn rule() -> impl Strategy<Value = GenRule> {
     (
-        prop_oneof![Just("allow"), Just("deny"), Just("limit")],
+        prop_oneof![Just("allow"), Just("deny"), Just("limit"), Just("approve")],
         proptest::sample::subsequence(HOST_PATTERNS, 1..=3),
         any::<bool>(),
         proptest::option::of(proptest::sample::subsequence(ALIASES, 1..=3)),
@@ -93,7 +93,8 @@ fn rule() -> impl Strategy<Value = GenRule> {
     )
         .prop_map(
             |(effect, hosts, has_host, alias, method, path, tool, allow_private, limits)| {
-                let allow = effect == "allow";
+                // Approve rules need hosts and take `allow_private` as allow rules do.
+                let allow = effect == "allow" || effect == "approve";
                 GenRule {
                     effect,
                     host: (allow || has_host).then_some(hosts),
@@ -166,8 +167,14 @@ fn policy_yaml(default: &str, rules: &[GenRule], call_limits: bool) -> String {
         if !any {
             out.push_str("      {}\n");
         }
-        if r.effect == "allow" {
+        if r.effect == "allow" || r.effect == "approve" {
             out.push_str("    inject: [header, query]\n");
+        }
+        if r.effect == "approve" && !i.is_multiple_of(3) {
+            out.push_str(&format!(
+                "    approval: {{ timeout: {}s }}\n",
+                approval_secs(i)
+            ));
         }
         if r.allow_private {
             out.push_str("    allow_private: true\n");
@@ -195,6 +202,16 @@ fn policy_yaml(default: &str, rules: &[GenRule], call_limits: bool) -> String {
     out
 }
 
+/// The `approval.timeout` of approve rule `r{i}`, written unless `i` is a multiple of 3 (then
+/// the default, 120 s, applies).
+fn approval_secs(i: usize) -> u64 {
+    if i.is_multiple_of(3) {
+        120
+    } else {
+        280 - (i as u64 * 37) % 270
+    }
+}
+
 // --- The plain evaluator ---
 
 fn plain(compiled: &CompiledPolicy, request: &Request<'_>) -> Evaluation {
@@ -211,7 +228,12 @@ fn plain(compiled: &CompiledPolicy, request: &Request<'_>) -> Evaluation {
             .filter(|r| r.effect == effect)
             .collect()
     };
-    let (denies, allows, limits) = (of(Effect::Deny), of(Effect::Allow), of(Effect::Limit));
+    let (denies, approves, allows, limits) = (
+        of(Effect::Deny),
+        of(Effect::Approve),
+        of(Effect::Allow),
+        of(Effect::Limit),
+    );
     let ids = |rules: &[&Rule]| -> Vec<String> { rules.iter().map(|r| r.id.clone()).collect() };
     if !denies.is_empty() {
         return Evaluation::Deny(Denial {
@@ -219,7 +241,7 @@ fn plain(compiled: &CompiledPolicy, request: &Request<'_>) -> Evaluation {
             reason: DenyReason::DenyRule,
         });
     }
-    if allows.is_empty() {
+    if allows.is_empty() && approves.is_empty() {
         let reason = match policy.default {
             DefaultEffect::Deny => Some(DenyReason::NoAllowRule),
             DefaultEffect::Allow if !request.aliases.is_empty() => {
@@ -238,7 +260,7 @@ fn plain(compiled: &CompiledPolicy, request: &Request<'_>) -> Evaluation {
         }
     }
     let mut charges = Vec::new();
-    for rule in allows.iter().chain(&limits) {
+    for rule in approves.iter().chain(&allows).chain(&limits) {
         for (n, limit) in rule.limits.iter().enumerate() {
             let mut keys = vec![format!("{}#{n}", rule.id)];
             for by in &limit.by {
@@ -286,10 +308,23 @@ fn plain(compiled: &CompiledPolicy, request: &Request<'_>) -> Evaluation {
             });
         }
     }
-    Evaluation::Allow(Grant {
+    let grant = Grant {
         rules: ids(&allows),
-        allow_private: allows.iter().any(|r| r.allow_private),
+        allow_private: approves.iter().chain(&allows).any(|r| r.allow_private),
         charges,
+    };
+    if approves.is_empty() {
+        return Evaluation::Allow(grant);
+    }
+    let secs = approves
+        .iter()
+        .map(|r| approval_secs(r.id[1..].parse().unwrap()))
+        .min()
+        .unwrap();
+    Evaluation::Approve(Hold {
+        rules: ids(&approves),
+        timeout: std::time::Duration::from_secs(secs),
+        grant,
     })
 }
 

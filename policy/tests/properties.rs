@@ -9,7 +9,10 @@
     reason = "test code: a failed setup step should fail the test; tests may read fixtures"
 )]
 
-use mint_policy::evaluate::{AliasUse, CompiledPolicy, Evaluation, Request};
+use std::time::Duration;
+
+use mint_policy::evaluate::{AliasUse, CompiledPolicy, Decision, Evaluation, Request};
+use mint_policy::limits::Limiter;
 use mint_policy::normalize::normalize_target;
 use mint_policy::policy::load_policy;
 use mint_policy::site::{Site, SiteSet};
@@ -33,6 +36,7 @@ const PATH_GLOBS: &[&str] = &["/a/**", "/a/*", "/c"];
 const PATHS: &[&str] = &["/a", "/a/b", "/a/b/c", "/c"];
 const TOOL_GLOBS: &[&str] = &["q", "*"];
 const TOOLS: &[&str] = &["q", "del", "Q"];
+const TIMEOUTS: &[&str] = &["1s", "30s", "2m", "280s"];
 
 #[derive(Clone, Debug)]
 struct GenRule {
@@ -46,6 +50,8 @@ struct GenRule {
     path: Option<Vec<&'static str>>,
     tool: Option<Vec<&'static str>>,
     inject: Option<Vec<&'static str>>,
+    /// Approve rules: `approval.timeout`, when written.
+    timeout: Option<&'static str>,
 }
 
 #[derive(Clone, Debug)]
@@ -66,7 +72,10 @@ fn some_of(items: &'static [&'static str]) -> impl Strategy<Value = Option<Vec<&
 
 fn rule() -> impl Strategy<Value = GenRule> {
     (
-        prop_oneof![Just("allow"), Just("deny"), Just("limit")],
+        (
+            prop_oneof![Just("allow"), Just("deny"), Just("limit"), Just("approve")],
+            proptest::option::of(proptest::sample::select(TIMEOUTS)),
+        ),
         some_of(AGENT_GLOBS),
         some_of(ALIASES),
         proptest::option::of(proptest::sample::subsequence(
@@ -83,7 +92,7 @@ fn rule() -> impl Strategy<Value = GenRule> {
     )
         .prop_map(
             |(
-                effect,
+                (effect, timeout),
                 agent,
                 alias,
                 port,
@@ -96,7 +105,9 @@ fn rule() -> impl Strategy<Value = GenRule> {
                 (s1, s2),
             )| {
                 let loopback_only = hosts.iter().all(|h| *h == "127.0.0.1");
-                let host = if effect == "allow" || has_host {
+                // Approve rules read omitted fields as allow rules do, and need hosts too.
+                let admits = effect == "allow" || effect == "approve";
+                let host = if admits || has_host {
                     Some(hosts)
                 } else {
                     None
@@ -104,7 +115,7 @@ fn rule() -> impl Strategy<Value = GenRule> {
                 // `http` is valid in an allow rule only for loopback hosts.
                 let scheme = match (s1, s2) {
                     (false, _) => None,
-                    (true, true) if effect != "allow" || (loopback_only && host.is_some()) => {
+                    (true, true) if !admits || (loopback_only && host.is_some()) => {
                         Some(vec!["http"])
                     }
                     (true, _) => Some(vec!["https"]),
@@ -119,7 +130,8 @@ fn rule() -> impl Strategy<Value = GenRule> {
                     method,
                     path,
                     tool,
-                    inject: if effect == "allow" { inject } else { None },
+                    inject: if admits { inject } else { None },
+                    timeout: if effect == "approve" { timeout } else { None },
                 }
             },
         )
@@ -201,6 +213,9 @@ fn policy_yaml(default: &str, rules: &[GenRule]) -> String {
         if r.effect == "limit" {
             out.push_str("    limits: [{ max: 1000, per: 1h }]\n");
         }
+        if let Some(timeout) = r.timeout {
+            out.push_str(&format!("    approval: {{ timeout: {timeout} }}\n"));
+        }
     }
     out
 }
@@ -232,7 +247,8 @@ fn path_matches(glob: &str, path: &str) -> bool {
 }
 
 fn reference_matches(r: &GenRule, q: &GenRequest) -> bool {
-    let allow = r.effect == "allow";
+    // Approve rules match as allow rules do.
+    let allow = r.effect == "allow" || r.effect == "approve";
     let any_or = |field: &Option<Vec<&str>>, f: &dyn Fn(&str) -> bool| {
         field.as_ref().is_none_or(|v| v.iter().any(|x| f(x)))
     };
@@ -273,7 +289,8 @@ fn reference_matches(r: &GenRule, q: &GenRequest) -> bool {
     agent && alias && sites && scheme && host && port && method && path && tool
 }
 
-/// `allow:[ids]` or `deny:[ids]`.
+/// `allow:[ids]`, `approve:[ids]` or `deny:[ids]`: deny rules, then approve rules, then allow
+/// rules and the default.
 fn reference(default: &str, rules: &[GenRule], q: &GenRequest) -> String {
     let ids = |effect: &str| -> Vec<String> {
         rules
@@ -286,6 +303,10 @@ fn reference(default: &str, rules: &[GenRule], q: &GenRequest) -> String {
     let denies = ids("deny");
     if !denies.is_empty() {
         return format!("deny:{denies:?}");
+    }
+    let approves = ids("approve");
+    if !approves.is_empty() {
+        return format!("approve:{approves:?}");
     }
     let allows = ids("allow");
     if allows.is_empty() && (default == "deny" || !q.aliases.is_empty() || q.host == "127.0.0.1") {
@@ -312,6 +333,7 @@ fn real_with(compiled: &CompiledPolicy, q: &GenRequest) -> String {
     with_request(q, |request| match compiled.evaluate(request) {
         Evaluation::Allow(g) => format!("allow:{:?}", g.rules),
         Evaluation::Deny(d) => format!("deny:{:?}", d.rules),
+        Evaluation::Approve(h) => format!("approve:{:?}", h.rules),
     })
 }
 
@@ -339,6 +361,14 @@ fn with_request<T>(q: &GenRequest, f: impl FnOnce(&Request<'_>) -> T) -> T {
         tool: q.tool,
     };
     f(&request)
+}
+
+/// The seconds of a generated timeout.
+fn seconds(timeout: &str) -> u64 {
+    match timeout {
+        "2m" => 120,
+        other => other.trim_end_matches('s').parse().unwrap(),
+    }
 }
 
 fn kind_and_ids(verdict: &str) -> (String, Vec<String>) {
@@ -397,10 +427,89 @@ proptest! {
     ) {
         let (before, _) = real(default, &rules, &q);
         let mut more = rules.clone();
-        more.push(GenRule { effect: "deny", inject: None, ..extra });
+        more.push(GenRule { effect: "deny", inject: None, timeout: None, ..extra });
         let (after, _) = real(default, &more, &q);
-        if before.starts_with("deny") {
-            prop_assert!(after.starts_with("deny"), "{} -> {}", before, after);
+        // A deny stays a deny; an allow or a hold stays exactly what it was, or becomes a deny.
+        if before.starts_with("deny") || !after.starts_with("deny") {
+            prop_assert!(
+                kind_and_ids(&after).0 == kind_and_ids(&before).0
+                    && (before.starts_with("deny") || after == before),
+                "{} -> {}", before, after
+            );
+        }
+    }
+
+    /// An approve rule never lets through what was denied: a deny rule's denial stays exactly
+    /// that, a default denial may become a hold but never an allow, and an allow becomes a hold
+    /// at most, never a denial.
+    #[test]
+    fn adding_an_approve_rule_never_allows_what_was_denied(
+        default in prop_oneof![Just("deny"), Just("allow")],
+        rules in proptest::collection::vec(rule(), 0..8),
+        extra in rule(),
+        timeout in proptest::option::of(proptest::sample::select(TIMEOUTS)),
+        q in request(),
+    ) {
+        let (before, _) = real(default, &rules, &q);
+        let mut more = rules.clone();
+        let host = extra.host.clone().or_else(|| Some(vec!["api.github.com"]));
+        // Keep `http` only where an approve rule may say it: on loopback hosts alone.
+        let loopback_only = host.iter().flatten().all(|h| *h == "127.0.0.1");
+        let scheme = extra.scheme.clone().filter(|s| !s.contains(&"http") || loopback_only);
+        more.push(GenRule { effect: "approve", host, scheme, timeout, ..extra });
+        let (after, _) = real(default, &more, &q);
+        let (kind_before, ids_before) = kind_and_ids(&before);
+        let (kind_after, _) = kind_and_ids(&after);
+        match kind_before.as_str() {
+            "deny" if !ids_before.is_empty() => prop_assert_eq!(&after, &before),
+            "deny" => prop_assert!(kind_after == "deny" || kind_after == "approve", "{} -> {}", before, after),
+            "allow" => prop_assert!(after == before || kind_after == "approve", "{} -> {}", before, after),
+            _ => prop_assert_eq!(kind_after.as_str(), "approve", "{} -> {}", before, after),
+        }
+    }
+
+    /// A hold waits the shortest timeout of its approve rules (120 s when none names one), and
+    /// once approved applies the matching allow rules' grant; evaluating or deciding it consumes
+    /// no limit.
+    #[test]
+    fn a_hold_waits_the_shortest_timeout_and_consumes_nothing(
+        default in prop_oneof![Just("deny"), Just("allow")],
+        rules in proptest::collection::vec(rule(), 0..8),
+        q in request(),
+    ) {
+        let (_, compiled) = real(default, &rules, &q);
+        let evaluation = with_request(&q, |request| compiled.evaluate(request));
+        let Evaluation::Approve(hold) = evaluation else {
+            return Ok(());
+        };
+        let matching = |effect: &str| -> Vec<(usize, &GenRule)> {
+            rules
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.effect == effect && reference_matches(r, &q))
+                .collect()
+        };
+        let shortest = matching("approve")
+            .iter()
+            .map(|(_, r)| r.timeout.map_or(120, seconds))
+            .min()
+            .unwrap();
+        prop_assert_eq!(hold.timeout, Duration::from_secs(shortest));
+        let allows: Vec<String> = matching("allow").iter().map(|(i, _)| format!("r{i}")).collect();
+        prop_assert_eq!(&hold.grant.rules, &allows);
+        // Every matching limit rule counts the request once it is approved and sent.
+        for (i, _) in matching("limit") {
+            let rule = format!("r{i}");
+            prop_assert!(hold.grant.charges.iter().any(|c| c.rule == rule), "{} not charged", rule);
+        }
+        let mut limiter = Limiter::new();
+        for _ in 0..3 {
+            let decision = with_request(&q, |request| compiled.decide(request, &mut limiter, Duration::ZERO));
+            prop_assert_eq!(decision, Decision::Approve(hold.clone()));
+        }
+        let budgets = with_request(&q, |request| compiled.budgets(request, &limiter, Duration::ZERO));
+        for budget in budgets {
+            prop_assert_eq!(budget.remaining, budget.max, "{} consumed", budget.rule);
         }
     }
 

@@ -835,3 +835,83 @@ fn alias_body_site_names_json_pointers() {
     assert_eq!(again.aliases[0].body, alias.body);
     assert_eq!(again.aliases[0].sites, alias.sites);
 }
+
+// --- effect: approve ---
+
+const APPROVE: &str = "  - id: r\n    effect: approve\n    match:\n      host: api.github.com\n";
+
+/// `approval.timeout` is 1 s to 280 s in the duration syntax; 120 s when absent. A malformed one
+/// is E039, one past 280 s E060, unknown fields inside `approval` E010, a non-mapping E012.
+#[test]
+fn approval_timeout_bounds_and_shape() {
+    let timeout = |approval: &str| {
+        let yaml = format!("{HEAD}{APPROVE}    approval: {approval}\n");
+        let load = load_policy(yaml.as_bytes(), "t.yaml");
+        let codes: Vec<&str> = load.diagnostics.iter().map(|d| d.code.as_str()).collect();
+        let secs = load
+            .policy
+            .map(|p| p.rules[0].approval.unwrap().timeout.as_secs());
+        (codes, secs)
+    };
+    assert_eq!(timeout("{ timeout: 1s }"), (vec![], Some(1)));
+    assert_eq!(timeout("{ timeout: 280s }"), (vec![], Some(280)));
+    assert_eq!(timeout("{ timeout: 4m }"), (vec![], Some(240)));
+    assert_eq!(timeout("{}"), (vec![], Some(120)));
+    assert_eq!(timeout("{ timeout: 281s }"), (vec!["E060"], None));
+    assert_eq!(timeout("{ timeout: 5m }"), (vec!["E060"], None));
+    assert_eq!(timeout("{ timeout: 1h }"), (vec!["E060"], None));
+    for malformed in [
+        "0s",
+        "90",
+        "1.5m",
+        "-1s",
+        "2 m",
+        "1w",
+        "'120s '",
+        "[120s]",
+        "999999999999d",
+    ] {
+        assert_eq!(
+            timeout(&format!("{{ timeout: {malformed} }}")).0,
+            ["E039"],
+            "{malformed}"
+        );
+    }
+    assert_eq!(timeout("{ timout: 60s }").0, ["E010"]);
+    assert_eq!(timeout("60s").0, ["E012"]);
+    // Absent: the default.
+    let load = load_policy(format!("{HEAD}{APPROVE}").as_bytes(), "t.yaml");
+    let rule = &load.policy.unwrap().rules[0];
+    assert_eq!(rule.approval.unwrap().timeout.as_secs(), 120);
+}
+
+rule_case!(
+    approval_belongs_to_approve_rules,
+    "  - id: a\n    effect: allow\n    match: { host: a.example.com }\n    approval: { timeout: 60s }\n  - id: d\n    effect: deny\n    approval: { timeout: 60s }\n  - id: l\n    effect: limit\n    limits: [{ max: 1, per: 1h }]\n    approval: {}\n",
+    ["E033", "E033", "E033"]
+);
+
+rule_case!(
+    approve_rules_need_hosts_and_loopback_only_http,
+    "  - id: a\n    effect: approve\n    match: { method: DELETE }\n  - id: b\n    effect: approve\n    match: { scheme: http, host: api.example.com }\n",
+    ["E034", "E024"]
+);
+
+rule_case!(
+    approve_rules_take_inject_allow_private_and_limits,
+    "  - id: a\n    effect: approve\n    match: { alias: gh, host: '*.github.com' }\n    inject: [query]\n    allow_private: true\n    limits: [{ max: 1, per: 1h }]\n",
+    ["W004", "W005", "W006"]
+);
+
+#[test]
+fn an_approve_rule_a_deny_rule_overrides_is_w003() {
+    let codes = rule_codes(
+        "  - id: ask\n    effect: approve\n    match: { host: api.github.com, method: DELETE }\n  - id: no\n    effect: deny\n    match: { host: '*.github.com' }\n",
+    );
+    assert_eq!(codes, ["W003"]);
+    let load = load_policy(
+        format!("{HEAD}  - id: ask\n    effect: approve\n    match: {{ host: api.github.com }}\n  - id: no\n    effect: deny\n    match: {{ host: '*.github.com' }}\n").as_bytes(),
+        "t.yaml",
+    );
+    assert!(load.diagnostics[0].message.contains("holds for approval"));
+}

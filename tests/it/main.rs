@@ -1,5 +1,7 @@
 //! Mint's end-to-end tests: one test binary, one module per area.
 
+mod approvals;
+mod approvals_clients;
 mod audit_crash;
 mod audit_disk_full;
 mod connection_framing;

@@ -13,9 +13,9 @@
 use std::num::NonZeroU16;
 
 use mint_policy::audit::{
-    AgentName, AliasName, AuditDecision, AuditRecord, CapabilityId, ChainHash, Field, FieldError,
-    Host, HttpStatus, MAX_QUERY_KEYS, Method, Outcome, QueryKey, ReasonCode, RequestId, RuleId,
-    Scheme, SkippedQuote, Timestamp, ToolName, UrlPath,
+    AgentName, AliasName, ApprovalId, Approver, AuditDecision, AuditRecord, CapabilityId,
+    ChainHash, Field, FieldError, Host, HttpStatus, MAX_QUERY_KEYS, Method, Outcome, QueryKey,
+    ReasonCode, RequestId, RuleId, Scheme, SkippedQuote, Timestamp, ToolName, UrlPath,
 };
 use mint_policy::normalize::Target;
 
@@ -218,6 +218,10 @@ pub struct DecisionFacts {
     pub rules: Option<Vec<RuleId>>,
     /// Why, when the decision is not `allow` (required then).
     pub reason: Option<ReasonCode>,
+    /// The approvals a held request waited for, and the grants that approved it.
+    pub approval: Vec<ApprovalId>,
+    /// Who decided those approvals.
+    pub approver: Vec<Approver>,
 }
 
 /// How a request ended, for its `outcome` record.
@@ -245,6 +249,8 @@ pub fn decision_record(ts: Timestamp, request: RequestFacts, facts: DecisionFact
         .into_record(|id| AuditRecord::decision(ts, id, facts.decision, ChainHash::genesis()));
     record.rule = facts.rules;
     record.reason = facts.reason;
+    record.approval = facts.approval;
+    record.approver = facts.approver;
     record
 }
 
@@ -301,6 +307,8 @@ mod tests {
                 decision: AuditDecision::Deny,
                 rules: Some(vec![RuleId::new("no-writes").unwrap()]),
                 reason: Some(ReasonCode::new("policy_denied").unwrap()),
+                approval: Vec::new(),
+                approver: Vec::new(),
             };
             let record = decision_record(
                 Timestamp::from_unix_millis(0).unwrap(),

@@ -79,6 +79,14 @@ pub(super) fn encode(record: &AuditRecord, prev: &str, out: &mut Vec<u8>) -> Ran
         out.extend_from_slice(b",\"rule\":");
         list(out, rules.iter().map(|v| v.as_str()));
     }
+    if !record.approval.is_empty() {
+        out.extend_from_slice(b",\"approval\":");
+        list(out, record.approval.iter().map(|v| v.as_str()));
+    }
+    if !record.approver.is_empty() {
+        out.extend_from_slice(b",\"approver\":");
+        list(out, record.approver.iter().map(|v| v.as_str()));
+    }
     optional(out, b",\"outcome\":", record.outcome.map(|v| v.as_str()));
     if let Some(status) = record.status {
         out.extend_from_slice(b",\"status\":");
@@ -233,9 +241,9 @@ mod tests {
     use std::num::NonZeroU16;
 
     use mint_policy::audit::{
-        AgentName, AliasName, AuditDecision, CapabilityId, ChainHash, FieldError, Host, HttpStatus,
-        Method, Outcome, Phase, QueryKey, ReasonCode, RequestId, RuleId, Scheme, SkippedQuote,
-        Timestamp, ToolName, TunnelEnd, UrlPath, parse_record,
+        AgentName, AliasName, ApprovalId, Approver, AuditDecision, CapabilityId, ChainHash,
+        FieldError, Host, HttpStatus, Method, Outcome, Phase, QueryKey, ReasonCode, RequestId,
+        RuleId, Scheme, SkippedQuote, Timestamp, ToolName, TunnelEnd, UrlPath, parse_record,
     };
     use proptest::prelude::*;
 
@@ -297,7 +305,8 @@ mod tests {
             proptest::option::of(prop_oneof![
                 Just(AuditDecision::Allow),
                 Just(AuditDecision::Deny),
-                Just(AuditDecision::Limited)
+                Just(AuditDecision::Limited),
+                Just(AuditDecision::Pending)
             ]),
             proptest::option::of(proptest::collection::vec(
                 text("[a-z0-9][a-z0-9._-]{0,63}", RuleId::new),
@@ -339,8 +348,12 @@ mod tests {
             ),
             proptest::option::of(any::<u64>()),
         );
-        (head, request, ending, skipped).prop_map(
-            |((ms, id, phase, prev), request, ending, skipped)| {
+        let approvals = (
+            proptest::collection::vec(text("(ap|gr)-[a-z0-9]{8}", ApprovalId::new), 0..3),
+            proptest::collection::vec(text(r#"[ !#-\[\]-~]{1,96}"#, Approver::new), 0..3),
+        );
+        (head, request, ending, skipped, approvals).prop_map(
+            |((ms, id, phase, prev), request, ending, skipped, approvals)| {
                 let ts = Timestamp::from_unix_millis(ms).unwrap();
                 let mut record = match phase {
                     Phase::Decision => AuditRecord::decision(ts, id, AuditDecision::Allow, prev),
@@ -375,6 +388,7 @@ mod tests {
                 let (decision, rule, outcome, status, up, down, duration, tunnel, reason) = ending;
                 record.decision = decision;
                 record.rule = rule;
+                (record.approval, record.approver) = approvals;
                 record.outcome = outcome;
                 record.status = status.map(|s| HttpStatus::new(s).unwrap());
                 record.bytes_up = up;

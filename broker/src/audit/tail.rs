@@ -18,7 +18,7 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use mint_policy::audit::{AuditRecord, MAX_LINE_BYTES, Phase, RequestId};
+use mint_policy::audit::{AuditDecision, AuditRecord, MAX_LINE_BYTES, Phase, RequestId};
 
 use super::chain::{Line, LineDefect, LineHash, LineReader, parse_line};
 use super::file::{open_read, unsafe_file};
@@ -39,6 +39,12 @@ impl Row {
     /// Whether this row is a decision still without outcome: it reads as `unknown`.
     pub fn is_open(&self) -> bool {
         self.first.phase == Phase::Decision && self.outcome.is_none()
+    }
+
+    /// Whether this row is a request waiting for approval: its decision is `pending`, and the
+    /// second decision record will replace it.
+    pub fn is_pending(&self) -> bool {
+        self.is_open() && self.first.decision == Some(AuditDecision::Pending)
     }
 }
 
@@ -237,6 +243,17 @@ impl RowBuilder {
     fn add(&mut self, record: AuditRecord, from_file_start: bool) {
         match record.phase {
             Phase::Decision => {
+                // A held request's second decision (approved, denied, timed out...) replaces its
+                // `pending` one in the same row.
+                if let Some(row) = self
+                    .by_id
+                    .get(&record.id)
+                    .and_then(|&at| self.rows.get_mut(at))
+                    .filter(|row| row.is_pending())
+                {
+                    row.first = record;
+                    return;
+                }
                 self.by_id.insert(record.id.clone(), self.rows.len());
                 self.rows.push(Row {
                     first: record,
@@ -463,6 +480,15 @@ impl Follower {
         }
         match record.phase {
             Phase::Decision => {
+                // A held request's second decision replaces its `pending` one.
+                if let Some(row) = self
+                    .open_rows
+                    .get_mut(&record.id)
+                    .filter(|row| row.is_pending())
+                {
+                    row.first = record;
+                    return Ok(());
+                }
                 if let Some(evicted) = self.remember(Row {
                     first: record,
                     outcome: None,

@@ -12,7 +12,7 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use mint_policy::audit::{AuditRecord, Phase};
+use mint_policy::audit::{AuditDecision, AuditRecord, Phase};
 
 use crate::audit::rotation::{RotateError, RotateOutcome, log_set, rotate};
 use crate::audit::tail::{
@@ -339,7 +339,7 @@ fn row_cells(row: &Row) -> [String; COLUMNS] {
         .collect();
     let (decision, rule) = match first.phase {
         Phase::Decision => (
-            opt(first.decision.map(|d| d.as_str())),
+            decision_text(first),
             match &first.rule {
                 None => "-".to_owned(),
                 Some(rules) if rules.is_empty() => "(default)".to_owned(),
@@ -399,6 +399,31 @@ fn row_cells(row: &Row) -> [String; COLUMNS] {
         status,
         duration,
     ]
+}
+
+/// A decision, and for a held request how it was decided and by whom: `allow (approved by root
+/// (uid 0, pid 7))`, `deny (approval_timeout)`, `pending`. An approver is printable ASCII
+/// without quotes or backslashes (`Approver`), nothing a terminal interprets.
+fn decision_text(record: &AuditRecord) -> String {
+    let Some(decision) = record.decision else {
+        return "-".to_owned();
+    };
+    if record.approval.is_empty() {
+        return decision.as_str().to_owned();
+    }
+    let approvers: Vec<&str> = record.approver.iter().map(|a| a.as_str()).collect();
+    let by = if approvers.is_empty() {
+        String::new()
+    } else {
+        format!(" by {}", approvers.join(", "))
+    };
+    let reason = record.reason.as_ref().map(|r| r.as_str());
+    match (decision, reason) {
+        (AuditDecision::Pending, _) => "pending".to_owned(),
+        (AuditDecision::Allow, _) => format!("allow (approved{by})"),
+        (_, Some(reason)) => format!("{} ({reason}{by})", decision.as_str()),
+        (_, None) => format!("{}{by}", decision.as_str()),
+    }
 }
 
 fn is_default_port(record: &AuditRecord, port: u16) -> bool {

@@ -24,11 +24,12 @@ pub enum PolicyCommand {
     /// `--json`.
     Check(CheckArgs),
     /// Decide a request as the proxy would, without sending it: the decision, the deciding
-    /// rules, the aliases found and where they may go, and each limit's remaining budget.
+    /// rules, the aliases found and where they may go, and each limit's remaining budget; for a
+    /// request an approve rule holds, the approve rules and how long it would wait.
     ///
     /// Reads no secret and prints no header or query value. Exits 0 when the request would be
-    /// allowed, 1 when it would be denied, limited or refused, and 2 on a usage error or a file
-    /// that cannot be read or has errors.
+    /// allowed, 1 when it would be denied, limited, refused or held for approval, and 2 on a
+    /// usage error or a file that cannot be read or has errors.
     Explain(explain::ExplainArgs),
 }
 

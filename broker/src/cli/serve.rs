@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use clap::Args;
 
+use crate::approval::ApprovalBounds;
+use crate::approval::protocol::SOCKET_NAME;
+use crate::approval::webhook::{Webhook, WebhookFormat};
 use crate::audit::AuditConfig;
 use crate::config::env::Paths;
 use crate::proxy::ProxyLimits;
@@ -71,6 +74,32 @@ pub struct ServeArgs {
     /// How long requests in flight may take to finish at shutdown.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
     pub shutdown_grace: Duration,
+
+    /// The most requests waiting for approval at once; past it a new one is refused at once
+    /// (`429 approval_queue_full`), never an older one dropped.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub max_pending_approvals: u32,
+
+    /// POST a summary of each request that starts waiting for approval to this https:// URL (an
+    /// ntfy topic, a Slack incoming webhook...). It only notifies: decisions are taken with
+    /// `mint approvals`. The URL is never logged, only its host. Prefer the environment variable
+    /// for a URL that is a secret (Slack's is): a command line is visible to every local user.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "MINT_APPROVAL_WEBHOOK",
+        hide_env_values = true
+    )]
+    pub approval_webhook: Option<String>,
+
+    /// The notification's shape: `json` (`text` and `approval`; Slack-compatible) or `ntfy`
+    /// (plain text with a Title header).
+    #[arg(long, value_enum, default_value = "json")]
+    pub approval_webhook_format: WebhookFormat,
+
+    /// The most requests of one agent waiting for approval at once.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub max_pending_approvals_per_agent: u32,
 }
 
 /// Runs `mint serve` with `args` until a graceful shutdown.
@@ -103,6 +132,23 @@ pub fn run(args: ServeArgs, paths: &Paths, out: &mut dyn Write) -> Result<(), Se
             max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
         },
         audit,
+        approval_webhook: args
+            .approval_webhook
+            .as_deref()
+            .map(|url| Webhook::parse(url, args.approval_webhook_format))
+            .transpose()?,
+        approvals: ApprovalBounds {
+            max_pending: args.max_pending_approvals as usize,
+            max_pending_per_agent: args
+                .max_pending_approvals_per_agent
+                .min(args.max_pending_approvals) as usize,
+        },
     };
-    serve_blocking(&args.listen, || load_state(&paths, &config), out)
+    let socket = paths.home.join(SOCKET_NAME);
+    serve_blocking(
+        &args.listen,
+        Some(&socket),
+        || load_state(&paths, &config),
+        out,
+    )
 }

@@ -247,12 +247,13 @@ pub(crate) fn connect_target(authority: &str) -> Result<Target, ProxyError> {
     Ok(normalize_target("https", authority, "/").map_err(Invalid::Target)?)
 }
 
-/// Whether a tunnel to `target` may open for `agent`: some allow rule could match its host
-/// (`CompiledPolicy::could_allow_host`: agent, scheme, port and host fit), or some alias is bound
-/// to it; otherwise `403 policy_denied` (`no_allow_rule`). The one check the broker runs before
-/// the `200` and `mint policy explain` runs for a `CONNECT`. Returns the allow rules that could
-/// admit a request inside, which the tunnel's decision record names (none when only an alias
-/// binding or `default: allow` admits it).
+/// Whether a tunnel to `target` may open for `agent`: some allow or approve rule could match its
+/// host (`CompiledPolicy::could_allow_host`: agent, scheme, port and host fit), or some alias is
+/// bound to it; otherwise `403 policy_denied` (`no_allow_rule`). The one check the broker runs
+/// before the `200` and `mint policy explain` runs for a `CONNECT`. Returns the allow and approve
+/// rules that could admit a request inside, which the tunnel's decision record names (none when
+/// only an alias binding or `default: allow` admits it). A request inside that an approve rule
+/// holds goes through the pipeline like any other (until approvals land: refused, never sent).
 pub(crate) fn tunnel_may_open(
     policy: &CompiledPolicy,
     aliases: &AliasFile,

@@ -75,6 +75,36 @@ pub enum ProxyError {
         /// The kind of denial.
         reason: DenyReason,
     },
+    /// The operator denied the request an approve rule held.
+    #[error("the operator denied this request; nothing was sent")]
+    ApprovalDenied {
+        /// The approve rules that held it.
+        rules: Vec<String>,
+    },
+    /// No decision came within the approve rule's timeout.
+    #[error("no decision from the operator within {} s; nothing was sent", .timeout.as_secs())]
+    ApprovalTimeout {
+        /// The approve rules that held it.
+        rules: Vec<String>,
+        /// How long it waited.
+        timeout: Duration,
+    },
+    /// Too many requests wait for approval already: refused at once, nothing older dropped.
+    #[error("{}", queue_full_message(*limit, *per_agent))]
+    ApprovalQueueFull {
+        /// The approve rules that would have held it.
+        rules: Vec<String>,
+        /// The bound that was reached.
+        limit: usize,
+        /// Whether it is this agent's bound (else the broker's).
+        per_agent: bool,
+    },
+    /// The broker is shutting down: a held request is refused.
+    #[error("Mint is shutting down; the request waited for approval and nothing was sent")]
+    ShuttingDown {
+        /// The approve rules that held it.
+        rules: Vec<String>,
+    },
     /// A call limit is exhausted.
     #[error("call limit reached; retry after {} s", retry_after_secs(*retry_after))]
     Limited {
@@ -209,8 +239,12 @@ impl ProxyError {
             | ProxyError::SiteNotAllowed { .. }
             | ProxyError::CapabilityScope { .. }
             | ProxyError::PolicyDenied { .. }
+            | ProxyError::ApprovalDenied { .. }
+            | ProxyError::ApprovalTimeout { .. }
             | ProxyError::AddressRefused(_)
             | ProxyError::OutsideCaNameConstraints => StatusCode::FORBIDDEN,
+            ProxyError::ApprovalQueueFull { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ProxyError::ShuttingDown { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::NotFound => StatusCode::NOT_FOUND,
             ProxyError::ConnectUnsupported | ProxyError::MethodNotAllowed => {
                 StatusCode::METHOD_NOT_ALLOWED
@@ -242,6 +276,10 @@ impl ProxyError {
             ProxyError::SiteNotAllowed { .. } => "site_not_allowed",
             ProxyError::CapabilityScope { .. } => "capability_scope",
             ProxyError::PolicyDenied { .. } => "policy_denied",
+            ProxyError::ApprovalDenied { .. } => "approval_denied",
+            ProxyError::ApprovalTimeout { .. } => "approval_timeout",
+            ProxyError::ApprovalQueueFull { .. } => "approval_queue_full",
+            ProxyError::ShuttingDown { .. } => "shutting_down",
             ProxyError::Limited { .. } => "limited",
             ProxyError::AddressRefused(_) => "address_refused",
             ProxyError::ConnectUnsupported => "connect_unsupported",
@@ -281,9 +319,12 @@ impl ProxyError {
             | ProxyError::SiteNotAllowed { .. }
             | ProxyError::CapabilityScope { .. }
             | ProxyError::PolicyDenied { .. }
+            | ProxyError::ApprovalDenied { .. }
+            | ProxyError::ApprovalTimeout { .. }
+            | ProxyError::ShuttingDown { .. }
             | ProxyError::AddressRefused(_)
             | ProxyError::OutsideCaNameConstraints => Outcome::Denied,
-            ProxyError::Limited { .. } => Outcome::Limited,
+            ProxyError::Limited { .. } | ProxyError::ApprovalQueueFull { .. } => Outcome::Limited,
             ProxyError::AuditUnavailable
             | ProxyError::UpstreamFailed(_)
             | ProxyError::Internal(_) => Outcome::Failed,
@@ -302,6 +343,10 @@ impl ProxyError {
             | ProxyError::SiteNotAllowed { .. }
             | ProxyError::CapabilityScope { .. }
             | ProxyError::PolicyDenied { .. }
+            | ProxyError::ApprovalDenied { .. }
+            | ProxyError::ApprovalTimeout { .. }
+            | ProxyError::ApprovalQueueFull { .. }
+            | ProxyError::ShuttingDown { .. }
             | ProxyError::Limited { .. }
             | ProxyError::AddressRefused(_)
             | ProxyError::OutsideCaNameConstraints
@@ -349,7 +394,12 @@ impl ProxyError {
     /// The rule ids to report with the error.
     pub fn rules(&self) -> &[String] {
         match self {
-            ProxyError::PolicyDenied { rules, .. } | ProxyError::Limited { rules, .. } => rules,
+            ProxyError::PolicyDenied { rules, .. }
+            | ProxyError::ApprovalDenied { rules }
+            | ProxyError::ApprovalTimeout { rules, .. }
+            | ProxyError::ApprovalQueueFull { rules, .. }
+            | ProxyError::ShuttingDown { rules }
+            | ProxyError::Limited { rules, .. } => rules,
             _ => &[],
         }
     }
@@ -428,6 +478,18 @@ pub(crate) fn describe_part(part: &Part) -> String {
         Part::Query => "the query".to_owned(),
         Part::Header(name) => format!("header `{name}`"),
         Part::Body => "the body".to_owned(),
+    }
+}
+
+fn queue_full_message(limit: usize, per_agent: bool) -> String {
+    if per_agent {
+        format!(
+            "this agent already has {limit} requests waiting for the operator's approval; nothing was sent: retry once one is decided"
+        )
+    } else {
+        format!(
+            "{limit} requests already wait for the operator's approval; nothing was sent: retry once one is decided"
+        )
     }
 }
 

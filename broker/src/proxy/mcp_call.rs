@@ -1355,7 +1355,7 @@ fn hex4(bytes: &[u8], at: usize) -> Option<u32> {
 /// Whether `text` reads as `target` (lowercase ASCII) to the most lenient receiver: cut at the
 /// first U+0000, then compared ASCII case-insensitively with `ſ` as `s`, the Kelvin sign as `k`,
 /// and `ı`, `İ` as `i` (what Go's `encoding/json` folding adds to ASCII).
-fn reads_as(text: &str, target: &str) -> bool {
+pub(crate) fn reads_as(text: &str, target: &str) -> bool {
     let text = text.split('\0').next().unwrap_or_default();
     let mut expected = target.chars();
     for c in text.chars() {

@@ -8,6 +8,7 @@
 //! value, a query value or a body.
 
 use std::borrow::Cow;
+use std::time::Duration;
 
 use http::header::{self, HeaderMap};
 use http::{Method, Uri};
@@ -454,22 +455,33 @@ pub(crate) struct Evaluated {
 // === impl Evaluated ===
 
 impl Evaluated {
-    /// The tool of the first denied call, when that call is a tool's: the audit record names the
-    /// tool that was refused, not the batch's first.
+    /// The tool of the first denied call (or, when none is denied, of the first held for
+    /// approval), when that call is a tool's: the audit record names the tool that was refused,
+    /// not the batch's first.
     pub(crate) fn denied_tool(&self) -> Option<&str> {
         self.calls
             .iter()
             .find(|(_, evaluation)| matches!(evaluation, Evaluation::Deny(_)))
+            .or_else(|| {
+                self.calls
+                    .iter()
+                    .find(|(_, evaluation)| matches!(evaluation, Evaluation::Approve(_)))
+            })
             .and_then(|(tool, _)| tool.as_deref())
     }
 
-    /// The request is allowed only if every call is (the first denial is the refusal), and only
-    /// if it calls one tool at most.
+    /// What the request may do if every call is allowed or, held for approval, approved: refused
+    /// at the first denied call (ahead of any call held for approval), and when it calls more
+    /// than one tool. The held calls' grants are included: [`Evaluated::holds`] says which calls
+    /// must be approved first.
     pub(crate) fn allowed(self) -> Result<Allowed, ProxyError> {
-        let mut tools = self.calls.iter().filter_map(|(tool, _)| tool.as_deref());
-        let several_tools = tools
-            .next()
-            .is_some_and(|first| tools.any(|tool| tool != first));
+        if let Some(denial) = self.denial() {
+            return Err(ProxyError::PolicyDenied {
+                rules: denial.rules.clone(),
+                reason: denial.reason,
+            });
+        }
+        self.one_tool()?;
         let mut allowed = Allowed {
             rules: Vec::new(),
             charges: Vec::new(),
@@ -483,28 +495,131 @@ impl Evaluated {
                         reason: denial.reason,
                     });
                 }
-                Evaluation::Allow(grant) => {
-                    for rule in grant.rules {
+                // Approved, a held call is allowed by its approve rules (and any allow rules).
+                Evaluation::Approve(hold) => {
+                    for rule in hold.rules {
                         if !allowed.rules.contains(&rule) {
                             allowed.rules.push(rule);
                         }
                     }
-                    allowed.charges.push(grant.charges);
-                    allowed.allow_private &= grant.allow_private;
+                    allowed.add(hold.grant);
                 }
+                Evaluation::Allow(grant) => allowed.add(grant),
             }
         }
-        // The audit record names one tool: a batch that would run several different tools is
-        // refused (MCP clients send one call per request; batching left the protocol in
-        // 2025-06-18). A batch with a denied tool was refused above, naming that tool.
+        Ok(allowed)
+    }
+
+    /// Each call an approve rule holds, in call order, with the index of its tool call in the
+    /// body (`None`: the request itself, or a batch's other messages). Each is decided on its
+    /// own; the request is sent only when every one is approved.
+    pub(crate) fn holds(&self) -> Vec<CallHold> {
+        let mut tool_calls = 0;
+        let mut holds = Vec::new();
+        for (tool, evaluation) in &self.calls {
+            let call = tool.as_ref().map(|_| {
+                tool_calls += 1;
+                tool_calls - 1
+            });
+            if let Evaluation::Approve(hold) = evaluation {
+                holds.push(CallHold {
+                    tool: tool.clone(),
+                    call,
+                    rules: hold.rules.clone(),
+                    timeout: hold.timeout,
+                });
+            }
+        }
+        holds
+    }
+
+    /// What the request waits for when no call is denied and some call is held for approval:
+    /// every call's approve rules, the shortest of their timeouts, and what applies once
+    /// approved (each call's grant, the held calls' included). `None` when a call is denied or
+    /// none is held.
+    pub(crate) fn held(&self) -> Option<Held> {
+        if self.denial().is_some() {
+            return None;
+        }
+        let mut rules: Vec<String> = Vec::new();
+        let mut timeout = None;
+        let mut allowed = Allowed {
+            rules: Vec::new(),
+            charges: Vec::new(),
+            allow_private: true,
+        };
+        for (_, evaluation) in &self.calls {
+            match evaluation {
+                Evaluation::Approve(hold) => {
+                    for rule in &hold.rules {
+                        if !rules.contains(rule) {
+                            rules.push(rule.clone());
+                        }
+                    }
+                    timeout = Some(timeout.map_or(hold.timeout, |t: Duration| t.min(hold.timeout)));
+                    allowed.add(hold.grant.clone());
+                }
+                Evaluation::Allow(grant) => allowed.add(grant.clone()),
+                Evaluation::Deny(_) => return None,
+            }
+        }
+        Some(Held {
+            rules,
+            timeout: timeout?,
+            allowed,
+        })
+    }
+
+    /// The first denied call's denial.
+    fn denial(&self) -> Option<&evaluate::Denial> {
+        self.calls
+            .iter()
+            .find_map(|(_, evaluation)| match evaluation {
+                Evaluation::Deny(denial) => Some(denial),
+                Evaluation::Allow(_) | Evaluation::Approve(_) => None,
+            })
+    }
+
+    /// The audit record names one tool: a batch that would run several different tools is
+    /// refused (MCP clients send one call per request; batching left the protocol in
+    /// 2025-06-18). A batch with a denied tool is refused first, naming that tool.
+    pub(crate) fn one_tool(&self) -> Result<(), ProxyError> {
+        let mut tools = self.calls.iter().filter_map(|(tool, _)| tool.as_deref());
+        let several_tools = tools
+            .next()
+            .is_some_and(|first| tools.any(|tool| tool != first));
         if several_tools {
             return Err(Invalid::Mcp(
                 "a batch may call one tool only; send each tool call in its own request".to_owned(),
             )
             .into());
         }
-        Ok(allowed)
+        Ok(())
     }
+}
+
+/// One call an approve rule holds.
+#[derive(Clone, Debug)]
+pub(crate) struct CallHold {
+    /// Its MCP tool, for a `tools/call`.
+    pub(crate) tool: Option<String>,
+    /// Which tool call of the body it is (0-based), for a `tools/call`.
+    pub(crate) call: Option<usize>,
+    /// The approve rules that hold it, in file order.
+    pub(crate) rules: Vec<String>,
+    /// How long it waits for a decision.
+    pub(crate) timeout: Duration,
+}
+
+/// What a request held for approval waits for, all calls together (`mint policy explain`).
+#[derive(Debug)]
+pub(crate) struct Held {
+    /// The approve rules of every call, each once, in call order.
+    pub(crate) rules: Vec<String>,
+    /// The shortest timeout of those rules.
+    pub(crate) timeout: Duration,
+    /// What applies once approved: the calls' grants (allow rules, charges, private addresses).
+    pub(crate) allowed: Allowed,
 }
 
 /// What the policy allowed, before limits.
@@ -516,6 +631,21 @@ pub(crate) struct Allowed {
     pub(crate) charges: Vec<Vec<Charge>>,
     /// Whether every call lets the target resolve to a private address.
     pub(crate) allow_private: bool,
+}
+
+// === impl Allowed ===
+
+impl Allowed {
+    /// Adds one call's grant: its allow rules (each once), charges and private-address answer.
+    fn add(&mut self, grant: evaluate::Grant) {
+        for rule in grant.rules {
+            if !self.rules.contains(&rule) {
+                self.rules.push(rule);
+            }
+        }
+        self.charges.push(grant.charges);
+        self.allow_private &= grant.allow_private;
+    }
 }
 
 /// The body as a receiver reads it ([`mcp_call::decoded_body`]): decoded from its content

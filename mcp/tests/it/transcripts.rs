@@ -103,6 +103,8 @@ fn tools() {
         // policy_check
         call("policy_check", json!({"file": "examples/policy.yaml"})),
         call("policy_check", json!({"file": "mcp/tests/fixtures/broken-policy.yaml"})),
+        call("policy_check", json!({"file": "mcp/tests/fixtures/approval-policy.yaml"})),
+        call("policy_check", json!({"file": "mcp/tests/fixtures/approval-warnings.yaml"})),
         call("policy_check", json!({"file": "mcp/tests/fixtures/not-utf8.yaml"})),
         call("policy_check", json!({"file": "examples/audit.log"})),
         call("policy_check", json!({})),

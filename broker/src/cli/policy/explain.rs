@@ -241,8 +241,20 @@ pub enum Verdict {
     /// Refused as the proxy would answer: `PolicyDenied` and `Limited` are the policy's and
     /// the limits' refusals, every other variant a refusal before the policy.
     Refused(ProxyError),
+    /// Held for the operator's approval: nothing is sent, and no limit counted, until the
+    /// operator approves.
+    Approve {
+        /// The matching approve rules.
+        rules: Vec<String>,
+        /// How long the broker waits for the decision.
+        timeout: Duration,
+        /// The matching allow rules, which also apply once approved (often none).
+        allow_rules: Vec<String>,
+        /// The rules of the limits that are spent now: approved, the request would be limited.
+        limited: Vec<String>,
+    },
     /// A `CONNECT` whose tunnel would open: each request inside is decided on its own; `rules`
-    /// are the allow rules that could admit one (empty when an alias binding or `default: allow`
+    /// are the allow and approve rules that could admit one (empty when an alias binding or `default: allow`
     /// alone admits the tunnel), as the tunnel's decision record names them.
     Tunnel {
         /// The ids of those rules, in the policy's order.
@@ -413,9 +425,14 @@ impl Explanation {
     }
 
     /// Reports each counter's budget in `limiter` at `now`, then admits the request there: a
-    /// spent counter turns an allow into `limited`, as in the proxy.
+    /// spent counter turns an allow into `limited`, as in the proxy. A request held for approval
+    /// stays held (the broker counts its limits only once it is approved); the spent counters'
+    /// rules are noted in the verdict, since an approved request would then be limited.
     pub fn count_limits(&mut self, policy: &CompiledPolicy, mut limiter: Limiter, now: Duration) {
-        if !matches!(self.verdict, Verdict::Allow { .. }) {
+        if !matches!(
+            self.verdict,
+            Verdict::Allow { .. } | Verdict::Approve { .. }
+        ) {
             return;
         }
         let budgets = limiter.budgets(&self.charges, now);
@@ -435,10 +452,15 @@ impl Explanation {
             });
         }
         if let Err(limited) = limiter.admit(&self.charges, now) {
-            self.verdict = Verdict::Refused(ProxyError::Limited {
-                rules: limited.rules,
-                retry_after: limited.retry_after,
-            });
+            match &mut self.verdict {
+                Verdict::Approve { limited: spent, .. } => *spent = limited.rules,
+                _ => {
+                    self.verdict = Verdict::Refused(ProxyError::Limited {
+                        rules: limited.rules,
+                        retry_after: limited.retry_after,
+                    });
+                }
+            }
         }
     }
 }
@@ -446,20 +468,23 @@ impl Explanation {
 // === impl Verdict ===
 
 impl Verdict {
-    /// `allow`, `deny` or `limited`, as the audit record's `decision`.
+    /// `allow`, `deny` or `limited`, as the audit record's `decision`; `approve` for a request
+    /// that would wait for the operator's decision.
     pub fn decision(&self) -> &'static str {
         match self {
             Verdict::Allow { .. } | Verdict::Tunnel { .. } => "allow",
+            Verdict::Approve { .. } => "approve",
             Verdict::Refused(ProxyError::Limited { .. }) => "limited",
             Verdict::Refused(_) => "deny",
         }
     }
 
-    /// The deciding rules: the admitting allow rules, the matching deny rules or the spent
-    /// limits; empty when the default decided; `None` when the policy was not consulted.
+    /// The deciding rules: the admitting allow rules, the matching approve rules, the matching
+    /// deny rules or the spent limits; empty when the default decided; `None` when the policy
+    /// was not consulted.
     pub fn rules(&self) -> Option<&[String]> {
         match self {
-            Verdict::Allow { rules } => Some(rules),
+            Verdict::Allow { rules } | Verdict::Approve { rules, .. } => Some(rules),
             Verdict::Refused(
                 error @ (ProxyError::PolicyDenied { .. } | ProxyError::Limited { .. }),
             ) => Some(error.rules()),
@@ -468,7 +493,8 @@ impl Verdict {
         }
     }
 
-    /// Whether the request is allowed (for a `CONNECT`: the tunnel would open).
+    /// Whether the request is allowed without anyone's decision (for a `CONNECT`: the tunnel
+    /// would open). A request held for approval is not: `mint policy explain` exits 1.
     pub fn is_allow(&self) -> bool {
         matches!(self, Verdict::Allow { .. } | Verdict::Tunnel { .. })
     }
@@ -569,7 +595,7 @@ pub fn examine(
         return explanation;
     }
     explanation.verdict = match pipeline(&mut explanation, policy, aliases, request, max_body) {
-        Ok(rules) => Verdict::Allow { rules },
+        Ok(verdict) => verdict,
         Err(error) => {
             explanation.charges.clear();
             Verdict::Refused(error)
@@ -592,14 +618,15 @@ fn tunnel(
 }
 
 /// The proxy's `forward`, steps 2 to 4, without the capability and the limits, through the
-/// proxy's own checks (`proxy::headers`, `proxy::pipeline`): returns the admitting rules.
+/// proxy's own checks (`proxy::headers`, `proxy::pipeline`): returns the verdict before limits,
+/// an allow with its admitting rules or a hold for the operator's approval.
 fn pipeline(
     explanation: &mut Explanation,
     policy: &CompiledPolicy,
     aliases: &AliasFile,
     request: &ExplainRequest,
     max_body: u64,
-) -> Result<Vec<String>, ProxyError> {
+) -> Result<Verdict, ProxyError> {
     // 2. The target, the method, framing and headers, the body.
     let raw = RawTarget::from_url(&request.url)?;
     let (target, _) = raw.canonicalize()?;
@@ -686,9 +713,21 @@ fn pipeline(
             evaluation: evaluation.clone(),
         })
         .collect();
+    if let Some(held) = evaluated.held() {
+        evaluated.one_tool()?;
+        explanation.charges = held.allowed.charges.into_iter().flatten().collect();
+        return Ok(Verdict::Approve {
+            rules: held.rules,
+            timeout: held.timeout,
+            allow_rules: held.allowed.rules,
+            limited: Vec::new(),
+        });
+    }
     let allowed = evaluated.allowed()?;
     explanation.charges = allowed.charges.into_iter().flatten().collect();
-    Ok(allowed.rules)
+    Ok(Verdict::Allow {
+        rules: allowed.rules,
+    })
 }
 
 /// Every alias the placeholders name, with where each sits and what its declaration allows.

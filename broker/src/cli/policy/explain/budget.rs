@@ -218,7 +218,8 @@ fn charges_of(policy: &CompiledPolicy, allow_rules: &[&str], admission: &Admissi
         tool: admission.tool.as_deref(),
     };
     match policy.evaluate(&request) {
-        Evaluation::Allow(grant) => grant
+        // A request held for approval and then sent charged its hold's grant.
+        Evaluation::Allow(grant) | Evaluation::Approve(evaluate::Hold { grant, .. }) => grant
             .charges
             .into_iter()
             .filter(|c| {

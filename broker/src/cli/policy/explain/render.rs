@@ -29,6 +29,24 @@ pub(crate) fn human(explanation: &Explanation, source: &BudgetSource) -> String 
         rows.push(("status", vec![status]));
         rows.push(("reason", vec![error.to_string()]));
     }
+    if let Verdict::Approve {
+        rules,
+        timeout,
+        allow_rules,
+        ..
+    } = &x.verdict
+    {
+        let noun = if rules.len() == 1 { "rule" } else { "rules" };
+        let mut lines = vec![format!(
+            "waits up to {} s for the operator's decision (approve {noun}: {})",
+            timeout.as_secs(),
+            rules.join(", ")
+        )];
+        if !allow_rules.is_empty() {
+            lines.push(format!("approved, also under {}", allow_rules.join(", ")));
+        }
+        rows.push(("approval", lines));
+    }
     let rules = match &x.verdict {
         Verdict::Tunnel { rules } if rules.is_empty() => {
             "(none: each request inside the tunnel is decided on its own)".to_owned()
@@ -158,7 +176,7 @@ pub(crate) fn json(explanation: &Explanation, source: &BudgetSource) -> String {
     let x = explanation;
     let refusal = match &x.verdict {
         Verdict::Refused(error) => Some(error),
-        Verdict::Allow { .. } | Verdict::Tunnel { .. } => None,
+        Verdict::Allow { .. } | Verdict::Approve { .. } | Verdict::Tunnel { .. } => None,
     };
     let rules = x.verdict.rules();
     let report = Report {
@@ -172,6 +190,20 @@ pub(crate) fn json(explanation: &Explanation, source: &BudgetSource) -> String {
         by_default: rules.is_some_and(<[String]>::is_empty),
         retry_after: match refusal {
             Some(ProxyError::Limited { retry_after, .. }) => Some(retry_after.as_secs().max(1)),
+            _ => None,
+        },
+        approval: match &x.verdict {
+            Verdict::Approve {
+                rules,
+                timeout,
+                allow_rules,
+                limited,
+            } => Some(ApprovalJson {
+                rules,
+                timeout_seconds: timeout.as_secs(),
+                allow_rules,
+                limited_once_approved: limited,
+            }),
             _ => None,
         },
         agent: &x.agent,
@@ -195,6 +227,7 @@ pub(crate) fn json(explanation: &Explanation, source: &BudgetSource) -> String {
             .map(|call| {
                 let (decision, rules, reason) = match &call.evaluation {
                     Evaluation::Allow(grant) => ("allow", grant.rules.as_slice(), None),
+                    Evaluation::Approve(hold) => ("approve", hold.rules.as_slice(), None),
                     Evaluation::Deny(denial) => (
                         "deny",
                         denial.rules.as_slice(),
@@ -275,11 +308,21 @@ struct Report<'a> {
     target: Option<TargetReport<'a>>,
     tools: &'a [String],
     tool_source: Option<&'static str>,
+    approval: Option<ApprovalJson<'a>>,
     evaluations: Vec<CallJson<'a>>,
     aliases: Vec<AliasJson<'a>>,
     skipped: SkippedJson<'a>,
     limits: Vec<LimitJson<'a>>,
     budgets: BudgetsJson,
+}
+
+/// A request held for the operator's approval.
+#[derive(Serialize)]
+struct ApprovalJson<'a> {
+    rules: &'a [String],
+    timeout_seconds: u64,
+    allow_rules: &'a [String],
+    limited_once_approved: &'a [String],
 }
 
 #[derive(Serialize)]
@@ -361,6 +404,11 @@ fn rules_text(rules: Option<&[String]>) -> String {
 fn evaluation_text(evaluation: &Evaluation) -> String {
     match evaluation {
         Evaluation::Allow(grant) => format!("allow by {}", rules_text(Some(&grant.rules))),
+        Evaluation::Approve(hold) => format!(
+            "approve by {} (waits up to {} s)",
+            rules_text(Some(&hold.rules)),
+            hold.timeout.as_secs()
+        ),
         Evaluation::Deny(denial) => format!(
             "deny by {} ({})",
             rules_text(Some(&denial.rules)),
@@ -506,6 +554,23 @@ fn notes(x: &Explanation, source: &BudgetSource) -> Vec<String> {
         ));
         notes.push(
             "not checked here: the capability, and the addresses the host resolves to".to_owned(),
+        );
+    } else if let Verdict::Approve { limited, .. } = &x.verdict {
+        notes.push(
+            "nothing is sent, and no limit counted, until the operator approves; refused or \
+             timed out, the request is not sent"
+                .to_owned(),
+        );
+        if !limited.is_empty() {
+            notes.push(format!(
+                "approved now, it would be refused: the limits of {} are spent",
+                limited.join(", ")
+            ));
+        }
+        notes.push(
+            "not checked here: the capability's alias narrowing, and the addresses the host \
+             resolves to"
+                .to_owned(),
         );
     } else if x.verdict.is_allow() {
         notes.push(

@@ -89,6 +89,25 @@ rules:
       port: [LOCAL_PORT]
       method: [GET, POST]
       path: ["/**"]
+  - id: gh-gists-ask
+    effect: approve
+    match:
+      agent: mino
+      alias: [github]
+      host: api.github.com
+      method: PATCH
+      path: /gists/*
+    approval: { timeout: 45s }
+    limits:
+      - { max: 2, per: 1h }
+  - id: mcp-purge-ask
+    effect: approve
+    match:
+      agent: mino
+      host: mcp.example.com
+      method: POST
+      path: /mcp
+      tool: ["purge-*"]
   - id: hourly
     effect: limit
     match:
@@ -189,6 +208,7 @@ const NOW: Duration = Duration::from_secs(1_800_000_000);
 fn answer(x: &Explanation) -> String {
     match &x.verdict {
         Verdict::Allow { .. } => "allow".to_owned(),
+        Verdict::Approve { .. } => "approve".to_owned(),
         Verdict::Tunnel { .. } => "tunnel".to_owned(),
         Verdict::Refused(error) => format!("{} {}", error.status().as_u16(), error.code()),
     }
@@ -230,6 +250,106 @@ fn allow_reports_rules_aliases_and_full_budgets() {
     assert_eq!(limits, [("gh-read", 3, 3), ("hourly", 10, 10)]);
     assert_eq!(x.limits[0].by, [("agent", "mino".to_owned())]);
     assert!(x.limits[1].by.is_empty());
+}
+
+/// An approve rule holds the request: explain names the approve rules, the timeout, and the limits
+/// the request would consume once approved, without consuming or refusing on them.
+#[test]
+fn approve_reports_the_hold_its_timeout_and_its_limits() {
+    let x = explain_fresh(&request(
+        "PATCH",
+        "https://api.github.com/gists/1",
+        &[AUTH],
+        b"",
+    ));
+    assert_eq!(answer(&x), "approve", "{x:?}");
+    assert_eq!(x.verdict.decision(), "approve");
+    assert!(!x.verdict.is_allow());
+    assert_eq!(x.verdict.rules(), Some(&["gh-gists-ask".to_owned()][..]));
+    let Verdict::Approve {
+        timeout,
+        allow_rules,
+        limited,
+        ..
+    } = &x.verdict
+    else {
+        panic!("{x:?}");
+    };
+    assert_eq!(*timeout, Duration::from_secs(45));
+    assert!(allow_rules.is_empty() && limited.is_empty());
+    let limits: Vec<(&str, u64, u64)> = x
+        .limits
+        .iter()
+        .map(|l| (l.rule.as_str(), l.max, l.remaining))
+        .collect();
+    assert_eq!(limits, [("gh-gists-ask", 2, 2), ("hourly", 10, 10)]);
+    let human = render::human(&x, &BudgetSource::NotNeeded);
+    assert!(
+        human.starts_with("approve: PATCH https://api.github.com/gists/1\n"),
+        "{human}"
+    );
+    assert!(
+        human.contains(
+            "approval waits up to 45 s for the operator's decision (approve rule: gh-gists-ask)"
+        ),
+        "{human}"
+    );
+    assert!(human.contains("until the operator approves"), "{human}");
+    assert!(
+        !human.contains("{{mint:") && !human.contains("Bearer"),
+        "{human}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&render::json(&x, &BudgetSource::NotNeeded)).unwrap();
+    assert_eq!(json["decision"], "approve", "{json}");
+    assert_eq!(json["approval"]["rules"][0], "gh-gists-ask", "{json}");
+    assert_eq!(json["approval"]["timeout_seconds"], 45, "{json}");
+    assert_eq!(json["evaluations"][0]["decision"], "approve", "{json}");
+    assert_eq!(json["status"], serde_json::Value::Null, "{json}");
+
+    // A spent limit of the approve rule: still held (the broker counts once approved), noted.
+    let mut limiter = Limiter::new();
+    let policy = policy();
+    for at in 0..2 {
+        limiter
+            .admit(&x.charges()[..1], NOW - Duration::from_secs(60 - at))
+            .unwrap();
+    }
+    let mut spent = examine(
+        &policy,
+        &aliases(),
+        &request("PATCH", "https://api.github.com/gists/1", &[AUTH], b""),
+        10 << 20,
+    );
+    spent.count_limits(&policy, limiter, NOW);
+    let Verdict::Approve { limited, .. } = &spent.verdict else {
+        panic!("{spent:?}");
+    };
+    assert_eq!(limited, &["gh-gists-ask".to_owned()]);
+    let human = render::human(&spent, &BudgetSource::NotNeeded);
+    assert!(
+        human.contains("approved now, it would be refused: the limits of gh-gists-ask are spent"),
+        "{human}"
+    );
+
+    // An MCP call of a tool an approve rule names, read from the body.
+    let x = explain_fresh(&request(
+        "POST",
+        "https://mcp.example.com/mcp",
+        &[JSON],
+        br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"purge-cache"}}"#,
+    ));
+    assert_eq!(answer(&x), "approve", "{x:?}");
+    assert_eq!(x.verdict.rules(), Some(&["mcp-purge-ask".to_owned()][..]));
+    let human = render::human(&x, &BudgetSource::NotNeeded);
+    assert!(
+        human.contains(
+            "waits up to 120 s for the operator's decision (approve rule: mcp-purge-ask)"
+        ),
+        "{human}"
+    );
+    // The endpoint's allow rule names no tool, so no allow rule applies besides the hold.
+    assert!(!human.contains("also under"), "{human}");
 }
 
 #[test]
@@ -1294,6 +1414,20 @@ async fn explain_answers_as_the_proxy_router_does() {
             vec![JSON],
             br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"drop"}}"#.to_vec(),
         ),
+        // Approve rules: held by explain, refused by this broker until approvals land.
+        (
+            "PATCH",
+            "https://api.github.com/gists/1".to_owned(),
+            vec![AUTH],
+            vec![],
+        ),
+        (
+            "POST",
+            "https://mcp.example.com/mcp".to_owned(),
+            vec![JSON],
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"purge-cache"}}"#
+                .to_vec(),
+        ),
         // Issue 22: bodies Mint cannot examine whole.
         (
             "POST",
@@ -1400,6 +1534,9 @@ async fn explain_answers_as_the_proxy_router_does() {
         );
         let expected = match &explained.verdict {
             Verdict::Allow { .. } => (502, "upstream_failed".to_owned()),
+            // The router holds it for the operator; holding is tested end to end in
+            // tests/it/approvals.rs.
+            Verdict::Approve { .. } => continue,
             Verdict::Refused(error) => (error.status().as_u16(), error.code().to_owned()),
             Verdict::Tunnel { .. } => panic!("no CONNECT among these cases"),
         };
