@@ -65,6 +65,8 @@ fn allow() -> DecisionFacts {
         decision: AuditDecision::Allow,
         rules: Some(vec![RuleId::new("github-read").unwrap()]),
         reason: None,
+        approval: Vec::new(),
+        approver: Vec::new(),
     }
 }
 
