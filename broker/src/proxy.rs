@@ -469,6 +469,7 @@ async fn list_aliases(State(state): State<AppState>, request: Request) -> Respon
                 "hosts": alias.hosts.iter().map(|h| h.as_text()).collect::<Vec<_>>(),
                 "sites": alias.sites.iter().map(Site::as_str).collect::<Vec<_>>(),
                 "body": alias.body.iter().map(|p| p.as_str()).collect::<Vec<_>>(),
+                "form": alias.form.iter().map(|f| f.as_str()).collect::<Vec<_>>(),
                 "placeholder": format!("{{{{mint:{}}}}}", alias.name),
             })
         })

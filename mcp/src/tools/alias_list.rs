@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use mint_policy::Severity;
 use mint_policy::aliases::{Alias, load_aliases};
-use mint_policy::body::JsonPointer;
+use mint_policy::body::{FormField, JsonPointer};
 use mint_policy::diagnostic::count_noun;
 use mint_policy::recognise::is_alias_file;
 use mint_policy::site::SiteSet;
@@ -81,6 +81,10 @@ struct AliasView<'a> {
     /// The JSON Pointers of the `body` site: the only places of a body where the secret goes.
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     body: &'a [JsonPointer],
+    /// The form fields of the `body` site: the only fields of a form body whose values the
+    /// secret goes in.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    form: &'a [FormField],
 }
 
 impl<'a> From<&'a Alias> for AliasView<'a> {
@@ -91,6 +95,7 @@ impl<'a> From<&'a Alias> for AliasView<'a> {
             hosts: alias.hosts.iter().map(|host| host.as_text()).collect(),
             sites: alias.sites,
             body: &alias.body,
+            form: &alias.form,
         }
     }
 }
