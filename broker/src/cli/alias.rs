@@ -1072,6 +1072,7 @@ mod tests {
             &["api.github.com".into()],
             &[],
             &[],
+            &[],
             None,
             None,
         )
@@ -1080,6 +1081,7 @@ mod tests {
         let err = declaration(
             "gh".into(),
             &[format!("{canary}:443")],
+            &[],
             &[],
             &[],
             None,
@@ -1096,6 +1098,7 @@ mod tests {
             &["api.github.com".into()],
             &[],
             &[],
+            &[],
             Some(canary.into()),
             None,
         )
@@ -1106,6 +1109,7 @@ mod tests {
             &["api.github.com".into()],
             &[],
             &[format!("{canary}/x")],
+            &[],
             None,
             None,
         )
@@ -1117,7 +1121,23 @@ mod tests {
         assert!(!err.to_string().contains(canary), "{err}");
         let err = declaration(
             "gh".into(),
+            &["api.github.com".into()],
+            &[],
+            &[],
+            &[format!("{canary}\n")],
+            None,
+            None,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, AliasCommandError::InvalidFormField { index: 1, .. }),
+            "{err}"
+        );
+        assert!(!err.to_string().contains(canary), "{err}");
+        let err = declaration(
+            "gh".into(),
             &["API.github.com".into()],
+            &[],
             &[],
             &[],
             None,

@@ -217,6 +217,7 @@ fn allow_reports_rules_aliases_and_full_budgets() {
             part: Part::Header(HeaderName::from_static("authorization")),
             place: Place::Site(Site::Header),
             offset: 7,
+            matched: None,
         }]
     );
     let binding = alias.declaration.as_ref().unwrap();
