@@ -823,6 +823,7 @@ async fn forward(
     // 3b. The body as a receiver decodes it: method overrides, then the MCP tools.
     let (tools, other_messages) = {
         let decoded = pipeline::decoded_body(&request_headers, &body)?;
+        pipeline::check_encoded_body(&request_headers, &decoded, declarations.body_places())?;
         headers::check_override_params(
             &method,
             target.query.as_deref(),

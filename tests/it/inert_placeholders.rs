@@ -559,3 +559,61 @@ fn parse_form(body: &[u8]) -> Vec<(String, String)> {
     assert!(out.status.success(), "{out:?}");
     serde_json::from_slice(&out.stdout).unwrap()
 }
+
+/// Issue 16 (content codings): Mint substitutes only in bodies sent without a content coding. A
+/// gzip body whose decoded text holds a placeholder where its alias names a body place (a JSON
+/// Pointer, a form field) is refused with 415 `encoded_body_placeholder` before anything is
+/// sent, instead of forwarding the placeholder as text where a secret was meant; a gzip body
+/// that only quotes placeholders elsewhere passes byte for byte.
+#[test]
+fn issue_16_a_placeholder_at_a_named_place_of_a_gzip_body_is_refused() {
+    let setup = Setup::start();
+    for via in VIAS {
+        for (content_type, path, body) in [
+            (
+                "application/json",
+                "/echo/token",
+                &br#"{"client_secret":"{{mint:client}}"}"#[..],
+            ),
+            (
+                "application/x-www-form-urlencoded",
+                "/echo/oauth/token",
+                &b"grant_type=client_credentials&client_secret={{mint:oauth}}"[..],
+            ),
+        ] {
+            let before = setup.peer.server.requests().len();
+            let response = setup.post_as(
+                via,
+                path,
+                content_type,
+                &["Content-Encoding: gzip"],
+                &mint_tests::broker::gzip(body),
+            );
+            let (status, code) = setup.refusal(via, &response);
+            assert_eq!(
+                (status, code.as_str()),
+                (415, "encoded_body_placeholder"),
+                "{via} {content_type}: {response:?}"
+            );
+            if status == u64::from(response.status) {
+                let message = response.json()["error"]["message"].to_string();
+                assert!(message.contains("uncompressed"), "{message}");
+                assert_eq!(response.header("accept-encoding"), Some("identity"));
+            }
+            assert_eq!(setup.peer.server.requests().len(), before, "{via}");
+            setup.assert_clean(&response.everything());
+        }
+        // Quotes elsewhere in a gzip body: forwarded as they came.
+        let body = mint_tests::broker::gzip(br#"{"note":"{{mint:client}}","x":"{{mint:oauth}}"}"#);
+        let response = setup.post_as(
+            via,
+            "/echo/token",
+            "application/json",
+            &["Content-Encoding: gzip"],
+            &body,
+        );
+        assert_eq!(response.status, 200, "{via}: {response:?}");
+        assert_eq!(setup.peer.server.requests().last().unwrap().body, body);
+        setup.assert_clean(&response.everything());
+    }
+}

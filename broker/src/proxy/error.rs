@@ -130,6 +130,17 @@ pub enum ProxyError {
         "unsupported `Content-Encoding` on the request body: send one `gzip` or none, so that Mint can examine the body"
     )]
     UnsupportedContentEncoding,
+    /// A content-encoded body (gzip) whose decoded text holds a placeholder where its alias
+    /// names a body place: Mint substitutes only in bodies sent without a content coding, and
+    /// will not forward the placeholder as text where the operator meant a secret to go.
+    #[error(
+        "{} a body place its alias names, but the body has a `Content-Encoding`: Mint substitutes secrets only in bodies sent without one; send this body uncompressed",
+        encoded_subject(alias.as_deref())
+    )]
+    EncodedBodyPlaceholder {
+        /// The alias (`None`: a malformed placeholder).
+        alias: Option<String>,
+    },
     /// The decision record could not be written: nothing is forwarded unrecorded.
     #[error("the audit log is unavailable; the request was not forwarded")]
     AuditUnavailable,
@@ -220,7 +231,9 @@ impl ProxyError {
             ProxyError::BodyTooLarge { .. } | ProxyError::DecodedBodyTooLarge { .. } => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
-            ProxyError::UnsupportedContentEncoding => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ProxyError::UnsupportedContentEncoding | ProxyError::EncodedBodyPlaceholder { .. } => {
+                StatusCode::UNSUPPORTED_MEDIA_TYPE
+            }
             ProxyError::Limited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ProxyError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ProxyError::UpstreamFailed(_) | ProxyError::UpstreamUnknown(_) => {
@@ -252,6 +265,7 @@ impl ProxyError {
                 "body_too_large"
             }
             ProxyError::UnsupportedContentEncoding => "unsupported_content_encoding",
+            ProxyError::EncodedBodyPlaceholder { .. } => "encoded_body_placeholder",
             ProxyError::AuditUnavailable => "audit_unavailable",
             ProxyError::UpstreamFailed(_) => "upstream_failed",
             ProxyError::UpstreamUnknown(_) => "upstream_unknown",
@@ -273,6 +287,7 @@ impl ProxyError {
             | ProxyError::BodyTooLarge { .. }
             | ProxyError::DecodedBodyTooLarge { .. }
             | ProxyError::UnsupportedContentEncoding
+            | ProxyError::EncodedBodyPlaceholder { .. }
             | ProxyError::NotFound
             | ProxyError::MethodNotAllowed => Outcome::Invalid,
             ProxyError::CapabilityInvalid { .. }
@@ -311,6 +326,7 @@ impl ProxyError {
             | ProxyError::BodyTooLarge { .. }
             | ProxyError::DecodedBodyTooLarge { .. }
             | ProxyError::UnsupportedContentEncoding
+            | ProxyError::EncodedBodyPlaceholder { .. }
             | ProxyError::NotFound
             | ProxyError::MethodNotAllowed => Fault::Client,
             ProxyError::UpstreamFailed(_)
@@ -390,6 +406,12 @@ impl ProxyError {
                 HeaderValue::from_static("gzip"),
             );
         }
+        if let ProxyError::EncodedBodyPlaceholder { .. } = self {
+            headers.insert(
+                http::header::ACCEPT_ENCODING,
+                HeaderValue::from_static("identity"),
+            );
+        }
         response
     }
 }
@@ -428,6 +450,13 @@ pub(crate) fn describe_part(part: &Part) -> String {
         Part::Query => "the query".to_owned(),
         Part::Header(name) => format!("header `{name}`"),
         Part::Body => "the body".to_owned(),
+    }
+}
+
+fn encoded_subject(alias: Option<&str>) -> String {
+    match alias {
+        Some(alias) => format!("a placeholder of alias `{alias}` sits at"),
+        None => "a malformed placeholder sits at".to_owned(),
     }
 }
 

@@ -528,6 +528,21 @@ pub(crate) fn decoded_body<'a>(
     mcp_call::decoded_body(headers, body).map_err(mcp_error)
 }
 
+/// Refuses a content-encoded body whose decoded text (`decoded`, [`decoded_body`]) holds a
+/// placeholder at a place its alias names ([`placeholder::live_in_encoded_body`]): 415
+/// `encoded_body_placeholder`. Mint forwards such a body as it came and substitutes nothing in
+/// it, so the placeholder would reach the upstream as text where the operator meant the secret.
+pub(crate) fn check_encoded_body(
+    headers: &HeaderMap,
+    decoded: &[u8],
+    places: &BodyPlaces,
+) -> Result<(), ProxyError> {
+    match placeholder::live_in_encoded_body(headers, decoded, places) {
+        Some(alias) => Err(ProxyError::EncodedBodyPlaceholder { alias }),
+        None => Ok(()),
+    }
+}
+
 /// The tool names of an MCP `tools/call` body (empty when the request is not one), read strictly
 /// from the decoded body ([`decoded_body`]); a body whose calls cannot be named is refused, and
 /// so is an `Mcp-Name` header that names another tool ([`check_mcp_name`]).

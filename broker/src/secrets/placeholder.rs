@@ -420,6 +420,11 @@ pub fn body_kind(headers: &HeaderMap) -> BodyKind {
     if has_content_coding(headers) {
         return BodyKind::Text;
     }
+    media_kind(headers)
+}
+
+/// How a body of this `Content-Type` is read once decoded from its content coding.
+fn media_kind(headers: &HeaderMap) -> BodyKind {
     match media_type(headers).as_deref() {
         Some("application/x-www-form-urlencoded") => BodyKind::Form,
         Some(media) if is_json_media(media) => BodyKind::Json,
@@ -469,6 +474,39 @@ pub fn has_content_coding(headers: &HeaderMap) -> bool {
                 !coding.is_empty() && !coding.eq_ignore_ascii_case(b"identity")
             })
         })
+}
+
+/// For a body with a content coding, which Mint forwards as it came and never substitutes in:
+/// the first alias whose placeholder its decoded text (`decoded`, as the receiver reads it)
+/// holds at a place that alias names, as if the body had been sent without the coding (a
+/// malformed placeholder at a named place counts, with no alias: `Some(None)`). `None` when the
+/// body has no coding or holds no such placeholder. The proxy refuses such a request rather
+/// than forward the placeholder silently as text.
+pub fn live_in_encoded_body(
+    headers: &HeaderMap,
+    decoded: &[u8],
+    places: &BodyPlaces,
+) -> Option<Option<String>> {
+    if !has_content_coding(headers) {
+        return None;
+    }
+    let kind = media_kind(headers);
+    if kind == BodyKind::Text || !may_hold_placeholder(decoded, kind == BodyKind::Json) {
+        return None;
+    }
+    let mut sink = Sink::new(usize::MAX);
+    let scanned = match kind {
+        BodyKind::Json => match json::candidate_strings(decoded, places) {
+            Some(strings) => scan_json(decoded, &strings, places, &mut sink),
+            None => return None,
+        },
+        BodyKind::Form => scan_form(decoded, places, &mut sink),
+        BodyKind::Text => return None,
+    };
+    match scanned {
+        Err(_) => Some(None),
+        Ok(()) => sink.found.into_iter().next().map(|found| Some(found.alias)),
+    }
 }
 
 /// Collects found placeholders up to a limit, and counts inert ones.

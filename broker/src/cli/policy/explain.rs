@@ -637,6 +637,7 @@ fn pipeline(
 
     // 3b. The body as a receiver decodes it: method overrides, then the tools.
     let decoded = pipeline::decoded_body(&forwarded, &request.body)?;
+    pipeline::check_encoded_body(&forwarded, &decoded, &places)?;
     headers::check_override_params(
         &request.method,
         target.query.as_deref(),

@@ -1723,10 +1723,24 @@ fn a_body_placeholder_shows_the_pointer_or_field_it_matched() {
         assert_eq!(place["site"], "body", "{json}");
         assert!(!json.to_string().contains("client_credentials"), "{json}");
     }
+    // The same JSON gzip-encoded: Mint would forward it unsubstituted, so it refuses it (415).
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut encoder, br#"{"token":"{{mint:github}}"}"#).unwrap();
+    let gz = encoder.finish().unwrap();
+    let x = explain_fresh(&request(
+        "POST",
+        "https://api.github.com/graphql",
+        &[JSON, ("content-encoding", "gzip")],
+        &gz,
+    ));
+    assert_refused(&x, "415 encoded_body_placeholder");
     // A header placeholder matched no body place: nothing is added.
     let x = explain_fresh(&get("https://api.github.com/user", &[AUTH]));
     let json: serde_json::Value =
         serde_json::from_str(&render::json(&x, &BudgetSource::NotNeeded)).unwrap();
     let place = &json["aliases"][0]["places"][0];
-    assert!(place.get("pointer").is_none() && place.get("form_field").is_none(), "{json}");
+    assert!(
+        place.get("pointer").is_none() && place.get("form_field").is_none(),
+        "{json}"
+    );
 }
