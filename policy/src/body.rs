@@ -237,6 +237,32 @@ impl fmt::Display for NamedPlace {
     }
 }
 
+/// The UTF-8 byte order mark, which a JSON body may start with.
+pub const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// Where the JSON texts of a body start: after one UTF-8 byte order mark, if there is one.
+///
+/// This and [`is_json_whitespace`] are the one rule both of Mint's JSON readers follow, so that
+/// the MCP `tools/call` check (which decides the tool the policy matches) and the placeholder
+/// scan (which decides where a secret is substituted) read the same body the same way: one
+/// optional byte order mark (Python's `utf-8-sig`, Node's `body-parser` and Go's decoders of
+/// a stream skip it), then one or more strict JSON texts (RFC 8259), each followed by JSON
+/// whitespace, the next text or the end, a top-level number or literal by whitespace or the
+/// end (JSON Lines, concatenated JSON: what `json.Decoder` and JSON Lines readers take). Each
+/// text's pointers start at its own root.
+pub fn json_start(body: &[u8]) -> usize {
+    if body.starts_with(UTF8_BOM) {
+        UTF8_BOM.len()
+    } else {
+        0
+    }
+}
+
+/// Whether `byte` is JSON whitespace (RFC 8259: space, tab, line feed, carriage return).
+pub fn is_json_whitespace(byte: u8) -> bool {
+    matches!(byte, b' ' | b'\t' | b'\n' | b'\r')
+}
+
 /// A place in the trie of [`BodyPlaces`]: a value a pointer prefix leads to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct JsonNode(usize);

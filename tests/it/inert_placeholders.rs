@@ -617,3 +617,52 @@ fn issue_16_a_placeholder_at_a_named_place_of_a_gzip_body_is_refused() {
         setup.assert_clean(&response.everything());
     }
 }
+
+/// Issue 16: a JSON body that starts with a UTF-8 byte order mark, and JSON Lines, are JSON to
+/// the placeholder scan as they are to the MCP check (one rule, `mint_policy::body::json_start`):
+/// the secret goes to `/client_secret` of each text; every other byte, the mark included, is
+/// forwarded as it came. A body that starts like JSON but is no JSON by that rule (two marks,
+/// junk after a text) is refused by the MCP check, unsent, as before.
+#[test]
+fn issue_16_a_byte_order_mark_and_json_lines_are_read_as_json() {
+    let setup = Setup::start();
+    let line = r#"{"client_secret":"{{mint:client}}","note":"{{mint:client}}"}"#;
+    for via in VIAS {
+        for (body, texts) in [
+            (format!("\u{feff}{line}"), 1),
+            (format!("{line}\n{line}\n"), 2),
+        ] {
+            let response = setup.post(via, "/echo/token", &[], body.as_bytes());
+            assert_eq!(response.status, 200, "{via} {body:?}: {response:?}");
+            let seen = setup.peer.server.requests().last().unwrap();
+            let expected = body.replace(
+                r#""client_secret":"{{mint:client}}""#,
+                &format!(r#""client_secret":"{CLIENT_CANARY}""#),
+            );
+            assert_eq!(String::from_utf8_lossy(&seen.body), expected, "{via}");
+            let decision = setup
+                .broker
+                .decision_of(response.header("mint-request-id").unwrap());
+            assert_eq!(
+                decision["aliases"],
+                serde_json::json!(["client"]),
+                "{decision}"
+            );
+            assert_eq!(decision["skipped_count"], texts, "{via}: {decision}");
+            setup.assert_clean(&response.everything());
+        }
+        for body in [format!("\u{feff}\u{feff}{line}"), format!("{line} x")] {
+            let before = setup.peer.server.requests().len();
+            let response = setup.post(via, "/echo/token", &[], body.as_bytes());
+            let (status, code) = setup.refusal(via, &response);
+            // The answer's code, or the audit reason when curl lost the answer (see `refusal`).
+            assert_eq!(status, 400, "{via} {body:?}");
+            assert!(
+                matches!(code.as_str(), "invalid_request" | "invalid_mcp_message"),
+                "{via} {body:?}: {code}"
+            );
+            assert_eq!(setup.peer.server.requests().len(), before, "{via}");
+            setup.assert_clean(&response.everything());
+        }
+    }
+}

@@ -30,6 +30,7 @@
 //! | query | any | `Site(Query)` |
 //! | string value of a JSON body, at a place its alias names | raw | `Site(Body)` |
 //! | string value of a JSON body, at a place its alias names | JSON- or percent-escaped | `Forbidden(EncodedInJson)` |
+//! | value of a form body's field its alias names (before any raw `;`) | any | `Site(Body)` |
 //! | anywhere else in a body | any | inert: [`Skipped`] |
 //! | header name | any | `Forbidden(HeaderName)` |
 //! | scheme, authority, path | any | `Forbidden(Target)` |
@@ -48,13 +49,32 @@
 //! # JSON bodies
 //!
 //! A body is JSON when the request has exactly one `Content-Type` whose media type is
-//! `application/json` or `application/<x>+json` ([`body_is_json`]) and the body is one strict
-//! RFC 8259 JSON text: UTF-8, no trailing commas or comments, escapes well-formed, surrogate
-//! escapes paired, at most 127 levels of nesting (as serde_json), nothing but whitespace after
-//! the value. The tokenizer never builds objects, so duplicate keys are neither detected nor
-//! rejected here: every string value is a body site whichever duplicate a receiver keeps, and the
-//! bytes forwarded are the bytes checked (the MCP `tools/call` check parses with duplicate keys
-//! rejected on its own).
+//! `application/json` or `application/<x>+json` ([`body_is_json`]), it has no content coding,
+//! and it reads as JSON by the rule the MCP `tools/call` check follows too
+//! ([`json_start`](mint_policy::body::json_start)): one optional UTF-8 byte order mark, then one
+//! or more strict RFC 8259 JSON texts (JSON Lines; each text's pointers start at its own root):
+//! UTF-8, no trailing commas or comments, escapes well-formed, surrogate escapes paired, at most
+//! 127 levels of nesting (as serde_json). So the tool the policy matched and the places the scan
+//! considered are read from the same view of the body. The tokenizer never builds objects, so
+//! duplicate keys are neither detected nor rejected here: every string value is a body site
+//! whichever duplicate a receiver keeps, and the bytes forwarded are the bytes checked (the MCP
+//! `tools/call` check parses with duplicate keys rejected on its own).
+//!
+//! # Form bodies
+//!
+//! A body is a form when the one `Content-Type` is `application/x-www-form-urlencoded` and it
+//! has no content coding. It is split as the WHATWG URL Standard's parser splits it (at `&`,
+//! then each field at its first `=`), each field name decoded (`+` as space, `%XX`) and looked
+//! up among the aliases' form fields. In the value of a named field the placeholder counts in
+//! any percent-encoded spelling, since the receiver decodes the value before reading it
+//! (`Site(Body)`; the secret is written percent-encoded); a raw `;` in the value ends what is
+//! live (a parser that splits at `;` would see another field after it). Field names, other
+//! fields' values and a named field's value after `;` are inert (`form_key`, `form_value`).
+//! Repeated fields are each a site, as duplicate JSON members are.
+//!
+//! A body with a content coding is forwarded as it came and never substituted in; the proxy
+//! refuses one whose decoded text holds a placeholder at a named place
+//! ([`live_in_encoded_body`]).
 //! A body is only tokenized when it could hold a placeholder at all (it contains `mint`, a `%3x`,
 //! `%6x` or `%7x` escape, or `\u00`), so most bodies cost a few `memchr` passes.
 

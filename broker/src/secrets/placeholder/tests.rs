@@ -460,6 +460,12 @@ fn the_tokenizer_is_strict() {
         "{}",
         "[1,[2,{\"a\":null}],true,false]",
         "{\"a\":{\"b\":[\"\\ud83d\\ude00\",\"\\n\"]}}",
+        // One byte order mark; several texts (JSON Lines), as the MCP check reads them.
+        "\u{feff}{}",
+        "[1] [2]",
+        "{}{}",
+        "1 2\n",
+        "\"a\"\"b\"",
     ] {
         assert!(
             candidate_strings(valid.as_bytes(), &BodyPlaces::default()).is_some(),
@@ -475,7 +481,11 @@ fn the_tokenizer_is_strict() {
         "1.",
         ".5",
         "+1",
-        "[1] [2]",
+        "truenull",
+        "1[2]",
+        "\u{feff}\u{feff}{}",
+        " \u{feff}{}",
+        "{} x",
         "\"\\x\"",
         "\"\\ud83d\"",
         "\"\\ude00\"",
@@ -496,6 +506,29 @@ fn the_tokenizer_is_strict() {
     assert!(candidate_strings(deep(127).as_bytes(), &BodyPlaces::default()).is_some());
     assert!(candidate_strings(deep(128).as_bytes(), &BodyPlaces::default()).is_none());
     assert!(candidate_strings(deep(100_000).as_bytes(), &BodyPlaces::default()).is_none());
+}
+
+/// serde_json's reading of a body by the JSON body rule (`json_start`): one optional byte order
+/// mark, then one or more JSON texts, a top-level number or literal followed by whitespace or
+/// the end (serde_json's stream also takes `1"a"`; neither Mint reader does).
+fn serde_reads_json_texts(text: &str) -> bool {
+    let body = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut stream = serde_json::Deserializer::from_str(body).into_iter::<serde_json::Value>();
+    let mut any = false;
+    loop {
+        match stream.next() {
+            None => return any,
+            Some(Err(_)) => return false,
+            Some(Ok(value)) => {
+                any = true;
+                let delimited = value.is_string() || value.is_array() || value.is_object();
+                let next = body.as_bytes().get(stream.byte_offset());
+                if !delimited && next.is_some_and(|b| !b" \t\n\r".contains(b)) {
+                    return false;
+                }
+            }
+        }
+    }
 }
 
 /// Percent-encodes each byte of `text` when the matching flag says so, in the given hex case.
@@ -552,8 +585,7 @@ proptest! {
     ) {
         let text = text.concat();
         let ours = candidate_strings(text.as_bytes(), &BodyPlaces::default()).is_some();
-        let serde = serde_json::from_str::<serde_json::Value>(&text).is_ok();
-        prop_assert_eq!(ours, serde, "{}", text);
+        prop_assert_eq!(ours, serde_reads_json_texts(&text), "{}", text);
         let written = serde_json::to_string(&value).unwrap();
         prop_assert!(candidate_strings(written.as_bytes(), &BodyPlaces::default()).is_some());
     }
@@ -953,5 +985,68 @@ proptest! {
         let one = &found.found()[0];
         prop_assert_eq!(&body.as_bytes()[one.span.clone()], spelled.as_bytes());
         prop_assert_eq!(found.skipped().count(), 0);
+    }
+}
+
+/// Issue 16: a JSON body is read by one rule in both readers (`mint_policy::body::json_start`):
+/// one optional UTF-8 byte order mark, then one or more JSON texts. A placeholder at a named
+/// pointer after a byte order mark, and in each text of JSON Lines, is live, as the MCP check
+/// reads those bodies as JSON too (it was inert text before, while the MCP check read JSON).
+#[test]
+fn a_byte_order_mark_and_json_lines_are_json_to_the_scan_as_to_the_mcp_check() {
+    let places = pointer_places();
+    for (body, live) in [
+        ("\u{feff}{\"client_secret\":\"{{mint:client}}\"}", 1),
+        (
+            "{\"client_secret\":\"{{mint:client}}\"}\n{\"client_secret\":\"{{mint:client}}\"}\n",
+            2,
+        ),
+        (
+            "\u{feff}{\"note\":1}{\"client_secret\":\"{{mint:client}}\"} [\"{{mint:client}}\"]",
+            1,
+        ),
+    ] {
+        let found = scan_json(body, &places).unwrap();
+        assert_eq!(found.found().len(), live, "{body:?}");
+        assert!(
+            crate::proxy::mcp_call::examine(body.as_bytes()).is_ok(),
+            "{body:?}"
+        );
+    }
+}
+
+proptest! {
+    /// Whatever mix of texts, separators, byte order marks and junk a body holds, the scan reads
+    /// it as JSON exactly when the MCP check parses it as JSON (for bodies that start like JSON,
+    /// the only ones the MCP check parses).
+    #[test]
+    fn the_scan_and_the_mcp_check_agree_on_what_is_json(
+        bom in proptest::collection::vec(Just("\u{feff}"), 0..3),
+        parts in proptest::collection::vec(
+            prop_oneof![
+                Just("{\"client_secret\":\"{{mint:client}}\"}"),
+                Just("[1,{\"a\":\"{{mint:client}}\"}]"),
+                Just("{}"),
+                Just("[]"),
+                Just("true"),
+                Just("null"),
+                Just("12"),
+                Just("\"{{mint:client}}\""),
+                Just(" "),
+                Just("\n"),
+                Just("\r\n"),
+                Just("\t"),
+                Just(","),
+                Just("x"),
+                Just("{"),
+                Just("\u{a0}"),
+            ],
+            1..6,
+        ),
+    ) {
+        let body = format!("{}{{}} {}", bom.concat(), parts.concat());
+        let scan_reads_json = candidate_strings(body.as_bytes(), &pointer_places()).is_some();
+        let mcp_reads_json = crate::proxy::mcp_call::examine(body.as_bytes()).is_ok();
+        prop_assert_eq!(scan_reads_json, mcp_reads_json, "{:?}", body);
     }
 }
