@@ -666,3 +666,78 @@ fn issue_16_a_byte_order_mark_and_json_lines_are_read_as_json() {
         }
     }
 }
+
+/// Issue 16, F6: a request that carries the capability token it presented toward the upstream
+/// (another header, `Basic` credentials, the query, the body: a JSON value or deep in a large
+/// one) is refused with 403 `capability_token_outward` before anything is sent, and the token
+/// shows nowhere: not in the answer, the audit log or Mint's stderr.
+#[test]
+fn issue_16_the_presented_capability_token_is_never_forwarded() {
+    let setup = Setup::start();
+    let cap = setup.cap.clone();
+    let basic = base64(format!("agent:{cap}").as_bytes());
+    let large = format!(
+        "{{\"padding\":\"{}\",\"token\":\"{cap}\"}}",
+        "x".repeat(256 * 1024 + 7)
+    );
+    for via in VIAS {
+        for (path, headers, body) in [
+            (
+                "/echo/v1/messages",
+                vec![format!("X-Upstream-Token: {cap}")],
+                "{}".to_owned(),
+            ),
+            (
+                "/echo/v1/messages",
+                vec![format!("Authorization: Basic {basic}")],
+                "{}".to_owned(),
+            ),
+            (
+                &format!("/echo/v1/messages?key={cap}")[..],
+                vec![],
+                "{}".to_owned(),
+            ),
+            (
+                "/echo/v1/messages",
+                vec![],
+                format!("{{\"note\":\"my token is {cap}\"}}"),
+            ),
+            ("/echo/v1/messages", vec![], large.clone()),
+        ] {
+            let before = setup.peer.server.requests().len();
+            let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
+            let response = setup.post(via, path, &headers, body.as_bytes());
+            let (status, code) = setup.refusal(via, &response);
+            assert_eq!(
+                (status, code.as_str()),
+                (403, "capability_token_outward"),
+                "{via} {path} {headers:?}: {response:?}"
+            );
+            assert_eq!(setup.peer.server.requests().len(), before, "{via}");
+            setup.assert_clean(&response.everything());
+        }
+        // The same request without the token passes.
+        let response = setup.post(via, "/echo/v1/messages", &[], b"{\"note\":\"mint_cap_\"}");
+        assert_eq!(response.status, 200, "{via}: {response:?}");
+    }
+}
+
+/// Standard base64 with padding, as a client writes `Basic` credentials.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, &b)| acc | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}

@@ -61,6 +61,15 @@ pub enum ProxyError {
         /// Where it was (a description, never the text).
         place: String,
     },
+    /// The request carries the capability token it presented toward the upstream (a header, the
+    /// target, the body): Mint consumes that token and never forwards it.
+    #[error(
+        "the request carries its own capability token in {part}: Mint never forwards a capability token to an upstream; remove it (the token goes only in `Mint-Capability` or the proxy credentials)"
+    )]
+    CapabilityOutward {
+        /// Where it was (a description, never the text).
+        part: String,
+    },
     /// The capability does not grant the alias.
     #[error("this capability does not grant alias `{alias}`")]
     CapabilityScope {
@@ -219,6 +228,7 @@ impl ProxyError {
             ProxyError::AliasNotBound { .. }
             | ProxyError::SiteNotAllowed { .. }
             | ProxyError::CapabilityScope { .. }
+            | ProxyError::CapabilityOutward { .. }
             | ProxyError::PolicyDenied { .. }
             | ProxyError::AddressRefused(_)
             | ProxyError::OutsideCaNameConstraints => StatusCode::FORBIDDEN,
@@ -254,6 +264,7 @@ impl ProxyError {
             ProxyError::AliasNotBound { .. } => "alias_not_bound",
             ProxyError::SiteNotAllowed { .. } => "site_not_allowed",
             ProxyError::CapabilityScope { .. } => "capability_scope",
+            ProxyError::CapabilityOutward { .. } => "capability_token_outward",
             ProxyError::PolicyDenied { .. } => "policy_denied",
             ProxyError::Limited { .. } => "limited",
             ProxyError::AddressRefused(_) => "address_refused",
@@ -295,6 +306,7 @@ impl ProxyError {
             | ProxyError::AliasNotBound { .. }
             | ProxyError::SiteNotAllowed { .. }
             | ProxyError::CapabilityScope { .. }
+            | ProxyError::CapabilityOutward { .. }
             | ProxyError::PolicyDenied { .. }
             | ProxyError::AddressRefused(_)
             | ProxyError::OutsideCaNameConstraints => Outcome::Denied,
@@ -316,6 +328,7 @@ impl ProxyError {
             | ProxyError::AliasNotBound { .. }
             | ProxyError::SiteNotAllowed { .. }
             | ProxyError::CapabilityScope { .. }
+            | ProxyError::CapabilityOutward { .. }
             | ProxyError::PolicyDenied { .. }
             | ProxyError::Limited { .. }
             | ProxyError::AddressRefused(_)
