@@ -99,3 +99,36 @@ impl<'a> From<&'a Alias> for AliasView<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    /// The body site's pointers and form fields are shown as the file names them; an alias
+    /// without them shows neither key.
+    #[test]
+    fn pointers_and_form_fields_are_shown() {
+        let yaml = "aliases:
+  - name: oauth
+    hosts: [auth.example.com]
+    sites: [{body: [/client_secret]}, {form: [client_secret, client id]}]
+  - name: github
+    hosts: [api.github.com]
+";
+        let file = load_aliases(yaml.as_bytes(), "a.yaml").aliases.unwrap();
+        let views: Vec<serde_json::Value> = file
+            .aliases
+            .iter()
+            .map(|alias| serde_json::to_value(AliasView::from(alias)).unwrap())
+            .collect();
+        assert_eq!(views[0]["sites"], serde_json::json!(["body"]));
+        assert_eq!(views[0]["body"], serde_json::json!(["/client_secret"]));
+        assert_eq!(
+            views[0]["form"],
+            serde_json::json!(["client_secret", "client id"])
+        );
+        assert!(views[1].get("body").is_none() && views[1].get("form").is_none());
+    }
+}
