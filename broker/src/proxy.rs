@@ -4,11 +4,14 @@
 //! audited (a `decision` record if none was written yet, then an `outcome` record):
 //!
 //! 1. authenticate (`Mint-Capability`, or `Proxy-Authorization: Bearer` in forward-proxy mode);
-//! 2. parse and canonicalize the target once (`mint_policy::normalize`), check the method,
-//!    framing and headers, strip what is never forwarded; for a request with a body, check the
-//!    placeholders of the target and headers and refuse, unread, a request the policy denies
-//!    whatever its body holds; read the body within its limit, decode its content coding (a body
-//!    Mint cannot examine whole is refused), check `_method` parameters;
+//! 2. refuse a target that carries the presented capability token (before its facts are taken
+//!    for the record); parse and canonicalize the target once (`mint_policy::normalize`), check
+//!    the method, framing and headers, strip what is never forwarded, refuse forwarded headers
+//!    that carry the token; for a request with a body, check the placeholders of the target and
+//!    headers and refuse, unread, a request the policy denies whatever its body holds; read the
+//!    body within its limit (refusing it as soon as the token shows in it), decode its content
+//!    coding (a body Mint cannot examine whole is refused; a coded body with a placeholder at a
+//!    named body place is refused, 415), check `_method` parameters;
 //! 3. name the tools of an MCP `tools/call` body (`Mcp-Name` must agree); find placeholders
 //!    and where they sit; unknown alias 400; a placeholder in a forbidden place 403; then alias
 //!    by alias: not bound to the host 403, a site the alias does not allow 403, capability
