@@ -4,11 +4,14 @@
 //! audited (a `decision` record if none was written yet, then an `outcome` record):
 //!
 //! 1. authenticate (`Mint-Capability`, or `Proxy-Authorization: Bearer` in forward-proxy mode);
-//! 2. parse and canonicalize the target once (`mint_policy::normalize`), check the method,
-//!    framing and headers, strip what is never forwarded; for a request with a body, check the
-//!    placeholders of the target and headers and refuse, unread, a request the policy denies
-//!    whatever its body holds; read the body within its limit, decode its content coding (a body
-//!    Mint cannot examine whole is refused), check `_method` parameters;
+//! 2. refuse a target that carries the presented capability token (before its facts are taken
+//!    for the record); parse and canonicalize the target once (`mint_policy::normalize`), check
+//!    the method, framing and headers, strip what is never forwarded, refuse forwarded headers
+//!    that carry the token; for a request with a body, check the placeholders of the target and
+//!    headers and refuse, unread, a request the policy denies whatever its body holds; read the
+//!    body within its limit (refusing it as soon as the token shows in it), decode its content
+//!    coding (a body Mint cannot examine whole is refused; a coded body with a placeholder at a
+//!    named body place is refused, 415), check `_method` parameters;
 //! 3. name the tools of an MCP `tools/call` body (`Mcp-Name` must agree); find placeholders
 //!    and where they sit; unknown alias 400; a placeholder in a forbidden place 403; then alias
 //!    by alias: not bound to the host 403, a site the alias does not allow 403, capability
@@ -76,7 +79,7 @@ pub use pipeline::JSONRPC_REFUSED;
 use answer::OutcomeWriter;
 use error::describe_part;
 pub(crate) use error::error_body;
-use pipeline::{Allowed, JsonRpcIds, RawTarget};
+use pipeline::{Allowed, JsonRpcIds, OutwardToken, RawTarget};
 
 /// The capability header of `/v1/proxy` requests.
 pub const CAPABILITY_HEADER: &str = "mint-capability";
@@ -513,6 +516,7 @@ async fn list_aliases(State(state): State<AppState>, request: Request) -> Respon
                 "hosts": alias.hosts.iter().map(|h| h.as_text()).collect::<Vec<_>>(),
                 "sites": alias.sites.iter().map(Site::as_str).collect::<Vec<_>>(),
                 "body": alias.body.iter().map(|p| p.as_str()).collect::<Vec<_>>(),
+                "form": alias.form.iter().map(|f| f.as_str()).collect::<Vec<_>>(),
                 "placeholder": format!("{{{{mint:{}}}}}", alias.name),
             })
         })
@@ -888,6 +892,9 @@ async fn forward(
         None => capability_token(&parts.headers, mode),
     };
     let grant = state.authenticate(token.as_deref(), mode)?;
+    // The presented token must not travel on to the upstream (F6): checked in the target, the
+    // forwarded headers and, while it is read, the body.
+    let outward = token.as_deref().map(OutwardToken::new);
     exchange.facts.agent = AgentName::new(grant.agent.as_str()).ok();
     exchange.facts.capability = CapabilityId::new(grant.id.as_str()).ok();
 
@@ -901,6 +908,14 @@ async fn forward(
             RawTarget::from_absolute(&parts.uri, &parts.headers)?
         }
     };
+    if let Some(outward) = &outward
+        && raw.carries(outward)
+    {
+        // Refused before the target's facts are taken: the record never holds the token.
+        return Err(ProxyError::CapabilityOutward {
+            part: "the target".to_owned(),
+        });
+    }
     let (target, target_facts) = raw.canonicalize()?;
     exchange.facts.target = Some(target_facts);
     headers::check_method(&method)?;
@@ -911,6 +926,14 @@ async fn forward(
     let declared = headers::content_length(&parts.headers);
     let mut request_headers = parts.headers;
     headers::strip_request(&mut request_headers);
+    if let Some(name) = outward
+        .as_ref()
+        .and_then(|outward| outward.header_carrying(&request_headers))
+    {
+        return Err(ProxyError::CapabilityOutward {
+            part: format!("header `{name}`"),
+        });
+    }
     let mut declarations = state.declarations();
 
     // 3a. Before the body is read: the placeholders of the target and the headers, and the
@@ -932,11 +955,13 @@ async fn forward(
             &uses,
         )?;
     }
-    let body = read_body(body, declared, state.limits()).await?;
+    let body = read_body(body, declared, state.limits(), outward.as_ref()).await?;
+    drop(outward);
 
     // 3b. The body as a receiver decodes it: method overrides, then the MCP tools.
     let (tools, other_messages) = {
         let decoded = pipeline::decoded_body(&request_headers, &body)?;
+        pipeline::check_encoded_body(&request_headers, &decoded, declarations.body_places())?;
         headers::check_override_params(
             &method,
             target.query.as_deref(),
@@ -1239,10 +1264,18 @@ fn admit(state: &AppState, allowed: Allowed) -> Result<Admitted, ProxyError> {
 /// past the limit) for a body without one. Chunks are copied in and dropped as they come, so a
 /// request holds its body once (plus, while the buffer grows, its previous copy). A body that
 /// arrives in one chunk is kept as it came, without a copy.
+///
+/// As each chunk comes, the bytes it adds (with the token's length less one before them, for a
+/// token split across chunks) are searched for `outward`, the capability token the request
+/// presented: found, the request is refused (403 `capability_token_outward`). One search per
+/// chunk over bytes just copied, so no second pass over the body; what it cannot see is an
+/// encoded token (gzip, base64, JSON or percent escapes), which only an agent that means to
+/// leak it writes, and such an agent holds the token anyway.
 async fn read_body(
     body: Body,
     declared: Option<u64>,
     limits: &ProxyLimits,
+    outward: Option<&OutwardToken>,
 ) -> Result<Bytes, ProxyError> {
     let limit = limits.max_request_body;
     if declared.is_some_and(|length| length > limit) {
@@ -1271,6 +1304,7 @@ async fn read_body(
             }
             if first.is_none() && buffer.is_empty() {
                 first = Some(data);
+                check_outward(first.as_deref().unwrap_or_default(), 0, outward)?;
                 continue;
             }
             if let Some(chunk) = first.take() {
@@ -1290,6 +1324,7 @@ async fn read_body(
                 buffer.reserve_exact(size - buffer.len());
             }
             buffer.extend_from_slice(&data);
+            check_outward(&buffer, held, outward)?;
         }
         Ok(first.unwrap_or_else(|| Bytes::from(buffer)))
     };
@@ -1297,6 +1332,25 @@ async fn read_body(
         Err(_) => Err(Invalid::Body.into()),
         Ok(result) => result,
     }
+}
+
+/// Searches the bytes of `held` from `from` on (and the token's length less one before them)
+/// for the presented capability token.
+fn check_outward(
+    held: &[u8],
+    from: usize,
+    outward: Option<&OutwardToken>,
+) -> Result<(), ProxyError> {
+    let Some(outward) = outward else {
+        return Ok(());
+    };
+    let start = from.saturating_sub(outward.len().saturating_sub(1));
+    if outward.found_in(held.get(start..).unwrap_or_default()) {
+        return Err(ProxyError::CapabilityOutward {
+            part: "the body".to_owned(),
+        });
+    }
+    Ok(())
 }
 
 fn inject_error(error: InjectError) -> ProxyError {
@@ -1327,4 +1381,132 @@ fn upstream_error(error: &hyper_util::client::legacy::Error) -> ProxyError {
         return ProxyError::UpstreamFailed("cannot connect to the upstream".to_owned());
     }
     ProxyError::UpstreamUnknown("the upstream connection broke before the answer's head".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use std::collections::VecDeque;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use bytes::Bytes;
+    use hyper::body::Frame;
+
+    use super::*;
+
+    /// A body that arrives in the given chunks.
+    struct Chunks(VecDeque<Bytes>);
+
+    impl hyper::body::Body for Chunks {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            Poll::Ready(self.0.pop_front().map(|chunk| Ok(Frame::data(chunk))))
+        }
+    }
+
+    fn limits() -> ProxyLimits {
+        ProxyLimits::default()
+    }
+
+    /// F6: the presented token is found in a body however the chunks split it, in the first
+    /// chunk, in a later one, across two or three; a body without it, or with another token,
+    /// is read whole and unchanged.
+    #[tokio::test]
+    async fn the_presented_token_is_found_in_the_body_across_chunk_boundaries() {
+        let token = "mint_cap_0123456789abcdef_9f8e7d6c5b4a39281706f5e4d3c2b1a0";
+        let outward = OutwardToken::new(token);
+        let body = format!(
+            "{{\"padding\":\"{}\",\"leak\":\"{token}\"}}",
+            "x".repeat(300)
+        );
+        let at = body.find(token).unwrap();
+        let mut splits: Vec<Vec<usize>> = (0..=body.len()).map(|cut| vec![cut]).collect();
+        for offset in 1..token.len() {
+            splits.push(vec![at + offset / 2, at + offset]);
+        }
+        for cuts in splits {
+            let mut chunks = VecDeque::new();
+            let mut from = 0;
+            for &cut in &cuts {
+                chunks.push_back(Bytes::copy_from_slice(&body.as_bytes()[from..cut]));
+                from = cut;
+            }
+            chunks.push_back(Bytes::copy_from_slice(&body.as_bytes()[from..]));
+            let read = read_body(Body::new(Chunks(chunks)), None, &limits(), Some(&outward)).await;
+            let Err(error) = read else {
+                panic!("not found with cuts {cuts:?}");
+            };
+            assert_eq!(error.code(), "capability_token_outward");
+            assert_eq!(error.status(), StatusCode::FORBIDDEN);
+            assert!(!error.to_string().contains(token), "{error}");
+            assert!(!format!("{error:?} {outward:?}").contains(token));
+        }
+        let clean = body.replace(token, "mint_cap_0123456789abcdef_other");
+        for cut in [0, 1, clean.len() / 2] {
+            let chunks = VecDeque::from([
+                Bytes::copy_from_slice(&clean.as_bytes()[..cut]),
+                Bytes::copy_from_slice(&clean.as_bytes()[cut..]),
+            ]);
+            let read = read_body(Body::new(Chunks(chunks)), None, &limits(), Some(&outward))
+                .await
+                .unwrap();
+            assert_eq!(read, clean.as_bytes());
+        }
+    }
+
+    /// F6: the token in a header to be forwarded, raw, percent-encoded or inside `Basic`
+    /// credentials; in the target, raw or percent-encoded. Another token is no match.
+    #[test]
+    fn the_presented_token_is_found_in_headers_and_the_target() {
+        use base64::Engine as _;
+        let token = "mint_cap_0123456789abcdef_9f8e7d6c5b4a39281706f5e4d3c2b1a0";
+        let outward = OutwardToken::new(token);
+        let basic = base64::engine::general_purpose::STANDARD.encode(format!("agent:{token}"));
+        let encoded = token.replace('_', "%5F");
+        for (name, value) in [
+            ("x-token", token.to_owned()),
+            ("authorization", format!("Bearer {token}")),
+            ("authorization", format!("Basic {basic}")),
+            ("cookie", format!("s={encoded}")),
+        ] {
+            let mut headers = http::HeaderMap::new();
+            headers.insert("accept", HeaderValue::from_static("*/*"));
+            headers.insert(
+                http::HeaderName::from_static(name),
+                HeaderValue::from_str(&value).unwrap(),
+            );
+            assert_eq!(
+                outward.header_carrying(&headers).map(|n| n.as_str()),
+                Some(name)
+            );
+        }
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            "authorization",
+            HeaderValue::from_static("Bearer mint_cap_0123456789abcdef_other"),
+        );
+        assert!(outward.header_carrying(&headers).is_none());
+        for url in [
+            format!("https://api.example.com/x?key={token}"),
+            format!("https://api.example.com/{token}/x"),
+            format!("https://api.example.com/x?key={encoded}"),
+        ] {
+            assert!(
+                RawTarget::from_url(&url).unwrap().carries(&outward),
+                "{url}"
+            );
+        }
+        assert!(
+            !RawTarget::from_url("https://api.example.com/x?key=mint_cap_other")
+                .unwrap()
+                .carries(&outward)
+        );
+    }
 }

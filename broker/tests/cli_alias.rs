@@ -404,6 +404,66 @@ fn wildcards_and_other_sites_warn() {
     );
 }
 
+/// Issue 16: `--form FIELD` names a form field of the body site (and `--body` a pointer); the
+/// file, `alias list` (table and JSON) show both; a bad field name exits 2 without echoing it.
+#[test]
+fn form_fields_are_declared_and_listed() {
+    let home = Home::new();
+    let out = ok(home.mint().args([
+        "alias",
+        "add",
+        "oauth",
+        "--host",
+        "auth.example.com",
+        "--form",
+        "client_secret",
+        "--form",
+        "client id",
+        "--body",
+        "/client_secret",
+        "--source",
+        "env:OAUTH_SECRET",
+    ]));
+    assert!(out.stdout.contains("warning: [W005]"), "{}", out.stdout);
+    let text = home.aliases_text();
+    assert!(
+        text.contains(
+            r#"sites: [{body: ["/client_secret"]}, {form: ["client_secret", "client id"]}]"#
+        ),
+        "{text}"
+    );
+    let rows = home.list(&mut home.mint());
+    assert_eq!(rows[0]["sites"], serde_json::json!(["body"]));
+    assert_eq!(rows[0]["body"], serde_json::json!(["/client_secret"]));
+    assert_eq!(
+        rows[0]["form"],
+        serde_json::json!(["client_secret", "client id"])
+    );
+    let table = ok(home.mint().args(["alias", "list"]));
+    assert!(
+        table
+            .stdout
+            .contains("body /client_secret,form client_secret client id"),
+        "{}",
+        table.stdout
+    );
+    let before = home.aliases_text();
+    let out = fails(home.mint().args([
+        "alias",
+        "add",
+        "bad",
+        "--host",
+        "auth.example.com",
+        "--form",
+        "tok-Zq8Wn3\tx",
+        "--source",
+        "env:X",
+    ]));
+    assert!(out.stderr.contains("invalid --form #1"), "{}", out.stderr);
+    assert!(!out.stderr.contains("tok-Zq8Wn3"), "{}", out.stderr);
+    assert_eq!(home.aliases_text(), before);
+}
+
 #[test]
 fn refuses_unsafe_or_missing_alias_files() {
     let dir = tempfile::tempdir().unwrap();

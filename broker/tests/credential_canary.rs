@@ -197,6 +197,7 @@ fn canary_never_leaves_the_library() {
             hosts: vec!["api.example.com".to_owned()],
             sites: Vec::new(),
             body: Vec::new(),
+            form: Vec::new(),
             source: None,
             description: None,
             env: Vec::new(),

@@ -10,7 +10,7 @@ use std::fmt;
 
 use serde::{Serialize, Serializer};
 
-use crate::body::{JsonPointer, MAX_POINTERS};
+use crate::body::{FormField, JsonPointer, MAX_FORM_FIELDS, MAX_POINTERS};
 use crate::diagnostic::{Code, Diagnostic, Findings, Pos, Severity};
 use crate::fields::{EntryKey, MapReader, Sink, entry_key, item_path, join, list, string};
 use crate::host::HostPattern;
@@ -29,12 +29,17 @@ pub struct Alias {
     /// Hosts the secret may be sent to.
     #[serde(serialize_with = "serialize_patterns")]
     pub hosts: Vec<HostPattern>,
-    /// Request sites the secret may sit in; holds `body` exactly when `body` names a pointer.
+    /// Request sites the secret may sit in; holds `body` exactly when `body` names a pointer or
+    /// `form` names a field.
     pub sites: SiteSet,
     /// The JSON Pointers of a JSON body where the secret may sit; a placeholder anywhere else in
     /// a body is inert.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub body: Vec<JsonPointer>,
+    /// The fields of an `application/x-www-form-urlencoded` body whose values the secret may sit
+    /// in (decoded names); a placeholder anywhere else in a form body is inert.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub form: Vec<FormField>,
     /// Where the broker reads the value.
     pub source: SecretSource,
     /// Environment variables `mint run` sets to this alias's placeholder, for SDKs and CLIs that
@@ -136,13 +141,22 @@ impl AliasFile {
             let sites: Vec<String> = alias
                 .sites
                 .iter()
-                .map(|site| match site {
+                .flat_map(|site| match site {
                     Site::Body => {
-                        let pointers: Vec<String> =
-                            alias.body.iter().map(|p| q(p.as_str())).collect();
-                        format!("{{body: [{}]}}", pointers.join(", "))
+                        let mut entries = Vec::new();
+                        if !alias.body.is_empty() {
+                            let pointers: Vec<String> =
+                                alias.body.iter().map(|p| q(p.as_str())).collect();
+                            entries.push(format!("{{body: [{}]}}", pointers.join(", ")));
+                        }
+                        if !alias.form.is_empty() {
+                            let fields: Vec<String> =
+                                alias.form.iter().map(|f| q(f.as_str())).collect();
+                            entries.push(format!("{{form: [{}]}}", fields.join(", ")));
+                        }
+                        entries
                     }
-                    other => other.as_str().to_owned(),
+                    other => vec![other.as_str().to_owned()],
                 })
                 .collect();
             out.push_str(&format!("    sites: [{}]\n", sites.join(", ")));
@@ -391,6 +405,7 @@ fn read_alias(
 
     let mut sites = SiteSet::HEADER;
     let mut body = Vec::new();
+    let mut form = Vec::new();
     if let Some(n) = map.take("sites") {
         let path = join(&prefix, "sites");
         sites = SiteSet::EMPTY;
@@ -416,22 +431,25 @@ fn read_alias(
                      write `{body: [/client_secret]}`; a placeholder anywhere else in a body is \
                      forwarded as text",
                 ),
+                (_, Some(Value::Str("form"))) => sink.error(
+                    Code::FormSiteWithoutFields,
+                    item,
+                    &path,
+                    "`form` must name the fields of a form body the secret goes in: write \
+                     `{form: [client_secret]}`; a placeholder anywhere else in a body is \
+                     forwarded as text",
+                ),
                 (_, Some(Value::Str(text))) if Site::parse(text).is_some() => {
                     if let Some(site) = Site::parse(text) {
                         sites = sites.with(site);
                     }
                 }
                 (NodeKind::Map(entries), _) => {
-                    if read_body_site(entries, item, &path, &mut body, sink) {
+                    if read_body_site(entries, item, &path, &mut body, &mut form, sink) {
                         sites = sites.with(Site::Body);
                     }
                 }
-                _ => sink.error(
-                    Code::InvalidSite,
-                    item,
-                    &path,
-                    "a site is `header`, `query` or `{body: [/json/pointer, ...]}`",
-                ),
+                _ => sink.error(Code::InvalidSite, item, &path, SITE_FORMS),
             }
         }
         if !sites.is_subset(SiteSet::HEADER) {
@@ -474,18 +492,25 @@ fn read_alias(
         hosts,
         sites,
         body,
+        form,
         source: source?,
         env,
         pos: node.pos(),
     })
 }
 
-/// Reads `{body: [POINTER, ...]}` into `body`; whether it named at least one valid pointer.
+/// What a site may be, for messages.
+const SITE_FORMS: &str =
+    "a site is `header`, `query`, `{body: [/json/pointer, ...]}` or `{form: [field, ...]}`";
+
+/// Reads `{body: [POINTER, ...]}` into `body` or `{form: [FIELD, ...]}` into `form`; whether
+/// it named at least one valid pointer or field.
 fn read_body_site(
     entries: &[(Node, Node)],
     item: &Node,
     path: &str,
     body: &mut Vec<JsonPointer>,
+    form: &mut Vec<FormField>,
     sink: &mut Sink<'_>,
 ) -> bool {
     let [(key, value)] = entries else {
@@ -493,65 +518,90 @@ fn read_body_site(
             Code::InvalidSite,
             item,
             path,
-            "a body site is one key, `body`, with a list of JSON Pointers: `{body: [/client_secret]}`",
+            "a body site is one key, `body` with a list of JSON Pointers (`{body: \
+             [/client_secret]}`) or `form` with a list of form fields (`{form: [client_secret]}`)",
         );
         return false;
     };
-    if key.value() != Some(Value::Str("body")) {
-        sink.error(
-            Code::InvalidSite,
-            key,
-            path,
-            "a site is `header`, `query` or `{body: [/json/pointer, ...]}`",
-        );
-        return false;
-    }
-    let path = format!("{path}.body");
-    let pointers: Vec<&Node> = match &value.kind {
-        NodeKind::Seq(items) => items.iter().collect(),
-        NodeKind::Scalar { .. } => vec![value],
-        NodeKind::Map(_) => {
-            sink.wrong_type(value, &path, "a list of JSON Pointers");
+    let is_form = match key.value() {
+        Some(Value::Str("body")) => false,
+        Some(Value::Str("form")) => true,
+        _ => {
+            sink.error(Code::InvalidSite, key, path, SITE_FORMS);
             return false;
         }
     };
-    if pointers.is_empty() {
+    let (field, code, what, example, max) = if is_form {
+        (
+            "form",
+            Code::InvalidFormField,
+            "form fields",
+            "`client_secret`",
+            MAX_FORM_FIELDS,
+        )
+    } else {
+        (
+            "body",
+            Code::InvalidJsonPointer,
+            "JSON Pointers",
+            "`/client_secret`",
+            MAX_POINTERS,
+        )
+    };
+    let path = format!("{path}.{field}");
+    let items: Vec<&Node> = match &value.kind {
+        NodeKind::Seq(items) => items.iter().collect(),
+        NodeKind::Scalar { .. } => vec![value],
+        NodeKind::Map(_) => {
+            sink.wrong_type(value, &path, &format!("a list of {what}"));
+            return false;
+        }
+    };
+    if items.is_empty() {
+        let singular = what.trim_end_matches('s');
         sink.error(
             Code::EmptyList,
             value,
             &path,
-            "name at least one JSON Pointer, such as `/client_secret`, or remove the body site",
+            format!("name at least one {singular}, such as {example}, or remove the {field} site"),
         );
         return false;
     }
-    if pointers.len() > MAX_POINTERS {
+    if items.len() > max {
         sink.error(
-            Code::InvalidJsonPointer,
+            code,
             value,
             &path,
-            format!("an alias names at most {MAX_POINTERS} JSON Pointers"),
+            format!("an alias names at most {max} {what}"),
         );
         return false;
     }
     let mut named = false;
-    for (i, node) in pointers.into_iter().enumerate() {
+    for (i, node) in items.into_iter().enumerate() {
         let item_path = format!("{path}[{i}]");
         let Some(text) = string(node, &item_path, sink) else {
             continue;
         };
-        match JsonPointer::parse(text) {
-            Ok(pointer) => {
-                if !body.contains(&pointer) {
-                    body.push(pointer);
-                }
-                named = true;
-            }
-            Err(error) => sink.error(
-                Code::InvalidJsonPointer,
-                node,
-                &item_path,
-                error.to_string(),
-            ),
+        let problem = if is_form {
+            FormField::parse(text)
+                .map(|f| {
+                    if !form.contains(&f) {
+                        form.push(f);
+                    }
+                })
+                .map_err(|e| e.to_string())
+        } else {
+            JsonPointer::parse(text)
+                .map(|p| {
+                    if !body.contains(&p) {
+                        body.push(p);
+                    }
+                })
+                .map_err(|e| e.to_string())
+        };
+        match problem {
+            Ok(()) => named = true,
+            Err(message) => sink.error(code, node, &item_path, message),
         }
     }
     named

@@ -331,8 +331,9 @@ text_type! {
 
 text_type! {
     /// One of `skipped`: an alias name, `@` and the place in the body where a placeholder of that
-    /// alias was forwarded as text (`json_value`, `json_key`, `text`): `github@json_value`. Never
-    /// a pointer or a field name of the body, which are the agent's data.
+    /// alias was forwarded as text (`json_value`, `json_key`, `form_value`, `form_key`,
+    /// `text`): `github@json_value`. Never a pointer or a field name of the body, which are the
+    /// agent's data.
     SkippedQuote, Field::Skipped, is_skipped_quote
 }
 

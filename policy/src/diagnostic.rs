@@ -140,6 +140,10 @@ codes! {
     ReservedEnvName = "E056", "reserved environment variable name";
     /// An `env` name declared twice, in one alias or in two.
     DuplicateEnvName = "E057", "duplicate environment variable name";
+    /// A `form` field name that is empty, too long or holds a control character, or too many.
+    InvalidFormField = "E058", "invalid form field";
+    /// A bare `form` site: the form site must name its fields.
+    FormSiteWithoutFields = "E059", "form site without fields";
     /// An approve rule's `approval.timeout` outside 1 s to 280 s.
     ApprovalTimeoutOutOfRange = "E060", "approval timeout out of range";
     /// `default: allow`.

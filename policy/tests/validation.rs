@@ -811,7 +811,7 @@ fn alias_body_site_names_json_pointers() {
         ("[{body: [/a~2]}]", "E053"),
         ("[{body: []}]", "E015"),
         ("[{body: [/a], query: [/b]}]", "E035"),
-        ("[{form: [/a]}]", "E035"),
+        ("[{cookie: [/a]}]", "E035"),
     ] {
         let yaml =
             format!("aliases:\n  - name: gh\n    hosts: [api.github.com]\n    sites: {sites}\n");
@@ -914,4 +914,77 @@ fn an_approve_rule_a_deny_rule_overrides_is_w003() {
         "t.yaml",
     );
     assert!(load.diagnostics[0].message.contains("holds for approval"));
+}
+
+/// Issue 16: the form site names the fields of an `application/x-www-form-urlencoded` body, as
+/// the receiver reads them (decoded). A bare `form` is E059; an empty name, a control character
+/// or a name past 256 bytes is E058, and so is a list of more than 64. `{form: [...]}` alone
+/// gives the alias the body site, warns W005 like a pointer does, and reads back through
+/// `to_yaml` next to the pointers.
+#[test]
+fn alias_form_site_names_form_fields() {
+    let load = load_aliases(
+        b"aliases:\n  - name: oauth\n    hosts: [auth.example.com]\n    sites: [form]\n",
+        "a.yaml",
+    );
+    assert!(load.aliases.is_none());
+    let [finding] = &load.diagnostics[..] else {
+        panic!("{:?}", load.diagnostics)
+    };
+    assert_eq!(finding.code.as_str(), "E059");
+    let rendered = finding.render("a.yaml");
+    assert!(
+        rendered.starts_with("a.yaml:4:13: error[E059]"),
+        "{rendered}"
+    );
+    assert!(rendered.contains("`{form: [client_secret]}`"), "{rendered}");
+
+    let long = "f".repeat(257);
+    let many: Vec<String> = (0..65).map(|i| format!("f{i}")).collect();
+    let many = format!("[{{form: [{}]}}]", many.join(", "));
+    for (sites, code) in [
+        (r#"[{form: [""]}]"#, "E058"),
+        (r#"[{form: ["a\nb"]}]"#, "E058"),
+        (r#"[{form: ["a\tb"]}]"#, "E058"),
+        (&format!("[{{form: [{long}]}}]")[..], "E058"),
+        (&many[..], "E058"),
+        ("[{form: []}]", "E015"),
+        ("[{form: {a: b}}]", "E012"),
+        ("[{form: [a], body: [/b]}]", "E035"),
+    ] {
+        let yaml = format!(
+            "aliases:\n  - name: oauth\n    hosts: [auth.example.com]\n    sites: {sites}\n"
+        );
+        let codes = alias_codes(&yaml);
+        assert!(codes.contains(&code), "{sites}: {codes:?}");
+    }
+    // A rejected name is never quoted back: an operator may paste a token there.
+    let yaml = "aliases:\n  - name: oauth\n    hosts: [auth.example.com]\n    sites: [{form: [\"tok-Zq8Wn3\\u0000\"]}]\n";
+    let load = load_aliases(yaml.as_bytes(), "a.yaml");
+    for finding in &load.diagnostics {
+        assert!(
+            !finding.render("a.yaml").contains("tok-Zq8Wn3"),
+            "{finding:?}"
+        );
+    }
+
+    let yaml = "aliases:\n  - name: oauth\n    hosts: [auth.example.com]\n    sites:\n      - {form: [client_secret, \"client secret\", \"a&b=c\", client_secret]}\n      - body: [/client_secret]\n";
+    let load = load_aliases(yaml.as_bytes(), "a.yaml");
+    let codes: Vec<&str> = load.diagnostics.iter().map(|d| d.code.as_str()).collect();
+    assert_eq!(codes, ["W005"]);
+    let file = load.aliases.unwrap();
+    let alias = &file.aliases[0];
+    let fields: Vec<&str> = alias.form.iter().map(|f| f.as_str()).collect();
+    assert_eq!(fields, ["client_secret", "client secret", "a&b=c"]);
+    assert!(alias.sites.contains(mint_policy::site::Site::Body));
+    assert!(!alias.sites.contains(mint_policy::site::Site::Header));
+    let text = file.to_yaml();
+    assert!(
+        text.contains(r#"sites: [{body: ["/client_secret"]}, {form: ["client_secret", "client secret", "a&b=c"]}]"#),
+        "{text}"
+    );
+    let again = load_aliases(text.as_bytes(), "a.yaml").aliases.unwrap();
+    assert_eq!(again.aliases[0].form, alias.form);
+    assert_eq!(again.aliases[0].body, alias.body);
+    assert_eq!(again.aliases[0].sites, alias.sites);
 }

@@ -21,6 +21,12 @@ const MODEL_CANARY: &str = "canary-model-Rk7Wq2Xn9Lp4Tz6V";
 const GITHUB_CANARY: &str = "canary-github-Hb3Ys8Mc5Jd1Qf7G";
 /// The secret of `client`, bound to [`HOST`], substituted in a JSON body at `/client_secret` only.
 const CLIENT_CANARY: &str = "canary-client-Vn5Kc2Pw8Dq4Ls1J";
+/// The secret of `oauth`, bound to [`HOST`], substituted in the `client_secret` field of a form
+/// body only. It holds every byte that would split or change a form if sent unencoded.
+const OAUTH_CANARY: &str = "canary-oauth Mq4&grant_type=x+y%41;Zt8";
+/// [`OAUTH_CANARY`] as Mint writes it into a form value: every byte outside RFC 3986 unreserved
+/// percent-encoded.
+const OAUTH_ENCODED: &str = "canary-oauth%20Mq4%26grant_type%3Dx%2By%2541%3BZt8";
 
 struct Setup {
     // Dropped first: the broker, then the upstream, then the home.
@@ -41,7 +47,7 @@ impl Setup {
         let peer = echo_peer(dir.path(), config);
         let port = peer.server.port();
         let policy = format!(
-            "version: 1\ndefault: deny\nrules:\n  - id: model\n    effect: allow\n    match:\n      alias: [model]\n      host: [{HOST}]\n      port: [{port}]\n      method: [POST]\n  - id: token\n    effect: allow\n    match:\n      alias: [client]\n      host: [{HOST}]\n      port: [{port}]\n      method: [POST]\n      path: [/echo/token]\n    inject: [body]\n"
+            "version: 1\ndefault: deny\nrules:\n  - id: model\n    effect: allow\n    match:\n      alias: [model]\n      host: [{HOST}]\n      port: [{port}]\n      method: [POST]\n  - id: token\n    effect: allow\n    match:\n      alias: [client]\n      host: [{HOST}]\n      port: [{port}]\n      method: [POST]\n      path: [/echo/token]\n    inject: [body]\n  - id: oauth\n    effect: allow\n    match:\n      alias: [oauth]\n      host: [{HOST}]\n      port: [{port}]\n      method: [POST]\n      path: [/echo/oauth/token]\n    inject: [body]\n"
         );
         let aliases = "aliases:
   - name: model
@@ -55,6 +61,10 @@ impl Setup {
     hosts: [api.example.test]
     sites: [{body: [/client_secret]}]
     source: file:$SECRETS/client
+  - name: oauth
+    hosts: [api.example.test]
+    sites: [{form: [client_secret]}]
+    source: file:$SECRETS/oauth
 ";
         let home = MintHome::new(
             &policy,
@@ -63,6 +73,7 @@ impl Setup {
                 ("model", MODEL_CANARY),
                 ("github", GITHUB_CANARY),
                 ("client", CLIENT_CANARY),
+                ("oauth", OAUTH_CANARY),
             ],
         );
         let cap = home.issue_capability("mino", &[]);
@@ -90,11 +101,23 @@ impl Setup {
     /// POSTs `body` (from a file: byte-exact) with `headers` to `path` on [`HOST`], through
     /// `via`: `route` (`/v1/proxy/`), or a `CONNECT` tunnel with curl's `--http1.1`/`--http2`.
     fn post(&self, via: &str, path: &str, headers: &[&str], body: &[u8]) -> CurlResponse {
+        self.post_as(via, path, "application/json", headers, body)
+    }
+
+    /// [`Self::post`] with another `Content-Type`.
+    fn post_as(
+        &self,
+        via: &str,
+        path: &str,
+        content_type: &str,
+        headers: &[&str],
+        body: &[u8],
+    ) -> CurlResponse {
         let file = self.file("body.json", body);
         let data = format!("@{}", file.display());
         let mut args: Vec<String> = vec![
             "-H".into(),
-            "Content-Type: application/json".into(),
+            format!("Content-Type: {content_type}"),
             "--data-binary".into(),
             data,
         ];
@@ -128,8 +151,51 @@ impl Setup {
     fn assert_clean(&self, seen: &str) {
         self.broker.assert_clean(
             seen,
-            &[MODEL_CANARY, GITHUB_CANARY, CLIENT_CANARY, &self.cap],
+            &[
+                MODEL_CANARY,
+                GITHUB_CANARY,
+                CLIENT_CANARY,
+                OAUTH_CANARY,
+                OAUTH_ENCODED,
+                &self.cap,
+            ],
         );
+    }
+
+    /// The status and error code of a refused request. curl 7.88 (Debian 12) may drop an HTTP/2
+    /// answer that arrives, with the stream's RST_STREAM(NO_ERROR) that RFC 9113 section 8.1
+    /// prescribes, before it has sent the request body (exit 92, "Stream error in the HTTP/2
+    /// framing layer"); Mint's answer is then read from the audit trail.
+    #[track_caller]
+    fn refusal(&self, via: &str, response: &CurlResponse) -> (u64, String) {
+        if via == "--http2" && response.exit == 92 {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            loop {
+                let found = self
+                    .broker
+                    .audit_records()
+                    .into_iter()
+                    .rev()
+                    .find(|r| r["phase"] == "outcome" && r["method"] == "POST");
+                match found {
+                    Some(outcome) => {
+                        return (
+                            outcome["status"].as_u64().unwrap(),
+                            outcome["reason"].as_str().unwrap().to_owned(),
+                        );
+                    }
+                    None if std::time::Instant::now() < deadline => {
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                    None => panic!("no outcome of the refused POST"),
+                }
+            }
+        }
+        let code = response.json()["error"]["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        (u64::from(response.status), code)
     }
 }
 
@@ -350,4 +416,328 @@ fn issue_16_a_placeholder_at_a_named_pointer_is_still_checked() {
             setup.assert_clean(&response.everything());
         }
     }
+}
+
+/// Issue 16, item 4 (form fields): an OAuth token request in
+/// `application/x-www-form-urlencoded` with `oauth` naming the field `client_secret`. The
+/// placeholder is substituted in that field's value (raw, percent-encoded, or under a
+/// percent-encoded field name), the secret percent-encoded so that its space, `&`, `=`, `+`,
+/// `%` and `;` neither split the form nor change another field (Python's `parse_qsl`, as an
+/// upstream reads it, finds the same fields and the secret whole); quotes in other fields and in
+/// field names pass as text and are recorded as `form_value` / `form_key`. The upstream's echo of
+/// the form-encoded secret is scrubbed.
+#[test]
+fn issue_16_a_form_secret_goes_only_to_the_named_field_percent_encoded() {
+    let setup = Setup::start();
+    for (spelled, name) in [
+        ("{{mint:oauth}}", "client_secret"),
+        ("%7B%7Bmint%3Aoauth%7D%7D", "client_secret"),
+        ("{{mint:oauth}}", "client%5Fsecret"),
+    ] {
+        let body = format!(
+            "grant_type=client_credentials&{name}={spelled}&scope=read+write&note=send+{{{{mint:oauth}}}}&{{{{mint:oauth}}}}=1"
+        );
+        let expected = body.replacen(spelled, OAUTH_ENCODED, 1);
+        for via in VIAS {
+            let response = setup.post_as(
+                via,
+                "/echo/oauth/token",
+                "application/x-www-form-urlencoded",
+                &[],
+                body.as_bytes(),
+            );
+            assert_eq!(response.status, 200, "{via} {spelled}: {response:?}");
+            let seen = setup.peer.server.requests().last().unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&seen.body),
+                expected,
+                "{via} {spelled}"
+            );
+            assert_eq!(
+                seen.header("content-length"),
+                Some(expected.len().to_string().as_str()),
+                "{via}"
+            );
+            assert_eq!(
+                parse_form(&seen.body),
+                [
+                    ("grant_type", "client_credentials"),
+                    ("client_secret", OAUTH_CANARY),
+                    ("scope", "read write"),
+                    ("note", "send {{mint:oauth}}"),
+                    ("{{mint:oauth}}", "1"),
+                ]
+                .map(|(k, v)| (k.to_owned(), v.to_owned())),
+                "{via} {spelled}"
+            );
+            // The echo of the form-encoded secret comes back redacted.
+            assert!(
+                response.body.contains("[mint:redacted]"),
+                "{via}: {}",
+                response.body
+            );
+            let decision = setup
+                .broker
+                .decision_of(response.header("mint-request-id").unwrap());
+            assert_eq!(decision["decision"], "allow", "{via}: {decision}");
+            assert_eq!(decision["aliases"], serde_json::json!(["oauth"]));
+            assert_eq!(
+                decision["skipped"],
+                serde_json::json!(["oauth@form_value", "oauth@form_key"]),
+                "{via}: {decision}"
+            );
+            assert_eq!(decision["skipped_count"], 2, "{via}: {decision}");
+            setup.assert_clean(&response.everything());
+        }
+    }
+}
+
+/// A form body's placeholder is checked where it would be substituted, and is text anywhere
+/// else: the same form sent as JSON or text substitutes nothing; `oauth` in a JSON body at
+/// `/client_secret` is no place of its; a malformed placeholder in the named field is refused;
+/// and `client`'s JSON Pointer is no form field.
+#[test]
+fn issue_16_a_form_placeholder_is_checked_only_where_it_would_be_substituted() {
+    let setup = Setup::start();
+    for via in VIAS {
+        for (content_type, body) in [
+            ("text/plain", "client_secret={{mint:oauth}}"),
+            ("application/json", r#"{"client_secret":"{{mint:oauth}}"}"#),
+            (
+                "application/x-www-form-urlencoded",
+                "client_secret={{mint:client}}",
+            ),
+            (
+                "application/x-www-form-urlencoded",
+                "client_secret=a;b={{mint:oauth}}",
+            ),
+        ] {
+            let response = setup.post_as(via, "/echo/token", content_type, &[], body.as_bytes());
+            assert_eq!(response.status, 200, "{via} {body}: {response:?}");
+            let seen = setup.peer.server.requests().last().unwrap();
+            assert_eq!(seen.body, body.as_bytes(), "{via} {body}");
+            let decision = setup
+                .broker
+                .decision_of(response.header("mint-request-id").unwrap());
+            assert_eq!(decision["skipped_count"], 1, "{via} {body}: {decision}");
+            setup.assert_clean(&response.everything());
+        }
+        let before = setup.peer.server.requests().len();
+        let response = setup.post_as(
+            via,
+            "/echo/oauth/token",
+            "application/x-www-form-urlencoded",
+            &[],
+            b"client_secret=%7B%7Bmint%3AOauth%7D%7D",
+        );
+        let (status, code) = setup.refusal(via, &response);
+        assert_eq!(
+            (status, code.as_str()),
+            (400, "malformed_placeholder"),
+            "{via}"
+        );
+        assert_eq!(setup.peer.server.requests().len(), before, "{via}");
+        setup.assert_clean(&response.everything());
+    }
+}
+
+/// The fields of a form body as Python's `urllib.parse.parse_qsl` reads them (a real upstream's
+/// parser, not Mint's).
+fn parse_form(body: &[u8]) -> Vec<(String, String)> {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys, json, urllib.parse; print(json.dumps(urllib.parse.parse_qsl(sys.stdin.buffer.read().decode(), keep_blank_values=True, strict_parsing=True)))",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(body).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Issue 16 (content codings): Mint substitutes only in bodies sent without a content coding. A
+/// gzip body whose decoded text holds a placeholder where its alias names a body place (a JSON
+/// Pointer, a form field) is refused with 415 `encoded_body_placeholder` before anything is
+/// sent, instead of forwarding the placeholder as text where a secret was meant; a gzip body
+/// that only quotes placeholders elsewhere passes byte for byte.
+#[test]
+fn issue_16_a_placeholder_at_a_named_place_of_a_gzip_body_is_refused() {
+    let setup = Setup::start();
+    for via in VIAS {
+        for (content_type, path, body) in [
+            (
+                "application/json",
+                "/echo/token",
+                &br#"{"client_secret":"{{mint:client}}"}"#[..],
+            ),
+            (
+                "application/x-www-form-urlencoded",
+                "/echo/oauth/token",
+                &b"grant_type=client_credentials&client_secret={{mint:oauth}}"[..],
+            ),
+        ] {
+            let before = setup.peer.server.requests().len();
+            let response = setup.post_as(
+                via,
+                path,
+                content_type,
+                &["Content-Encoding: gzip"],
+                &mint_tests::broker::gzip(body),
+            );
+            let (status, code) = setup.refusal(via, &response);
+            assert_eq!(
+                (status, code.as_str()),
+                (415, "encoded_body_placeholder"),
+                "{via} {content_type}: {response:?}"
+            );
+            if status == u64::from(response.status) {
+                let message = response.json()["error"]["message"].to_string();
+                assert!(message.contains("uncompressed"), "{message}");
+                assert_eq!(response.header("accept-encoding"), Some("identity"));
+            }
+            assert_eq!(setup.peer.server.requests().len(), before, "{via}");
+            setup.assert_clean(&response.everything());
+        }
+        // Quotes elsewhere in a gzip body: forwarded as they came.
+        let body = mint_tests::broker::gzip(br#"{"note":"{{mint:client}}","x":"{{mint:oauth}}"}"#);
+        let response = setup.post_as(
+            via,
+            "/echo/token",
+            "application/json",
+            &["Content-Encoding: gzip"],
+            &body,
+        );
+        assert_eq!(response.status, 200, "{via}: {response:?}");
+        assert_eq!(setup.peer.server.requests().last().unwrap().body, body);
+        setup.assert_clean(&response.everything());
+    }
+}
+
+/// Issue 16: a JSON body that starts with a UTF-8 byte order mark, and JSON Lines, are JSON to
+/// the placeholder scan as they are to the MCP check (one rule, `mint_policy::body::json_start`):
+/// the secret goes to `/client_secret` of each text; every other byte, the mark included, is
+/// forwarded as it came. A body that starts like JSON but is no JSON by that rule (two marks,
+/// junk after a text) is refused by the MCP check, unsent, as before.
+#[test]
+fn issue_16_a_byte_order_mark_and_json_lines_are_read_as_json() {
+    let setup = Setup::start();
+    let line = r#"{"client_secret":"{{mint:client}}","note":"{{mint:client}}"}"#;
+    for via in VIAS {
+        for (body, texts) in [
+            (format!("\u{feff}{line}"), 1),
+            (format!("{line}\n{line}\n"), 2),
+        ] {
+            let response = setup.post(via, "/echo/token", &[], body.as_bytes());
+            assert_eq!(response.status, 200, "{via} {body:?}: {response:?}");
+            let seen = setup.peer.server.requests().last().unwrap();
+            let expected = body.replace(
+                r#""client_secret":"{{mint:client}}""#,
+                &format!(r#""client_secret":"{CLIENT_CANARY}""#),
+            );
+            assert_eq!(String::from_utf8_lossy(&seen.body), expected, "{via}");
+            let decision = setup
+                .broker
+                .decision_of(response.header("mint-request-id").unwrap());
+            assert_eq!(
+                decision["aliases"],
+                serde_json::json!(["client"]),
+                "{decision}"
+            );
+            assert_eq!(decision["skipped_count"], texts, "{via}: {decision}");
+            setup.assert_clean(&response.everything());
+        }
+        for body in [format!("\u{feff}\u{feff}{line}"), format!("{line} x")] {
+            let before = setup.peer.server.requests().len();
+            let response = setup.post(via, "/echo/token", &[], body.as_bytes());
+            let (status, code) = setup.refusal(via, &response);
+            // The answer's code, or the audit reason when curl lost the answer (see `refusal`).
+            assert_eq!(status, 400, "{via} {body:?}");
+            assert!(
+                matches!(code.as_str(), "invalid_request" | "invalid_mcp_message"),
+                "{via} {body:?}: {code}"
+            );
+            assert_eq!(setup.peer.server.requests().len(), before, "{via}");
+            setup.assert_clean(&response.everything());
+        }
+    }
+}
+
+/// Issue 16, F6: a request that carries the capability token it presented toward the upstream
+/// (another header, `Basic` credentials, the query, the body: a JSON value or deep in a large
+/// one) is refused with 403 `capability_token_outward` before anything is sent, and the token
+/// shows nowhere: not in the answer, the audit log or Mint's stderr.
+#[test]
+fn issue_16_the_presented_capability_token_is_never_forwarded() {
+    let setup = Setup::start();
+    let cap = setup.cap.clone();
+    let basic = base64(format!("agent:{cap}").as_bytes());
+    let large = format!(
+        "{{\"padding\":\"{}\",\"token\":\"{cap}\"}}",
+        "x".repeat(256 * 1024 + 7)
+    );
+    for via in VIAS {
+        for (path, headers, body) in [
+            (
+                "/echo/v1/messages",
+                vec![format!("X-Upstream-Token: {cap}")],
+                "{}".to_owned(),
+            ),
+            (
+                "/echo/v1/messages",
+                vec![format!("Authorization: Basic {basic}")],
+                "{}".to_owned(),
+            ),
+            (
+                &format!("/echo/v1/messages?key={cap}")[..],
+                vec![],
+                "{}".to_owned(),
+            ),
+            (
+                "/echo/v1/messages",
+                vec![],
+                format!("{{\"note\":\"my token is {cap}\"}}"),
+            ),
+            ("/echo/v1/messages", vec![], large.clone()),
+        ] {
+            let before = setup.peer.server.requests().len();
+            let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
+            let response = setup.post(via, path, &headers, body.as_bytes());
+            let (status, code) = setup.refusal(via, &response);
+            assert_eq!(
+                (status, code.as_str()),
+                (403, "capability_token_outward"),
+                "{via} {path} {headers:?}: {response:?}"
+            );
+            assert_eq!(setup.peer.server.requests().len(), before, "{via}");
+            setup.assert_clean(&response.everything());
+        }
+        // The same request without the token passes.
+        let response = setup.post(via, "/echo/v1/messages", &[], b"{\"note\":\"mint_cap_\"}");
+        assert_eq!(response.status, 200, "{via}: {response:?}");
+    }
+}
+
+/// Standard base64 with padding, as a client writes `Basic` credentials.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, &b)| acc | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }

@@ -341,7 +341,7 @@ mod tests {
         let skipped = (
             proptest::collection::vec(
                 text(
-                    "[a-z0-9][a-z0-9_-]{0,63}@(json_value|json_key|text)",
+                    "[a-z0-9][a-z0-9_-]{0,63}@(json_value|json_key|form_value|form_key|text)",
                     SkippedQuote::new,
                 ),
                 0..4,

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand, ValueEnum};
 use mint_policy::aliases::{Alias, AliasFile, SecretSource, is_env_name, load_aliases};
-use mint_policy::body::{JsonPointer, PointerError};
+use mint_policy::body::{FormField, FormFieldError, JsonPointer, PointerError};
 use mint_policy::host::{HostPattern, HostPatternError};
 use mint_policy::policy::is_alias_name;
 use mint_policy::site::{Site, SiteSet};
@@ -58,13 +58,18 @@ pub struct AliasAddArgs {
     #[arg(long = "host", value_name = "HOST", required = true)]
     pub hosts: Vec<String>,
     /// Where in a request the secret may sit. Repeat for more sites [default: header, or none
-    /// when --body names a pointer].
+    /// when --body names a pointer or --form a field].
     #[arg(long = "site", value_name = "SITE", value_enum)]
     pub sites: Vec<SiteArg>,
     /// A JSON Pointer (RFC 6901) of a JSON body where the secret may sit, such as
     /// `/client_secret`. Repeat for more; a placeholder anywhere else in a body is sent as text.
     #[arg(long = "body", value_name = "POINTER")]
     pub body: Vec<String>,
+    /// A field of an `application/x-www-form-urlencoded` body whose value the secret may sit
+    /// in, written decoded, such as `client_secret`. Repeat for more; a placeholder anywhere else
+    /// in a body is sent as text.
+    #[arg(long = "form", value_name = "FIELD")]
+    pub form: Vec<String>,
     /// Where the broker reads the secret: `keyring`, `env:VAR` or `file:/absolute/path`
     /// [default: keyring].
     #[arg(long, value_name = "SOURCE")]
@@ -166,6 +171,14 @@ pub enum AliasCommandError {
         index: usize,
         /// What is wrong (never the text).
         problem: PointerError,
+    },
+    /// A `--form` is not a form field name.
+    #[error("invalid --form #{index}: {problem}")]
+    InvalidFormField {
+        /// Which `--form`, from 1.
+        index: usize,
+        /// What is wrong (never the text).
+        problem: FormFieldError,
     },
     /// The declaration does not validate (a description that is too long, for instance).
     #[error("the alias does not validate: {message}")]
@@ -336,6 +349,7 @@ fn add_with(
         &args.hosts,
         &args.sites,
         &args.body,
+        &args.form,
         args.source,
         args.description,
     )?;
@@ -582,6 +596,7 @@ fn declaration(
     hosts: &[String],
     sites: &[SiteArg],
     body: &[String],
+    form: &[String],
     source: Option<String>,
     description: Option<String>,
 ) -> Result<Alias, AliasCommandError> {
@@ -610,7 +625,18 @@ fn declaration(
             pointers.push(pointer);
         }
     }
-    let mut sites = if sites.is_empty() && pointers.is_empty() {
+    let mut fields = Vec::with_capacity(form.len());
+    for (i, text) in form.iter().enumerate() {
+        let field =
+            FormField::parse(text).map_err(|problem| AliasCommandError::InvalidFormField {
+                index: i + 1,
+                problem,
+            })?;
+        if !fields.contains(&field) {
+            fields.push(field);
+        }
+    }
+    let mut sites = if sites.is_empty() && pointers.is_empty() && fields.is_empty() {
         SiteSet::HEADER
     } else {
         SiteSet::of(sites.iter().map(|s| match s {
@@ -618,7 +644,7 @@ fn declaration(
             SiteArg::Query => Site::Query,
         }))
     };
-    if !pointers.is_empty() {
+    if !pointers.is_empty() || !fields.is_empty() {
         sites = sites.with(Site::Body);
     }
     let source = match source {
@@ -631,6 +657,7 @@ fn declaration(
         hosts: patterns,
         sites,
         body: pointers,
+        form: fields,
         source,
         env: Vec::new(),
         pos: Pos::START,
@@ -782,6 +809,9 @@ struct ListRow<'a> {
     /// The JSON Pointers of the `body` site.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     body: Vec<&'a str>,
+    /// The form fields of the `body` site.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    form: Vec<&'a str>,
     source: String,
     env: &'a [String],
     secret: SecretStatus,
@@ -830,6 +860,7 @@ impl<'a> ListRow<'a> {
             hosts: alias.hosts.iter().map(HostPattern::as_text).collect(),
             sites: alias.sites.iter().map(Site::as_str).collect(),
             body: alias.body.iter().map(JsonPointer::as_str).collect(),
+            form: alias.form.iter().map(FormField::as_str).collect(),
             source: alias.source.to_string(),
             env: &alias.env,
             secret,
@@ -839,17 +870,26 @@ impl<'a> ListRow<'a> {
     }
 }
 
-/// The sites of an alias as a person reads them: `header`, `query`, `body /a /b`.
+/// The sites of an alias as a person reads them: `header`, `query`, `body /a /b`,
+/// `form client_secret`.
 fn sites_shown(alias: &Alias) -> Vec<String> {
     alias
         .sites
         .iter()
-        .map(|site| match site {
+        .flat_map(|site| match site {
             Site::Body => {
-                let pointers: Vec<&str> = alias.body.iter().map(JsonPointer::as_str).collect();
-                format!("body {}", pointers.join(" "))
+                let mut shown = Vec::new();
+                if !alias.body.is_empty() {
+                    let pointers: Vec<&str> = alias.body.iter().map(JsonPointer::as_str).collect();
+                    shown.push(format!("body {}", pointers.join(" ")));
+                }
+                if !alias.form.is_empty() {
+                    let fields: Vec<&str> = alias.form.iter().map(FormField::as_str).collect();
+                    shown.push(format!("form {}", fields.join(" ")));
+                }
+                shown
             }
-            other => other.as_str().to_owned(),
+            other => vec![other.as_str().to_owned()],
         })
         .collect()
 }
@@ -911,6 +951,7 @@ mod tests {
             hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
             sites: Vec::new(),
             body: Vec::new(),
+            form: Vec::new(),
             source: None,
             description: None,
             env: Vec::new(),
@@ -1031,6 +1072,7 @@ mod tests {
             &["api.github.com".into()],
             &[],
             &[],
+            &[],
             None,
             None,
         )
@@ -1039,6 +1081,7 @@ mod tests {
         let err = declaration(
             "gh".into(),
             &[format!("{canary}:443")],
+            &[],
             &[],
             &[],
             None,
@@ -1055,6 +1098,7 @@ mod tests {
             &["api.github.com".into()],
             &[],
             &[],
+            &[],
             Some(canary.into()),
             None,
         )
@@ -1065,6 +1109,7 @@ mod tests {
             &["api.github.com".into()],
             &[],
             &[format!("{canary}/x")],
+            &[],
             None,
             None,
         )
@@ -1076,7 +1121,23 @@ mod tests {
         assert!(!err.to_string().contains(canary), "{err}");
         let err = declaration(
             "gh".into(),
+            &["api.github.com".into()],
+            &[],
+            &[],
+            &[format!("{canary}\n")],
+            None,
+            None,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, AliasCommandError::InvalidFormField { index: 1, .. }),
+            "{err}"
+        );
+        assert!(!err.to_string().contains(canary), "{err}");
+        let err = declaration(
+            "gh".into(),
             &["API.github.com".into()],
+            &[],
             &[],
             &[],
             None,

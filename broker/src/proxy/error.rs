@@ -61,6 +61,15 @@ pub enum ProxyError {
         /// Where it was (a description, never the text).
         place: String,
     },
+    /// The request carries the capability token it presented toward the upstream (a header, the
+    /// target, the body): Mint consumes that token and never forwards it.
+    #[error(
+        "the request carries its own capability token in {part}: Mint never forwards a capability token to an upstream; remove it (the token goes only in `Mint-Capability` or the proxy credentials)"
+    )]
+    CapabilityOutward {
+        /// Where it was (a description, never the text).
+        part: String,
+    },
     /// The capability does not grant the alias.
     #[error("this capability does not grant alias `{alias}`")]
     CapabilityScope {
@@ -160,6 +169,17 @@ pub enum ProxyError {
         "unsupported `Content-Encoding` on the request body: send one `gzip` or none, so that Mint can examine the body"
     )]
     UnsupportedContentEncoding,
+    /// A content-encoded body (gzip) whose decoded text holds a placeholder where its alias
+    /// names a body place: Mint substitutes only in bodies sent without a content coding, and
+    /// will not forward the placeholder as text where the operator meant a secret to go.
+    #[error(
+        "{} a body place its alias names, but the body has a `Content-Encoding`: Mint substitutes secrets only in bodies sent without one; send this body uncompressed",
+        encoded_subject(alias.as_deref())
+    )]
+    EncodedBodyPlaceholder {
+        /// The alias (`None`: a malformed placeholder).
+        alias: Option<String>,
+    },
     /// The decision record could not be written: nothing is forwarded unrecorded.
     #[error("the audit log is unavailable; the request was not forwarded")]
     AuditUnavailable,
@@ -238,6 +258,7 @@ impl ProxyError {
             ProxyError::AliasNotBound { .. }
             | ProxyError::SiteNotAllowed { .. }
             | ProxyError::CapabilityScope { .. }
+            | ProxyError::CapabilityOutward { .. }
             | ProxyError::PolicyDenied { .. }
             | ProxyError::ApprovalDenied { .. }
             | ProxyError::ApprovalTimeout { .. }
@@ -254,7 +275,9 @@ impl ProxyError {
             ProxyError::BodyTooLarge { .. } | ProxyError::DecodedBodyTooLarge { .. } => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
-            ProxyError::UnsupportedContentEncoding => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ProxyError::UnsupportedContentEncoding | ProxyError::EncodedBodyPlaceholder { .. } => {
+                StatusCode::UNSUPPORTED_MEDIA_TYPE
+            }
             ProxyError::Limited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ProxyError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ProxyError::UpstreamFailed(_) | ProxyError::UpstreamUnknown(_) => {
@@ -275,6 +298,7 @@ impl ProxyError {
             ProxyError::AliasNotBound { .. } => "alias_not_bound",
             ProxyError::SiteNotAllowed { .. } => "site_not_allowed",
             ProxyError::CapabilityScope { .. } => "capability_scope",
+            ProxyError::CapabilityOutward { .. } => "capability_token_outward",
             ProxyError::PolicyDenied { .. } => "policy_denied",
             ProxyError::ApprovalDenied { .. } => "approval_denied",
             ProxyError::ApprovalTimeout { .. } => "approval_timeout",
@@ -290,6 +314,7 @@ impl ProxyError {
                 "body_too_large"
             }
             ProxyError::UnsupportedContentEncoding => "unsupported_content_encoding",
+            ProxyError::EncodedBodyPlaceholder { .. } => "encoded_body_placeholder",
             ProxyError::AuditUnavailable => "audit_unavailable",
             ProxyError::UpstreamFailed(_) => "upstream_failed",
             ProxyError::UpstreamUnknown(_) => "upstream_unknown",
@@ -311,6 +336,7 @@ impl ProxyError {
             | ProxyError::BodyTooLarge { .. }
             | ProxyError::DecodedBodyTooLarge { .. }
             | ProxyError::UnsupportedContentEncoding
+            | ProxyError::EncodedBodyPlaceholder { .. }
             | ProxyError::NotFound
             | ProxyError::MethodNotAllowed => Outcome::Invalid,
             ProxyError::CapabilityInvalid { .. }
@@ -318,6 +344,7 @@ impl ProxyError {
             | ProxyError::AliasNotBound { .. }
             | ProxyError::SiteNotAllowed { .. }
             | ProxyError::CapabilityScope { .. }
+            | ProxyError::CapabilityOutward { .. }
             | ProxyError::PolicyDenied { .. }
             | ProxyError::ApprovalDenied { .. }
             | ProxyError::ApprovalTimeout { .. }
@@ -342,6 +369,7 @@ impl ProxyError {
             | ProxyError::AliasNotBound { .. }
             | ProxyError::SiteNotAllowed { .. }
             | ProxyError::CapabilityScope { .. }
+            | ProxyError::CapabilityOutward { .. }
             | ProxyError::PolicyDenied { .. }
             | ProxyError::ApprovalDenied { .. }
             | ProxyError::ApprovalTimeout { .. }
@@ -356,6 +384,7 @@ impl ProxyError {
             | ProxyError::BodyTooLarge { .. }
             | ProxyError::DecodedBodyTooLarge { .. }
             | ProxyError::UnsupportedContentEncoding
+            | ProxyError::EncodedBodyPlaceholder { .. }
             | ProxyError::NotFound
             | ProxyError::MethodNotAllowed => Fault::Client,
             ProxyError::UpstreamFailed(_)
@@ -440,6 +469,12 @@ impl ProxyError {
                 HeaderValue::from_static("gzip"),
             );
         }
+        if let ProxyError::EncodedBodyPlaceholder { .. } = self {
+            headers.insert(
+                http::header::ACCEPT_ENCODING,
+                HeaderValue::from_static("identity"),
+            );
+        }
         response
     }
 }
@@ -490,6 +525,13 @@ fn queue_full_message(limit: usize, per_agent: bool) -> String {
         format!(
             "{limit} requests already wait for the operator's approval; nothing was sent: retry once one is decided"
         )
+    }
+}
+
+fn encoded_subject(alias: Option<&str>) -> String {
+    match alias {
+        Some(alias) => format!("a placeholder of alias `{alias}` sits at"),
+        None => "a malformed placeholder sits at".to_owned(),
     }
 }
 

@@ -70,7 +70,10 @@
 //! it closes (its names sorted, never copied), so its duplicate is reported even when a later
 //! error in the same object would have come first. The body may hold several JSON texts one after another
 //! (JSON Lines, or a stream that `json.Decoder` reads the first value of); each is examined as if
-//! it were one more element of a batch. Parsing is iterative and builds no document: only member
+//! it were one more element of a batch. The byte order mark and the texts one after another are
+//! the rule the placeholder scan reads a JSON body by too (`mint_policy::body::json_start`), so
+//! the tool the policy matches and the places a secret may be substituted come from one view of
+//! the body. Parsing is iterative and builds no document: only member
 //! names and the few values read below are decoded.
 //!
 //! # What is a `tools/call`
@@ -120,6 +123,7 @@ use std::io::Read;
 use flate2::read::MultiGzDecoder;
 use http::{HeaderMap, Method};
 use mint_policy::audit::ToolName;
+use mint_policy::body::{is_json_whitespace, json_start};
 
 /// The largest body that may hold an MCP `tools/call` (DESIGN.md, limits: 1 MiB messages).
 pub const MAX_MCP_MESSAGE_BYTES: usize = 1 << 20;
@@ -770,12 +774,9 @@ impl<'a> Parser<'a> {
             offset: error.valid_up_to(),
             reason: SyntaxReason::InvalidUtf8,
         })?;
-        // One byte order mark is skipped, as Python and Node skip it.
-        let pos = if text.starts_with('\u{feff}') {
-            '\u{feff}'.len_utf8()
-        } else {
-            0
-        };
+        // One byte order mark is skipped, as Python and Node skip it: the rule the placeholder
+        // scan follows too (`json_start`).
+        let pos = json_start(body);
         Ok(Parser {
             text,
             pos,
@@ -1264,14 +1265,14 @@ impl<'a> Parser<'a> {
     /// A top-level number or literal must be followed by whitespace or the end: `01` or
     /// `truenull` is not two values.
     fn end_of_top_scalar(&self, role: Role) -> Result<(), McpCallError> {
-        if role == Role::Top && !matches!(self.peek(), None | Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        if role == Role::Top && self.peek().is_some_and(|b| !is_json_whitespace(b)) {
             return Err(self.malformed(self.pos, SyntaxReason::UnexpectedByte));
         }
         Ok(())
     }
 
     fn whitespace(&mut self) {
-        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        while self.peek().is_some_and(is_json_whitespace) {
             self.pos += 1;
         }
     }

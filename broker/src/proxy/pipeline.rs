@@ -13,7 +13,7 @@ use std::time::Duration;
 use http::header::{self, HeaderMap};
 use http::{Method, Uri};
 use mint_policy::aliases::AliasFile;
-use mint_policy::body::BodyPlaces;
+use mint_policy::body::{BodyPlaces, form_decode};
 use mint_policy::evaluate::{self, AliasUse, CompiledPolicy, Evaluation};
 use mint_policy::limits::Charge;
 use mint_policy::normalize::{Target, normalize_target};
@@ -233,11 +233,83 @@ impl RawTarget {
         Ok((target, facts))
     }
 
+    /// Whether the target as written holds `token`, raw or percent-decoded (authority, path,
+    /// query): checked before the target's facts are taken for the audit record, so a refusal
+    /// never records it.
+    pub(crate) fn carries(&self, token: &OutwardToken) -> bool {
+        [
+            Some(self.authority.as_str()),
+            Some(self.path.as_str()),
+            self.query.as_deref(),
+        ]
+        .into_iter()
+        .flatten()
+        .any(|part| {
+            token.found_in(part.as_bytes()) || token.found_in(&form_decode(part.as_bytes()))
+        })
+    }
+
     fn path_and_query(&self) -> String {
         match &self.query {
             Some(query) => format!("{}?{query}", self.path),
             None => self.path.clone(),
         }
+    }
+}
+
+/// The capability token the request presented (issue 16, F6): Mint consumes it and must never
+/// forward it to an upstream. Held zeroized; its `Debug` shows nothing of it.
+pub(crate) struct OutwardToken {
+    token: zeroize::Zeroizing<Vec<u8>>,
+    finder: memchr::memmem::Finder<'static>,
+}
+
+impl OutwardToken {
+    pub(crate) fn new(token: &str) -> OutwardToken {
+        let token = zeroize::Zeroizing::new(token.as_bytes().to_vec());
+        let finder = memchr::memmem::Finder::new(token.as_slice()).into_owned();
+        OutwardToken { token, finder }
+    }
+
+    /// The token's length: a chunked search keeps this many bytes less one of overlap.
+    pub(crate) fn len(&self) -> usize {
+        self.token.len()
+    }
+
+    /// Whether `haystack` holds the token as written.
+    pub(crate) fn found_in(&self, haystack: &[u8]) -> bool {
+        !self.token.is_empty() && self.finder.find(haystack).is_some()
+    }
+
+    /// The first header to be forwarded whose value holds the token, raw, percent-decoded or
+    /// (after `Basic `) base64-decoded: a client given the proxy URL's credentials for a server.
+    pub(crate) fn header_carrying<'h>(
+        &self,
+        headers: &'h HeaderMap,
+    ) -> Option<&'h header::HeaderName> {
+        headers.iter().find_map(|(name, value)| {
+            let bytes = value.as_bytes();
+            let basic = bytes
+                .get(..6)
+                .filter(|scheme| scheme.eq_ignore_ascii_case(b"basic "))
+                .and_then(|_| {
+                    use base64::Engine as _;
+                    base64::engine::general_purpose::STANDARD
+                        .decode(bytes.get(6..)?.trim_ascii())
+                        .ok()
+                        .map(zeroize::Zeroizing::new)
+                });
+            let carries = self.found_in(bytes)
+                || self.found_in(&form_decode(bytes))
+                || basic.is_some_and(|decoded| self.found_in(&decoded));
+            carries.then_some(name)
+        })
+    }
+}
+
+impl std::fmt::Debug for OutwardToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OutwardToken(..)")
     }
 }
 
@@ -656,6 +728,21 @@ pub(crate) fn decoded_body<'a>(
     body: &'a [u8],
 ) -> Result<Cow<'a, [u8]>, ProxyError> {
     mcp_call::decoded_body(headers, body).map_err(mcp_error)
+}
+
+/// Refuses a content-encoded body whose decoded text (`decoded`, [`decoded_body`]) holds a
+/// placeholder at a place its alias names ([`placeholder::live_in_encoded_body`]): 415
+/// `encoded_body_placeholder`. Mint forwards such a body as it came and substitutes nothing in
+/// it, so the placeholder would reach the upstream as text where the operator meant the secret.
+pub(crate) fn check_encoded_body(
+    headers: &HeaderMap,
+    decoded: &[u8],
+    places: &BodyPlaces,
+) -> Result<(), ProxyError> {
+    match placeholder::live_in_encoded_body(headers, decoded, places) {
+        Some(alias) => Err(ProxyError::EncodedBodyPlaceholder { alias }),
+        None => Ok(()),
+    }
 }
 
 /// The tool names of an MCP `tools/call` body (empty when the request is not one), read strictly

@@ -12,9 +12,11 @@
 //!   sensitive; a secret with CR, LF, NUL or another byte a header cannot carry is refused.
 //! - Query: every spelling of the placeholder becomes the secret percent-encoded (every byte
 //!   outside RFC 3986 unreserved, uppercase hex).
-//! - Body: in string values of a JSON body only, the raw placeholder becomes the secret
-//!   JSON-escaped (`\"`, `\\`, `\b \f \n \r \t`, `\u00XX` for other control characters), spliced
-//!   into the bytes received: every other byte of the body is forwarded as it came.
+//! - Body: in string values of a JSON body at the aliases' pointers, the raw placeholder becomes
+//!   the secret JSON-escaped (`\"`, `\\`, `\b \f \n \r \t`, `\u00XX` for other control
+//!   characters); in the values of a form body's named fields, the placeholder in any spelling
+//!   becomes the secret percent-encoded as the query's is. Spliced into the bytes received:
+//!   every other byte of the body is forwarded as it came.
 //!
 //! Scratch buffers holding a secret (a header value, the URI text) are wiped when dropped; what is
 //! handed on to `http` and the network stack (header values, the URI, the body) is not under
@@ -46,7 +48,9 @@ use mint_policy::site::{Site, SiteSet};
 use secrecy::{ExposeSecret, SecretString};
 use zeroize::Zeroizing;
 
-use crate::secrets::placeholder::{self, Forbidden, Found, Part, Place, PlaceholderError, Sink};
+use crate::secrets::placeholder::{
+    self, BodyKind, Forbidden, Found, Part, Place, PlaceholderError, Sink,
+};
 use crate::secrets::scrub::{Baseline, ScrubError, Scrubber};
 
 /// The resolved secrets of one request, by alias, each with the sites it is released for (the
@@ -297,10 +301,12 @@ pub fn uri(target: &Target, secrets: &Secrets) -> Result<Uri, InjectError> {
     Uri::try_from(url.as_str()).map_err(|_| InjectError::Uri)
 }
 
-/// The body with the raw placeholders at the places their aliases name (`places`, the same the
-/// check scanned with) substituted, JSON-escaped; `body` itself when it holds none. Inert
-/// placeholders elsewhere in the body are left as they are. `headers` are the request's (for
-/// `Content-Type` and `Content-Encoding`), read before [`headers`] substitutes them.
+/// The body with the placeholders at the places their aliases name (`places`, the same the
+/// check scanned with) substituted: in a JSON body the raw placeholder, JSON-escaped; in a form
+/// body the placeholder in any spelling, percent-encoded (so a secret holding `&`, `=`, `+`, `%`
+/// or a space stays one field value); `body` itself when it holds none. Inert placeholders
+/// elsewhere in the body are left as they are. `headers` are the request's (for `Content-Type`
+/// and `Content-Encoding`: [`placeholder::body_kind`]), read before [`headers`] substitutes them.
 pub fn body(
     headers: &HeaderMap,
     body: Bytes,
@@ -313,6 +319,7 @@ pub fn body(
     if found.is_empty() {
         return Ok(body);
     }
+    let form = placeholder::body_kind(headers) == BodyKind::Form;
     let mut out = Vec::with_capacity(body.len() + 64);
     splice(
         &mut out,
@@ -321,7 +328,11 @@ pub fn body(
         Site::Body,
         secrets,
         |out, _, secret| {
-            json_escape(out, secret);
+            if form {
+                percent_encode(out, secret);
+            } else {
+                json_escape(out, secret);
+            }
             Ok(())
         },
     )?;

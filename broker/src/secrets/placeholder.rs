@@ -30,6 +30,7 @@
 //! | query | any | `Site(Query)` |
 //! | string value of a JSON body, at a place its alias names | raw | `Site(Body)` |
 //! | string value of a JSON body, at a place its alias names | JSON- or percent-escaped | `Forbidden(EncodedInJson)` |
+//! | value of a form body's field its alias names (before any raw `;`) | any | `Site(Body)` |
 //! | anywhere else in a body | any | inert: [`Skipped`] |
 //! | header name | any | `Forbidden(HeaderName)` |
 //! | scheme, authority, path | any | `Forbidden(Target)` |
@@ -48,13 +49,32 @@
 //! # JSON bodies
 //!
 //! A body is JSON when the request has exactly one `Content-Type` whose media type is
-//! `application/json` or `application/<x>+json` ([`body_is_json`]) and the body is one strict
-//! RFC 8259 JSON text: UTF-8, no trailing commas or comments, escapes well-formed, surrogate
-//! escapes paired, at most 127 levels of nesting (as serde_json), nothing but whitespace after
-//! the value. The tokenizer never builds objects, so duplicate keys are neither detected nor
-//! rejected here: every string value is a body site whichever duplicate a receiver keeps, and the
-//! bytes forwarded are the bytes checked (the MCP `tools/call` check parses with duplicate keys
-//! rejected on its own).
+//! `application/json` or `application/<x>+json` ([`body_is_json`]), it has no content coding,
+//! and it reads as JSON by the rule the MCP `tools/call` check follows too
+//! ([`json_start`](mint_policy::body::json_start)): one optional UTF-8 byte order mark, then one
+//! or more strict RFC 8259 JSON texts (JSON Lines; each text's pointers start at its own root):
+//! UTF-8, no trailing commas or comments, escapes well-formed, surrogate escapes paired, at most
+//! 127 levels of nesting (as serde_json). So the tool the policy matched and the places the scan
+//! considered are read from the same view of the body. The tokenizer never builds objects, so
+//! duplicate keys are neither detected nor rejected here: every string value is a body site
+//! whichever duplicate a receiver keeps, and the bytes forwarded are the bytes checked (the MCP
+//! `tools/call` check parses with duplicate keys rejected on its own).
+//!
+//! # Form bodies
+//!
+//! A body is a form when the one `Content-Type` is `application/x-www-form-urlencoded` and it
+//! has no content coding. It is split as the WHATWG URL Standard's parser splits it (at `&`,
+//! then each field at its first `=`), each field name decoded (`+` as space, `%XX`) and looked
+//! up among the aliases' form fields. In the value of a named field the placeholder counts in
+//! any percent-encoded spelling, since the receiver decodes the value before reading it
+//! (`Site(Body)`; the secret is written percent-encoded); a raw `;` in the value ends what is
+//! live (a parser that splits at `;` would see another field after it). Field names, other
+//! fields' values and a named field's value after `;` are inert (`form_key`, `form_value`).
+//! Repeated fields are each a site, as duplicate JSON members are.
+//!
+//! A body with a content coding is forwarded as it came and never substituted in; the proxy
+//! refuses one whose decoded text holds a placeholder at a named place
+//! ([`live_in_encoded_body`]).
 //! A body is only tokenized when it could hold a placeholder at all (it contains `mint`, a `%3x`,
 //! `%6x` or `%7x` escape, or `\u00`), so most bodies cost a few `memchr` passes.
 
@@ -64,7 +84,7 @@ use std::ops::Range;
 use http::{HeaderMap, HeaderName};
 use memchr::memmem;
 use mint_policy::audit::MAX_SKIPPED;
-use mint_policy::body::{BodyPlaces, InertPlace};
+use mint_policy::body::{BodyPlaces, InertPlace, NamedPlace, form_decode};
 use mint_policy::evaluate::AliasUse;
 use mint_policy::site::{Site, SiteSet};
 
@@ -148,6 +168,8 @@ pub struct Found {
     pub part: Part,
     /// Its bytes in the part as received (in the body for a JSON string), escapes included.
     pub span: Range<usize>,
+    /// In a body, the pointer or form field of the alias it sits at (`None` elsewhere).
+    pub matched: Option<NamedPlace>,
 }
 
 /// Every placeholder of a request, in the order found: target, query, headers, body.
@@ -399,31 +421,70 @@ pub fn scan_with_limit(
     })
 }
 
+/// How a body is read for placeholders, by its headers ([`body_kind`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyKind {
+    /// A JSON body ([`body_is_json`]) without a content coding: live at the aliases' pointers.
+    Json,
+    /// An `application/x-www-form-urlencoded` body without a content coding: live in the values
+    /// of the aliases' form fields.
+    Form,
+    /// Anything else (another media type, no or several `Content-Type`s, a content coding):
+    /// every placeholder in it is inert.
+    Text,
+}
+
+/// How the body of a request with these headers is read: the one rule both the check
+/// ([`scan`]) and the substitution (`inject::body`) follow.
+pub fn body_kind(headers: &HeaderMap) -> BodyKind {
+    if has_content_coding(headers) {
+        return BodyKind::Text;
+    }
+    media_kind(headers)
+}
+
+/// How a body of this `Content-Type` is read once decoded from its content coding.
+fn media_kind(headers: &HeaderMap) -> BodyKind {
+    match media_type(headers).as_deref() {
+        Some("application/x-www-form-urlencoded") => BodyKind::Form,
+        Some(media) if is_json_media(media) => BodyKind::Json,
+        _ => BodyKind::Text,
+    }
+}
+
 /// Whether the headers declare a JSON body: exactly one `Content-Type`, with the media type
 /// `application/json` or `application/<x>+json` (any case, parameters ignored).
 pub fn body_is_json(headers: &HeaderMap) -> bool {
+    media_type(headers).is_some_and(|media| is_json_media(&media))
+}
+
+/// The media type of the one `Content-Type`, lowercase, without parameters; `None` without one
+/// or with several.
+fn media_type(headers: &HeaderMap) -> Option<String> {
     let mut values = headers.get_all(http::header::CONTENT_TYPE).iter();
     let (Some(value), None) = (values.next(), values.next()) else {
-        return false;
+        return None;
     };
-    let Ok(text) = value.to_str() else {
-        return false;
-    };
-    let media = text
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
+    let text = value.to_str().ok()?;
+    Some(
+        text.split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase(),
+    )
+}
+
+fn is_json_media(media: &str) -> bool {
     let Some(subtype) = media.strip_prefix("application/") else {
         return false;
     };
     subtype == "json" || (subtype.len() > "+json".len() && subtype.ends_with("+json"))
 }
 
-/// Whether the body carries a content coding (`Content-Encoding` other than `identity`): its
-/// bytes are not the text a receiver reads, so no place in it is live.
-fn has_content_coding(headers: &HeaderMap) -> bool {
+/// Whether a body has a content coding (`Content-Encoding` other than `identity`): its bytes are
+/// not the text a receiver reads, so no place in it is live.
+pub fn has_content_coding(headers: &HeaderMap) -> bool {
     headers
         .get_all(http::header::CONTENT_ENCODING)
         .iter()
@@ -433,6 +494,39 @@ fn has_content_coding(headers: &HeaderMap) -> bool {
                 !coding.is_empty() && !coding.eq_ignore_ascii_case(b"identity")
             })
         })
+}
+
+/// For a body with a content coding, which Mint forwards as it came and never substitutes in:
+/// the first alias whose placeholder its decoded text (`decoded`, as the receiver reads it)
+/// holds at a place that alias names, as if the body had been sent without the coding (a
+/// malformed placeholder at a named place counts, with no alias: `Some(None)`). `None` when the
+/// body has no coding or holds no such placeholder. The proxy refuses such a request rather
+/// than forward the placeholder silently as text.
+pub fn live_in_encoded_body(
+    headers: &HeaderMap,
+    decoded: &[u8],
+    places: &BodyPlaces,
+) -> Option<Option<String>> {
+    if !has_content_coding(headers) {
+        return None;
+    }
+    let kind = media_kind(headers);
+    if kind == BodyKind::Text || !may_hold_placeholder(decoded, kind == BodyKind::Json) {
+        return None;
+    }
+    let mut sink = Sink::new(usize::MAX);
+    let scanned = match kind {
+        BodyKind::Json => match json::candidate_strings(decoded, places) {
+            Some(strings) => scan_json(decoded, &strings, places, &mut sink),
+            None => return None,
+        },
+        BodyKind::Form => scan_form(decoded, places, &mut sink),
+        BodyKind::Text => return None,
+    };
+    match scanned {
+        Err(_) => Some(None),
+        Ok(()) => sink.found.into_iter().next().map(|found| Some(found.alias)),
+    }
 }
 
 /// Collects found placeholders up to a limit, and counts inert ones.
@@ -480,6 +574,7 @@ pub(crate) fn scan_url_part(
             place,
             part: part.clone(),
             span: hit.span,
+            matched: None,
         })
     })
 }
@@ -497,6 +592,7 @@ pub(crate) fn scan_header(
             place: Place::Forbidden(Forbidden::HeaderName),
             part: part.clone(),
             span: hit.span,
+            matched: None,
         })
     })?;
     spelling::hits(value, Layer::Percent, &part, |hit| {
@@ -510,64 +606,33 @@ pub(crate) fn scan_header(
             place,
             part: part.clone(),
             span: hit.span,
+            matched: None,
         })
     })
 }
 
-/// Scans the body: a placeholder of a JSON string value at a pointer its alias names is a body
-/// site (refused when escaped; a malformed one at any named pointer is refused); every other one
-/// is inert and only counted in the sink.
+/// Scans the body: a placeholder of a JSON string value at a pointer its alias names, or in the
+/// value of a form field its alias names, is a body site (in JSON refused when escaped; a
+/// malformed one at any named place is refused); every other one is inert and only counted in
+/// the sink.
 pub(crate) fn scan_body(
     headers: &HeaderMap,
     body: &[u8],
     places: &BodyPlaces,
     sink: &mut Sink,
 ) -> Result<(), PlaceholderError> {
-    let coded = has_content_coding(headers);
-    let json = body_is_json(headers) && !coded;
-    if !may_hold_placeholder(body, json) {
+    let kind = body_kind(headers);
+    if !may_hold_placeholder(body, kind == BodyKind::Json) {
         return Ok(());
     }
-    if json && let Some(strings) = json::candidate_strings(body, places) {
-        for string in strings {
-            // INVARIANT: the tokenizer reports ranges within `body`.
-            let content = &body[string.content.clone()];
-            let offset = string.content.start;
-            spelling::events(content, Layer::JsonPercent, |event| {
-                match event {
-                    Event::Hit(hit)
-                        if string
-                            .node
-                            .is_some_and(|node| places.names(node, &hit.alias)) =>
-                    {
-                        let place = if hit.raw {
-                            Place::Site(Site::Body)
-                        } else {
-                            Place::Forbidden(Forbidden::EncodedInJson)
-                        };
-                        sink.push(Found {
-                            alias: hit.alias,
-                            place,
-                            part: Part::Body,
-                            span: hit.span.start + offset..hit.span.end + offset,
-                        })?;
-                    }
-                    Event::Hit(hit) => sink.skipped.add(Some(hit.alias), inert(string.is_key)),
-                    Event::Malformed { offset: at, reason }
-                        if string.node.is_some_and(|node| places.is_named(node)) =>
-                    {
-                        return Err(PlaceholderError::Malformed {
-                            part: Part::Body,
-                            offset: at + offset,
-                            reason,
-                        });
-                    }
-                    Event::Malformed { .. } => sink.skipped.add(None, inert(string.is_key)),
-                }
-                Ok(())
-            })?;
+    match kind {
+        BodyKind::Json => {
+            if let Some(strings) = json::candidate_strings(body, places) {
+                return scan_json(body, &strings, places, sink);
+            }
         }
-        return Ok(());
+        BodyKind::Form => return scan_form(body, places, sink),
+        BodyKind::Text => {}
     }
     spelling::events(body, Layer::Percent, |event| {
         let alias = match event {
@@ -577,6 +642,125 @@ pub(crate) fn scan_body(
         sink.skipped.add(alias, InertPlace::Text);
         Ok(())
     })
+}
+
+fn scan_json(
+    body: &[u8],
+    strings: &[json::StringToken],
+    places: &BodyPlaces,
+    sink: &mut Sink,
+) -> Result<(), PlaceholderError> {
+    for string in strings {
+        // INVARIANT: the tokenizer reports ranges within `body`.
+        let content = &body[string.content.clone()];
+        let offset = string.content.start;
+        spelling::events(content, Layer::JsonPercent, |event| {
+            match event {
+                Event::Hit(hit)
+                    if string
+                        .node
+                        .is_some_and(|node| places.names(node, &hit.alias)) =>
+                {
+                    let place = if hit.raw {
+                        Place::Site(Site::Body)
+                    } else {
+                        Place::Forbidden(Forbidden::EncodedInJson)
+                    };
+                    let matched = string
+                        .node
+                        .and_then(|node| places.pointer(node))
+                        .map(|pointer| NamedPlace::Pointer(pointer.to_owned()));
+                    sink.push(Found {
+                        alias: hit.alias,
+                        place,
+                        part: Part::Body,
+                        span: hit.span.start + offset..hit.span.end + offset,
+                        matched,
+                    })?;
+                }
+                Event::Hit(hit) => sink.skipped.add(Some(hit.alias), inert(string.is_key)),
+                Event::Malformed { offset: at, reason }
+                    if string.node.is_some_and(|node| places.is_named(node)) =>
+                {
+                    return Err(PlaceholderError::Malformed {
+                        part: Part::Body,
+                        offset: at + offset,
+                        reason,
+                    });
+                }
+                Event::Malformed { .. } => sink.skipped.add(None, inert(string.is_key)),
+            }
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+/// Scans an `application/x-www-form-urlencoded` body field by field, as the WHATWG URL
+/// Standard's parser splits it: at every `&`, then each field at its first `=` (a field without
+/// `=` is a name with an empty value). A field's name is decoded ([`form_decode`]: `+` and `%XX`)
+/// and looked up in `places`. In the value of a field an alias names, its placeholder in any
+/// spelling is a body site (the receiver undoes the percent-encoding, so `%7B%7Bmint%3Ax%7D%7D`
+/// reads as the placeholder there), and a malformed one is refused; except after a raw `;` in
+/// the value, where a parser that also splits at `;` (old Rack, `cgi`) would see another field:
+/// there it is inert. Placeholders in field names and in other fields' values are inert. Every
+/// field is looked at, so each of several fields with a named name is a site, whichever one a
+/// receiver keeps.
+fn scan_form(body: &[u8], places: &BodyPlaces, sink: &mut Sink) -> Result<(), PlaceholderError> {
+    let mut start = 0;
+    for field in body.split(|&b| b == b'&') {
+        let offset = start;
+        start += field.len() + 1;
+        let (name, value, value_offset) = match memchr::memchr(b'=', field) {
+            Some(at) => (&field[..at], &field[at + 1..], offset + at + 1),
+            None => (field, &field[field.len()..], offset + field.len()),
+        };
+        spelling::events(name, Layer::Percent, |event| {
+            let alias = match event {
+                Event::Hit(hit) => Some(hit.alias),
+                Event::Malformed { .. } => None,
+            };
+            sink.skipped.add(alias, InertPlace::FormKey);
+            Ok(())
+        })?;
+        if !may_hold_placeholder(value, false) {
+            continue;
+        }
+        let decoded = places
+            .has_form_fields()
+            .then(|| form_decode(name))
+            .filter(|decoded| places.is_named_form_field(decoded));
+        // Placeholders after a raw `;` are never live.
+        let live_end = memchr::memchr(b';', value).unwrap_or(value.len());
+        spelling::events(value, Layer::Percent, |event| {
+            match (event, &decoded) {
+                (Event::Hit(hit), Some(field))
+                    if hit.span.start < live_end && places.names_form_field(field, &hit.alias) =>
+                {
+                    sink.push(Found {
+                        alias: hit.alias,
+                        place: Place::Site(Site::Body),
+                        part: Part::Body,
+                        span: hit.span.start + value_offset..hit.span.end + value_offset,
+                        matched: Some(NamedPlace::FormField(
+                            String::from_utf8_lossy(field).into_owned(),
+                        )),
+                    })?;
+                }
+                (Event::Hit(hit), _) => sink.skipped.add(Some(hit.alias), InertPlace::FormValue),
+                (Event::Malformed { offset: at, reason }, Some(_)) if at < live_end => {
+                    return Err(PlaceholderError::Malformed {
+                        part: Part::Body,
+                        offset: at + value_offset,
+                        reason,
+                    });
+                }
+                (Event::Malformed { .. }, _) => sink.skipped.add(None, InertPlace::FormValue),
+            }
+            Ok(())
+        })?;
+    }
+    Ok(())
 }
 
 fn inert(is_key: bool) -> InertPlace {

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use mint_policy::Severity;
 use mint_policy::aliases::{Alias, load_aliases};
-use mint_policy::body::JsonPointer;
+use mint_policy::body::{FormField, JsonPointer};
 use mint_policy::diagnostic::count_noun;
 use mint_policy::recognise::is_alias_file;
 use mint_policy::site::SiteSet;
@@ -81,6 +81,10 @@ struct AliasView<'a> {
     /// The JSON Pointers of the `body` site: the only places of a body where the secret goes.
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     body: &'a [JsonPointer],
+    /// The form fields of the `body` site: the only fields of a form body whose values the
+    /// secret goes in.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    form: &'a [FormField],
 }
 
 impl<'a> From<&'a Alias> for AliasView<'a> {
@@ -91,6 +95,40 @@ impl<'a> From<&'a Alias> for AliasView<'a> {
             hosts: alias.hosts.iter().map(|host| host.as_text()).collect(),
             sites: alias.sites,
             body: &alias.body,
+            form: &alias.form,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    /// The body site's pointers and form fields are shown as the file names them; an alias
+    /// without them shows neither key.
+    #[test]
+    fn pointers_and_form_fields_are_shown() {
+        let yaml = "aliases:
+  - name: oauth
+    hosts: [auth.example.com]
+    sites: [{body: [/client_secret]}, {form: [client_secret, client id]}]
+  - name: github
+    hosts: [api.github.com]
+";
+        let file = load_aliases(yaml.as_bytes(), "a.yaml").aliases.unwrap();
+        let views: Vec<serde_json::Value> = file
+            .aliases
+            .iter()
+            .map(|alias| serde_json::to_value(AliasView::from(alias)).unwrap())
+            .collect();
+        assert_eq!(views[0]["sites"], serde_json::json!(["body"]));
+        assert_eq!(views[0]["body"], serde_json::json!(["/client_secret"]));
+        assert_eq!(
+            views[0]["form"],
+            serde_json::json!(["client_secret", "client id"])
+        );
+        assert!(views[1].get("body").is_none() && views[1].get("form").is_none());
     }
 }

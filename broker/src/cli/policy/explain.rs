@@ -30,7 +30,7 @@ use http::Method;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use mint_policy::aliases::{AliasFile, load_aliases};
 use mint_policy::audit::{AgentName, ToolName};
-use mint_policy::body::BodyPlaces;
+use mint_policy::body::{BodyPlaces, NamedPlace};
 use mint_policy::evaluate::{CompiledPolicy, Evaluation};
 use mint_policy::limits::{Charge, Limiter};
 use mint_policy::normalize::Target;
@@ -193,6 +193,9 @@ pub struct Placement {
     pub place: Place,
     /// The byte offset of the placeholder in that part.
     pub offset: usize,
+    /// In a body, the JSON Pointer or form field of the alias it sits at: where the secret
+    /// would be substituted.
+    pub matched: Option<NamedPlace>,
 }
 
 /// What an alias declares about where its secret may go.
@@ -661,6 +664,7 @@ fn pipeline(
 
     // 3b. The body as a receiver decodes it: method overrides, then the tools.
     let decoded = pipeline::decoded_body(&forwarded, &request.body)?;
+    pipeline::check_encoded_body(&forwarded, &decoded, &places)?;
     headers::check_override_params(
         &request.method,
         target.query.as_deref(),
@@ -745,6 +749,7 @@ fn alias_reports(found: &Placeholders, aliases: &AliasFile, target: &Target) -> 
                     part: f.part.clone(),
                     place: f.place,
                     offset: f.span.start,
+                    matched: f.matched.clone(),
                 })
                 .collect(),
             declaration: aliases.find(name).map(|alias| AliasBinding {

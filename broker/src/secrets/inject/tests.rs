@@ -249,6 +249,77 @@ fn inert_body_quotes_are_left_as_they_are() {
     }
 }
 
+fn form_headers() -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-www-form-urlencoded"),
+    );
+    headers
+}
+
+/// Issue 16: an alias with `form: [client_secret]` is substituted in that field's value, in any
+/// spelling, percent-encoded: the canary's space, `&`, `=`, `+`, `%`, quotes and `é` neither
+/// split the form nor change another field. Every other byte is forwarded as it came.
+#[test]
+fn form_body_substitution_is_percent_encoded_in_the_named_field_only() {
+    let yaml = "aliases:\n  - name: github\n    hosts: [api.example.com]\n    sites: [{form: [client_secret]}]\n";
+    let load = mint_policy::aliases::load_aliases(yaml.as_bytes(), "aliases.yaml");
+    let places = BodyPlaces::new(&load.aliases.unwrap());
+    let encoded = "canary-5ecret%20%22q%22%20%5Cb%2Fs%20%C3%A9%2B%26%3D%25";
+    for spelled in [
+        "{{mint:github}}",
+        "%7B%7Bmint%3Agithub%7D%7D",
+        "%7b{mint:github%7d}",
+    ] {
+        let raw = format!(
+            "grant_type=client_credentials&client_secret={spelled}&note={{{{mint:github}}}}&{{{{mint:github}}}}=1"
+        );
+        let out = body(
+            &form_headers(),
+            Bytes::from(raw.clone()),
+            &places,
+            &secrets(),
+        )
+        .unwrap();
+        let expected = raw.replacen(spelled, encoded, 1);
+        assert_eq!(out, expected.as_bytes(), "{spelled}");
+        let fields: Vec<(Vec<u8>, Vec<u8>)> = out
+            .split(|&b| b == b'&')
+            .map(|field| {
+                let at = field.iter().position(|&b| b == b'=').unwrap();
+                (
+                    mint_policy::body::form_decode(&field[..at]),
+                    mint_policy::body::form_decode(&field[at + 1..]),
+                )
+            })
+            .collect();
+        assert_eq!(fields.len(), 4, "{spelled}");
+        assert_eq!(fields[1].0, b"client_secret");
+        assert_eq!(fields[1].1, CANARY.as_bytes(), "{spelled}");
+        assert_eq!(fields[2].1, b"{{mint:github}}");
+    }
+    // A malformed placeholder in the named field is refused, and names no value.
+    let err = body(
+        &form_headers(),
+        Bytes::from_static(b"client_secret={{mint:GitHub}}"),
+        &places,
+        &secrets(),
+    )
+    .unwrap_err();
+    assert_no_canary(&[format!("{err} {err:?}")]);
+    // The same form sent gzip-encoded, or as text: nothing is live.
+    let mut gzip = form_headers();
+    gzip.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    for headers in [gzip, HeaderMap::new()] {
+        let raw = Bytes::from_static(b"client_secret={{mint:github}}");
+        assert_eq!(
+            body(&headers, raw.clone(), &places, &secrets()).unwrap(),
+            raw
+        );
+    }
+}
+
 /// Issue 16: an alias with `body: [/client_secret]` is substituted there and nowhere else: a
 /// sibling field, a nested transcript and a member name keep the placeholder as text, and every
 /// byte but the substituted ones is forwarded as it came.

@@ -2,10 +2,14 @@
 //! raw byte ranges, so substitution can splice values into the body and forward every other byte
 //! as it came.
 //!
+//! The body is read by the rule of [`json_start`], which the MCP `tools/call` check follows too:
+//! one optional UTF-8 byte order mark, then one or more JSON texts (JSON Lines), each with its
+//! own root for the pointers.
+//!
 //! Strict means RFC 8259 with no extensions: the body is UTF-8; values are objects, arrays,
 //! strings, numbers, `true`, `false` and `null`; strings hold no raw control character and only
 //! the escapes `\" \\ \/ \b \f \n \r \t \uXXXX`, with UTF-16 surrogates in pairs; numbers have no
-//! leading zeros, `+` or bare `.`; nothing but whitespace follows the value; nesting stops at
+//! leading zeros, `+` or bare `.`; nesting stops at
 //! [`MAX_DEPTH`]. Objects are not built, so duplicate keys are not looked at (see the module
 //! header of `placeholder`): every value a pointer names is its place, whichever duplicate a
 //! receiver keeps. Iterative: no recursion however deep the input.
@@ -17,7 +21,7 @@
 
 use std::ops::Range;
 
-use mint_policy::body::{BodyPlaces, JsonNode};
+use mint_policy::body::{BodyPlaces, JsonNode, is_json_whitespace, json_start};
 
 /// A string token that may hold a placeholder.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,12 +37,13 @@ pub(crate) struct StringToken {
 
 /// The string tokens of `body` that contain `{`, `%` or `\u` (the only ways to spell a
 /// placeholder's first byte), in order, each with the place `places` names there; `None` when
-/// `body` is not one strict JSON text.
+/// `body` is not a JSON body as [`json_start`] defines it (one optional byte order mark, then
+/// one or more strict JSON texts: the MCP check's reading).
 pub(crate) fn candidate_strings(body: &[u8], places: &BodyPlaces) -> Option<Vec<StringToken>> {
     std::str::from_utf8(body).ok()?;
     let mut tokenizer = Tokenizer {
         bytes: body,
-        pos: 0,
+        pos: json_start(body),
         strings: Vec::new(),
         places,
         value_node: places.root(),
@@ -70,7 +75,8 @@ impl Tokenizer<'_> {
         self.whitespace();
         'value: loop {
             // A value starts here.
-            match self.peek()? {
+            let first = self.peek()?;
+            match first {
                 b'{' => {
                     // Empty containers count toward the depth too, as in serde_json.
                     if stack.len() >= MAX_DEPTH {
@@ -119,11 +125,24 @@ impl Tokenizer<'_> {
                 b'-' | b'0'..=b'9' => self.number()?,
                 _ => return None,
             }
+            // A top-level number or literal ends at whitespace or the end: `truenull` and `01`
+            // are not two texts.
+            if stack.is_empty()
+                && matches!(first, b't' | b'f' | b'n' | b'-' | b'0'..=b'9')
+                && self.peek().is_some_and(|b| !is_json_whitespace(b))
+            {
+                return None;
+            }
             // A value ended: close containers until one continues with `,`.
             loop {
                 self.whitespace();
                 let Some(frame) = stack.last_mut() else {
-                    return (self.pos == self.bytes.len()).then_some(());
+                    if self.pos == self.bytes.len() {
+                        return Some(());
+                    }
+                    // Another JSON text (JSON Lines): its pointers start at the root again.
+                    self.value_node = self.places.root();
+                    continue 'value;
                 };
                 match (self.peek()?, frame.is_object) {
                     (b',', true) => {
@@ -288,7 +307,7 @@ impl Tokenizer<'_> {
     }
 
     fn whitespace(&mut self) {
-        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        while self.peek().is_some_and(is_json_whitespace) {
             self.pos += 1;
         }
     }

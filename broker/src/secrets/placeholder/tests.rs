@@ -227,7 +227,7 @@ fn body_quotes_where_mint_never_substitutes_are_inert() {
             Req::new()
                 .header("content-type", "application/x-www-form-urlencoded")
                 .body("t=%7B%7Bmint%3Agithub%7D%7D"),
-            vec![("github", InertPlace::Text)],
+            vec![("github", InertPlace::FormValue)],
         ),
         (
             Req::new().body(r#"{"t":"{{mint:github}}"}"#),
@@ -460,6 +460,12 @@ fn the_tokenizer_is_strict() {
         "{}",
         "[1,[2,{\"a\":null}],true,false]",
         "{\"a\":{\"b\":[\"\\ud83d\\ude00\",\"\\n\"]}}",
+        // One byte order mark; several texts (JSON Lines), as the MCP check reads them.
+        "\u{feff}{}",
+        "[1] [2]",
+        "{}{}",
+        "1 2\n",
+        "\"a\"\"b\"",
     ] {
         assert!(
             candidate_strings(valid.as_bytes(), &BodyPlaces::default()).is_some(),
@@ -475,7 +481,11 @@ fn the_tokenizer_is_strict() {
         "1.",
         ".5",
         "+1",
-        "[1] [2]",
+        "truenull",
+        "1[2]",
+        "\u{feff}\u{feff}{}",
+        " \u{feff}{}",
+        "{} x",
         "\"\\x\"",
         "\"\\ud83d\"",
         "\"\\ude00\"",
@@ -496,6 +506,29 @@ fn the_tokenizer_is_strict() {
     assert!(candidate_strings(deep(127).as_bytes(), &BodyPlaces::default()).is_some());
     assert!(candidate_strings(deep(128).as_bytes(), &BodyPlaces::default()).is_none());
     assert!(candidate_strings(deep(100_000).as_bytes(), &BodyPlaces::default()).is_none());
+}
+
+/// serde_json's reading of a body by the JSON body rule (`json_start`): one optional byte order
+/// mark, then one or more JSON texts, a top-level number or literal followed by whitespace or
+/// the end (serde_json's stream also takes `1"a"`; neither Mint reader does).
+fn serde_reads_json_texts(text: &str) -> bool {
+    let body = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut stream = serde_json::Deserializer::from_str(body).into_iter::<serde_json::Value>();
+    let mut any = false;
+    loop {
+        match stream.next() {
+            None => return any,
+            Some(Err(_)) => return false,
+            Some(Ok(value)) => {
+                any = true;
+                let delimited = value.is_string() || value.is_array() || value.is_object();
+                let next = body.as_bytes().get(stream.byte_offset());
+                if !delimited && next.is_some_and(|b| !b" \t\n\r".contains(b)) {
+                    return false;
+                }
+            }
+        }
+    }
 }
 
 /// Percent-encodes each byte of `text` when the matching flag says so, in the given hex case.
@@ -552,8 +585,7 @@ proptest! {
     ) {
         let text = text.concat();
         let ours = candidate_strings(text.as_bytes(), &BodyPlaces::default()).is_some();
-        let serde = serde_json::from_str::<serde_json::Value>(&text).is_ok();
-        prop_assert_eq!(ours, serde, "{}", text);
+        prop_assert_eq!(ours, serde_reads_json_texts(&text), "{}", text);
         let written = serde_json::to_string(&value).unwrap();
         prop_assert!(candidate_strings(written.as_bytes(), &BodyPlaces::default()).is_some());
     }
@@ -719,5 +751,302 @@ proptest! {
         let found = scan_json(&tree.to_string(), &pointer_places()).unwrap();
         prop_assert_eq!(found.found().len(), live);
         prop_assert_eq!(found.skipped().count() as usize, quoted.len() - live);
+    }
+}
+
+/// `client` names the form fields `client_secret` and `client secret`; `other` names `other`;
+/// `json` names only the JSON Pointer `/client_secret`.
+fn form_places() -> BodyPlaces {
+    let yaml = "aliases:
+  - name: client
+    hosts: [auth.example.com]
+    sites: [{form: [client_secret, client secret]}]
+  - name: other
+    hosts: [auth.example.com]
+    sites: [{form: [other]}]
+  - name: json
+    hosts: [auth.example.com]
+    sites: [{body: [/client_secret]}]
+";
+    let load = mint_policy::aliases::load_aliases(yaml.as_bytes(), "aliases.yaml");
+    assert!(load.errors().next().is_none(), "{:?}", load.diagnostics);
+    BodyPlaces::new(&load.aliases.unwrap())
+}
+
+fn scan_typed(
+    content_type: &'static str,
+    body: &str,
+    places: &BodyPlaces,
+) -> Result<Placeholders, PlaceholderError> {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static(content_type),
+    );
+    scan(
+        &RequestParts {
+            scheme: "https",
+            authority: "auth.example.com",
+            path: "/token",
+            query: None,
+            headers: &headers,
+            body: body.as_bytes(),
+        },
+        places,
+    )
+}
+
+fn scan_form(body: &str, places: &BodyPlaces) -> Result<Placeholders, PlaceholderError> {
+    scan_typed("application/x-www-form-urlencoded", body, places)
+}
+
+#[test]
+fn content_types_that_mean_a_form() {
+    let mut headers = HeaderMap::new();
+    for (value, kind) in [
+        ("application/x-www-form-urlencoded", BodyKind::Form),
+        (
+            "Application/X-WWW-Form-Urlencoded; charset=UTF-8",
+            BodyKind::Form,
+        ),
+        ("application/json", BodyKind::Json),
+        ("multipart/form-data; boundary=x", BodyKind::Text),
+        ("text/plain", BodyKind::Text),
+    ] {
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_str(value).unwrap(),
+        );
+        assert_eq!(body_kind(&headers), kind, "{value}");
+    }
+    // Two Content-Types, or a content coding: no place in the body is live.
+    headers.append(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-www-form-urlencoded"),
+    );
+    assert_eq!(body_kind(&headers), BodyKind::Text);
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-www-form-urlencoded"),
+    );
+    headers.insert(
+        http::header::CONTENT_ENCODING,
+        HeaderValue::from_static("gzip"),
+    );
+    assert_eq!(body_kind(&headers), BodyKind::Text);
+}
+
+#[test]
+fn a_form_placeholder_is_live_only_in_a_field_its_alias_names() {
+    let places = form_places();
+    for (body, live, skipped) in [
+        // The OAuth token request: the named field, raw or percent-encoded in any way.
+        (
+            "grant_type=client_credentials&client_secret={{mint:client}}",
+            1,
+            0,
+        ),
+        ("client_secret=%7B%7Bmint%3Aclient%7D%7D", 1, 0),
+        ("client_secret=%7b%7bmint:client%7d%7d", 1, 0),
+        // The name decoded as the receiver decodes it.
+        ("client%5Fsecret={{mint:client}}", 1, 0),
+        ("client+secret={{mint:client}}", 1, 0),
+        ("client%20secret={{mint:client}}", 1, 0),
+        // Embedded in the value, as in a JSON string at a pointer.
+        ("client_secret=Basic%20{{mint:client}}", 1, 0),
+        // Repeated fields: each is the named field, whichever one a receiver keeps.
+        (
+            "client_secret={{mint:client}}&client_secret={{mint:client}}",
+            2,
+            0,
+        ),
+        // Another field, a field name, another case, another alias's field, a JSON alias.
+        ("note={{mint:client}}", 0, 1),
+        ("{{mint:client}}=x", 0, 1),
+        ("client_secret%3D{{mint:client}}", 0, 1),
+        ("Client_Secret={{mint:client}}", 0, 1),
+        ("other={{mint:client}}&client_secret={{mint:other}}", 0, 2),
+        ("client_secret={{mint:json}}", 0, 1),
+        // After a raw `;`, which old parsers split at: inert.
+        ("client_secret=a;redirect_uri={{mint:client}}", 0, 1),
+        // An `=` inside the value is the value's; `&` ends the field.
+        ("client_secret=a=b{{mint:client}}&x=1", 1, 0),
+        ("client_secret=a&b{{mint:client}}", 0, 1),
+        // No `=`: a name with an empty value.
+        ("client_secret", 0, 0),
+        ("&&client_secret=&{{mint:client}}", 0, 1),
+    ] {
+        let found = scan_form(body, &places).unwrap();
+        assert_eq!(found.found().len(), live, "{body}");
+        for one in found.found() {
+            assert_eq!(one.place, Place::Site(Site::Body), "{body}");
+            assert_eq!(one.part, Part::Body, "{body}");
+            assert!(
+                matches!(&one.matched, Some(NamedPlace::FormField(f)) if f.starts_with("client")),
+                "{body}: {:?}",
+                one.matched
+            );
+            // The span covers the placeholder as spelled, escapes included.
+            let spelled = &body.as_bytes()[one.span.clone()];
+            assert!(
+                spelled.starts_with(b"{") || spelled.starts_with(b"%7"),
+                "{body}"
+            );
+        }
+        assert_eq!(found.skipped().count(), skipped, "{body}");
+        if skipped > 0 {
+            assert!(
+                found
+                    .skipped()
+                    .listed()
+                    .iter()
+                    .all(|(_, p)| matches!(p, InertPlace::FormValue | InertPlace::FormKey)),
+                "{body}"
+            );
+        }
+    }
+    let key = scan_form("{{mint:client}}=x", &places).unwrap();
+    assert_eq!(
+        listed(key.skipped()),
+        [("client", InertPlace::FormKey)],
+        "a field name"
+    );
+    let value = scan_form("note={{mint:client}}", &places).unwrap();
+    assert_eq!(listed(value.skipped()), [("client", InertPlace::FormValue)]);
+
+    // A malformed placeholder in a named field is refused with its offset in the body; elsewhere
+    // it is text.
+    let error = scan_form("a=1&client_secret={{mint:Client}}", &places).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            PlaceholderError::Malformed {
+                part: Part::Body,
+                offset: 18,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(scan_form("client_secret=%7B%7Bmint%3AClient%7D%7D", &places).is_err());
+    let text = scan_form("note={{mint:Client}}", &places).unwrap();
+    assert_eq!(text.skipped().count(), 1);
+    assert!(text.found().is_empty());
+}
+
+#[test]
+fn a_form_is_read_only_with_its_content_type() {
+    let places = form_places();
+    // The same bytes as JSON or text: the form field is no place.
+    for content_type in ["application/json", "text/plain", "multipart/form-data"] {
+        let found = scan_typed(content_type, "client_secret={{mint:client}}", &places).unwrap();
+        assert!(found.found().is_empty(), "{content_type}");
+        assert_eq!(found.skipped().count(), 1, "{content_type}");
+        assert_eq!(
+            found.skipped().listed()[0].1,
+            InertPlace::Text,
+            "{content_type}"
+        );
+    }
+    // And a JSON body at a pointer says which pointer it matched.
+    let found = scan_typed(
+        "application/json",
+        r#"{"client_secret":"{{mint:json}}"}"#,
+        &places,
+    )
+    .unwrap();
+    assert_eq!(
+        found.found()[0].matched,
+        Some(NamedPlace::Pointer("/client_secret".to_owned()))
+    );
+}
+
+proptest! {
+    /// Whatever other fields a form holds, and however the placeholder is percent-encoded, it is
+    /// live in the named field exactly, and its span is its spelling.
+    #[test]
+    fn form_fields_around_a_named_one_change_nothing(
+        before in proptest::collection::vec("[a-z_]{1,8}=[a-z0-9%+.]{0,8}", 0..4),
+        after in proptest::collection::vec("[a-z_]{1,8}=[a-z0-9%+.]{0,8}", 0..4),
+        flags in proptest::collection::vec((any::<bool>(), any::<bool>()), 15),
+    ) {
+        let spelled = encode_some("{{mint:client}}", &flags);
+        let mut fields: Vec<String> = before
+            .iter()
+            .filter(|f| !f.starts_with("client_secret="))
+            .cloned()
+            .collect();
+        fields.push(format!("client_secret={spelled}"));
+        fields.extend(after.iter().filter(|f| !f.starts_with("client_secret=")).cloned());
+        let body = fields.join("&");
+        let found = scan_form(&body, &form_places()).unwrap();
+        prop_assert_eq!(found.found().len(), 1);
+        let one = &found.found()[0];
+        prop_assert_eq!(&body.as_bytes()[one.span.clone()], spelled.as_bytes());
+        prop_assert_eq!(found.skipped().count(), 0);
+    }
+}
+
+/// Issue 16: a JSON body is read by one rule in both readers (`mint_policy::body::json_start`):
+/// one optional UTF-8 byte order mark, then one or more JSON texts. A placeholder at a named
+/// pointer after a byte order mark, and in each text of JSON Lines, is live, as the MCP check
+/// reads those bodies as JSON too (it was inert text before, while the MCP check read JSON).
+#[test]
+fn a_byte_order_mark_and_json_lines_are_json_to_the_scan_as_to_the_mcp_check() {
+    let places = pointer_places();
+    for (body, live) in [
+        ("\u{feff}{\"client_secret\":\"{{mint:client}}\"}", 1),
+        (
+            "{\"client_secret\":\"{{mint:client}}\"}\n{\"client_secret\":\"{{mint:client}}\"}\n",
+            2,
+        ),
+        (
+            "\u{feff}{\"note\":1}{\"client_secret\":\"{{mint:client}}\"} [\"{{mint:client}}\"]",
+            1,
+        ),
+    ] {
+        let found = scan_json(body, &places).unwrap();
+        assert_eq!(found.found().len(), live, "{body:?}");
+        assert!(
+            crate::proxy::mcp_call::examine(body.as_bytes()).is_ok(),
+            "{body:?}"
+        );
+    }
+}
+
+proptest! {
+    /// Whatever mix of texts, separators, byte order marks and junk a body holds, the scan reads
+    /// it as JSON exactly when the MCP check parses it as JSON (for bodies that start like JSON,
+    /// the only ones the MCP check parses).
+    #[test]
+    fn the_scan_and_the_mcp_check_agree_on_what_is_json(
+        bom in proptest::collection::vec(Just("\u{feff}"), 0..3),
+        parts in proptest::collection::vec(
+            prop_oneof![
+                Just("{\"client_secret\":\"{{mint:client}}\"}"),
+                Just("[1,{\"a\":\"{{mint:client}}\"}]"),
+                Just("{}"),
+                Just("[]"),
+                Just("true"),
+                Just("null"),
+                Just("12"),
+                Just("\"{{mint:client}}\""),
+                Just(" "),
+                Just("\n"),
+                Just("\r\n"),
+                Just("\t"),
+                Just(","),
+                Just("x"),
+                Just("{"),
+                Just("\u{a0}"),
+            ],
+            1..6,
+        ),
+    ) {
+        let body = format!("{}{{}} {}", bom.concat(), parts.concat());
+        let scan_reads_json = candidate_strings(body.as_bytes(), &pointer_places()).is_some();
+        let mcp_reads_json = crate::proxy::mcp_call::examine(body.as_bytes()).is_ok();
+        prop_assert_eq!(scan_reads_json, mcp_reads_json, "{:?}", body);
     }
 }

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use mint_policy::body::InertPlace;
+use mint_policy::body::{InertPlace, NamedPlace};
 use mint_policy::evaluate::{DenyReason, Evaluation};
 use mint_policy::normalize::Target;
 use serde::Serialize;
@@ -373,6 +373,12 @@ struct PlaceJson<'a> {
     offset: usize,
     site: Option<&'static str>,
     forbidden: Option<String>,
+    /// The alias's JSON Pointer this body placeholder sits at.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pointer: Option<&'a str>,
+    /// The alias's form field this body placeholder sits in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    form_field: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -447,15 +453,20 @@ fn inert_text(place: InertPlace) -> &'static str {
     match place {
         InertPlace::JsonValue => "a JSON string value it does not name",
         InertPlace::JsonKey => "a JSON member name",
-        InertPlace::Text => "a body that is not JSON",
+        InertPlace::FormValue => "a form field value it does not name",
+        InertPlace::FormKey => "a form field name",
+        InertPlace::Text => "a body that is neither JSON nor a form, or is content-encoded",
     }
 }
 
 fn placement_text(placement: &Placement) -> String {
-    let place = match placement.place {
+    let mut place = match placement.place {
         Place::Site(site) => format!("{site} site"),
         Place::Forbidden(forbidden) => format!("no secret may go here: {forbidden}"),
     };
+    if let Some(matched) = &placement.matched {
+        place.push_str(&format!(", at {matched}"));
+    }
     format!(
         "{}, byte {}: {place}",
         part_text(&placement.part),
@@ -476,12 +487,19 @@ fn placement_json(placement: &Placement) -> PlaceJson<'_> {
         Place::Site(site) => (Some(site.as_str()), None),
         Place::Forbidden(forbidden) => (None, Some(forbidden.to_string())),
     };
+    let (pointer, form_field) = match &placement.matched {
+        Some(NamedPlace::Pointer(pointer)) => (Some(pointer.as_str()), None),
+        Some(NamedPlace::FormField(field)) => (None, Some(field.as_str())),
+        None => (None, None),
+    };
     PlaceJson {
         part,
         header,
         offset: placement.offset,
         site,
         forbidden,
+        pointer,
+        form_field,
     }
 }
 

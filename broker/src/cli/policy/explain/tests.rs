@@ -122,7 +122,7 @@ const ALIASES: &str = r#"
 aliases:
   - name: github
     hosts: [api.github.com]
-    sites: [header, {body: [/token, /b]}]
+    sites: [header, {body: [/token, /b]}, {form: [client_secret]}]
   - name: search
     hosts: [api.github.com]
     sites: [query]
@@ -237,6 +237,7 @@ fn allow_reports_rules_aliases_and_full_budgets() {
             part: Part::Header(HeaderName::from_static("authorization")),
             place: Place::Site(Site::Header),
             offset: 7,
+            matched: None,
         }]
     );
     let binding = alias.declaration.as_ref().unwrap();
@@ -1812,4 +1813,71 @@ fn explain_arguments_never_show_header_or_query_values_in_debug() {
     let shown = format!("{cli:?}");
     assert!(!shown.contains("canary-explain-args"), "{shown}");
     assert!(shown.contains("mino"), "{shown}");
+}
+
+/// Issue 16: a substituted body placeholder is shown with the JSON Pointer or form field of its
+/// alias that it sits at, in the human report and in the JSON; a skipped one with its kind of
+/// place. Neither shows the body.
+#[test]
+fn a_body_placeholder_shows_the_pointer_or_field_it_matched() {
+    let form = ("content-type", "application/x-www-form-urlencoded");
+    for (header, body, matched, json_key, json_value, skipped) in [
+        (
+            JSON,
+            &br#"{"b":"x","token":"{{mint:github}}","note":"{{mint:github}}"}"#[..],
+            "at JSON Pointer `/token`",
+            "pointer",
+            "/token",
+            "github in a JSON string value it does not name",
+        ),
+        (
+            form,
+            &b"grant_type=client_credentials&client%5Fsecret=%7B%7Bmint%3Agithub%7D%7D&note={{mint:github}}"[..],
+            "at form field `client_secret`",
+            "form_field",
+            "client_secret",
+            "github in a form field value it does not name",
+        ),
+    ] {
+        let x = explain_fresh(&request(
+            "POST",
+            "https://api.github.com/graphql",
+            &[header],
+            body,
+        ));
+        assert_eq!(answer(&x), "allow", "{x:?}");
+        let places = &x.aliases[0].places;
+        assert_eq!(places.len(), 1, "{x:?}");
+        assert_eq!(places[0].place, Place::Site(Site::Body));
+        let human = human(&x);
+        assert!(human.contains(matched), "{human}");
+        assert!(human.contains(skipped), "{human}");
+        assert!(!human.contains("client_credentials"), "{human}");
+        let json: serde_json::Value =
+            serde_json::from_str(&render::json(&x, &BudgetSource::NotNeeded)).unwrap();
+        let place = &json["aliases"][0]["places"][0];
+        assert_eq!(place[json_key], json_value, "{json}");
+        assert_eq!(place["site"], "body", "{json}");
+        assert!(!json.to_string().contains("client_credentials"), "{json}");
+    }
+    // The same JSON gzip-encoded: Mint would forward it unsubstituted, so it refuses it (415).
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut encoder, br#"{"token":"{{mint:github}}"}"#).unwrap();
+    let gz = encoder.finish().unwrap();
+    let x = explain_fresh(&request(
+        "POST",
+        "https://api.github.com/graphql",
+        &[JSON, ("content-encoding", "gzip")],
+        &gz,
+    ));
+    assert_refused(&x, "415 encoded_body_placeholder");
+    // A header placeholder matched no body place: nothing is added.
+    let x = explain_fresh(&get("https://api.github.com/user", &[AUTH]));
+    let json: serde_json::Value =
+        serde_json::from_str(&render::json(&x, &BudgetSource::NotNeeded)).unwrap();
+    let place = &json["aliases"][0]["places"][0];
+    assert!(
+        place.get("pointer").is_none() && place.get("form_field").is_none(),
+        "{json}"
+    );
 }
