@@ -604,8 +604,8 @@ fn the_webhook_is_told_of_each_waiting_request_without_secrets_and_decides_nothi
 #[test]
 fn a_webhook_that_cannot_be_reached_holds_the_request_all_the_same() {
     let mut lab = lab("60s", "", &[]);
-    // Nothing listens there; and a webhook host resolving to loopback without a pin is refused
-    // by the address checks, as an upstream would be.
+    // Nothing listens on loopback port 9 (loopback itself is allowed for a webhook: a local
+    // relay).
     lab.broker.stop();
     lab.broker = lab.home.serve(
         &lab.peer.ca_file,

@@ -5,7 +5,8 @@
 //! A notification only tells: decisions are taken on the operator socket alone, and a webhook
 //! that fails, hangs or answers anything never approves or denies. It goes through the broker's
 //! own upstream client, so it gets the same address checks (a webhook host that resolves to a
-//! private or metadata address is refused unless `--resolve` pins it), the same TLS trust and no
+//! private, link-local, CGNAT or metadata address is refused unless `--resolve` pins it; loopback
+//! is allowed, for a local relay), the same TLS trust and no
 //! redirects. Its body holds what `mint approvals list` shows (never a secret: the request has not
 //! been substituted), with the arguments cut as there. The URL itself is often a secret (Slack's
 //! is): it is never logged, only its host.
