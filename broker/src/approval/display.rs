@@ -6,7 +6,48 @@
 //! is shown. Every such character is replaced by its visible `\u{…}` spelling before the text is
 //! listed or shown, on the broker's side of the socket and again by the watching terminal.
 
-use crate::cli::terminal::is_terminal_control;
+/// C0, DEL and C1 controls, the bidirectional-text controls (marks, embeddings, overrides and
+/// isolates), which can make a terminal show text in another order than it is stored, the line
+/// and paragraph separators (U+2028, U+2029), which some terminals and viewers take as line
+/// breaks, and the invisible characters (every format character of Unicode's `Cf` category —
+/// zero-width space, joiners, invisible operators, soft hyphen, tags, the byte order mark — and
+/// the blank fillers and selectors that render as nothing: Hangul fillers, braille blank,
+/// variation selectors), which hide that two texts differ.
+pub fn is_terminal_control(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            // Soft hyphen, combining grapheme joiner, Arabic letter mark.
+            '\u{00ad}'
+                | '\u{034f}'
+                | '\u{061c}'
+                // Hangul fillers, Khmer inherent vowels, Mongolian selectors and vowel separator.
+                | '\u{115f}'
+                | '\u{1160}'
+                | '\u{17b4}'
+                | '\u{17b5}'
+                | '\u{180b}'..='\u{180f}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{202e}'
+                // Word joiner, invisible operators, the unassigned U+2065, isolates, deprecated
+                // format controls.
+                | '\u{205f}'..='\u{206f}'
+                // Braille blank, Hangul filler, variation selectors, BOM, halfwidth filler,
+                // interlinear annotation and other specials.
+                | '\u{2800}'
+                | '\u{3164}'
+                | '\u{fe00}'..='\u{fe0f}'
+                | '\u{feff}'
+                | '\u{ffa0}'
+                | '\u{fff0}'..='\u{fffb}'
+                // Shorthand format controls, musical symbol formats, tags, variation selectors
+                // supplement.
+                | '\u{1bca0}'..='\u{1bca3}'
+                | '\u{1d173}'..='\u{1d17a}'
+                | '\u{e0000}'..='\u{e007f}'
+                | '\u{e0100}'..='\u{e01ef}'
+        )
+}
 
 /// How much of a tool call's pretty-printed arguments is shown.
 pub const MAX_ARGUMENTS: usize = 2048;

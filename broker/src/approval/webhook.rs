@@ -105,8 +105,8 @@ impl Webhook {
 
     /// Sends a notification for each request that starts waiting, until the task is aborted.
     /// Each notification is sent on a task of its own, so a slow endpoint delays none other.
-    /// A request is notified once it has waited [`SETTLE`] and still waits, within [`BURST`]
-    /// and [`REFILL`] and at most [`CONCURRENT`] at once.
+    /// A request is notified once it has waited a second and still waits, five in a burst and
+    /// then one a second, at most four at once.
     pub async fn notify(self, book: Arc<super::ApprovalBook>, upstream: UpstreamClient) {
         let webhook = Arc::new(self);
         let pace = Arc::new(std::sync::Mutex::new(Pace {
