@@ -996,7 +996,14 @@ async fn forward(
     let (uses, evaluated) = checked.decide(exchange, &declarations, &grant)?;
     // 4a. Calls an approve rule holds wait for the operator (limits are admitted after).
     let holds = evaluated.holds();
-    let mut allowed = evaluated.allowed()?;
+    let mut allowed = pipeline::allowed_or_closest(
+        evaluated,
+        declarations.policy(),
+        grant.agent.as_str(),
+        &method,
+        &target,
+        &uses,
+    )?;
     let mut uses = uses;
     if !holds.is_empty() {
         let decoded = pipeline::decoded_body(&request_headers, &body)?;
@@ -1020,7 +1027,14 @@ async fn forward(
         }
         declarations = state.declarations();
         let (now_uses, now_evaluated) = checked.decide(exchange, &declarations, &again)?;
-        allowed = now_evaluated.allowed()?;
+        allowed = pipeline::allowed_or_closest(
+            now_evaluated,
+            declarations.policy(),
+            again.agent.as_str(),
+            &method,
+            &target,
+            &now_uses,
+        )?;
         uses = now_uses;
     }
     drop(token);

@@ -444,6 +444,38 @@ impl CompiledPolicy {
         try_rules(&self.index.any);
     }
 
+    /// For a request no allow or approve rule admits: the allow or approve rule that came
+    /// closest and why it does not match, each reason naming what the rule says — including what
+    /// it leaves out (no `port` means only the scheme's default, no `alias` means no secret).
+    /// The candidates are the rules the host index offers for the request's host (and those
+    /// without `host`), as evaluation looks at them, so finding it costs what evaluating did.
+    /// The closest is the one with the fewest reasons, the first in the file on a tie. `None`
+    /// when no such rule is indexed for the host.
+    pub fn near_miss(&self, request: &Request<'_>) -> Option<NearMiss> {
+        let mut candidates = Matches::new();
+        self.matching(request, &mut candidates, |rule, _| rule.effect.admits());
+        let mut best: Option<NearMiss> = None;
+        for i in distinct(candidates.sorted()) {
+            let Some(rule) = self.policy.rules.get(i as usize) else {
+                continue;
+            };
+            let reasons = misses(rule, request);
+            if reasons.is_empty() {
+                continue;
+            }
+            if best
+                .as_ref()
+                .is_none_or(|b| reasons.len() < b.reasons.len())
+            {
+                best = Some(NearMiss {
+                    rule: rule.id.clone(),
+                    reasons,
+                });
+            }
+        }
+        best
+    }
+
     fn legacy_charges(&self, request: &Request<'_>, out: &mut Vec<Charge>) {
         for (n, limit) in self.policy.call_limits.iter().enumerate() {
             let applies = match &limit.key {
@@ -599,6 +631,112 @@ fn fields_match(rule: &Rule, request: &Request<'_>) -> bool {
         && m.path
             .as_ref()
             .is_none_or(|g| g.iter().any(|g| path_matches(g, &target.path, allow)))
+}
+
+/// The allow or approve rule that came closest to admitting a request, and why it does not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NearMiss {
+    /// The rule's id.
+    pub rule: String,
+    /// Each field that does not match, in words (never a secret: the request's method, host,
+    /// port, path, agent, alias and tool names, and what the rule says).
+    pub reasons: Vec<String>,
+}
+
+/// Why `rule` (an allow or approve rule) does not match `request`, field by field, as
+/// [`rule_matches`] decides for such a rule; empty when it matches.
+fn misses(rule: &Rule, request: &Request<'_>) -> Vec<String> {
+    let m = &rule.matcher;
+    let target = request.target;
+    let mut out = Vec::new();
+    if let Some(globs) = &m.agent
+        && !globs.iter().any(|g| g.matches(request.agent))
+    {
+        out.push(format!(
+            "agent `{}` is not one of its agents",
+            request.agent
+        ));
+    }
+    match &m.scheme {
+        Some(schemes) if !schemes.contains(&target.scheme) => out.push(format!(
+            "scheme `{}` is not one of its schemes",
+            target.scheme.as_str()
+        )),
+        None if target.scheme != Scheme::Https => out.push(format!(
+            "it names no `scheme`, so only https (this request is {})",
+            target.scheme.as_str()
+        )),
+        _ => {}
+    }
+    match &m.port {
+        Some(ports) if !ports.contains(&target.port) => {
+            out.push(format!("port {} is not one of its ports", target.port));
+        }
+        None if target.port != target.scheme.default_port() => out.push(format!(
+            "it names no `port`, so only {} (the {} default; this request is to port {})",
+            target.scheme.default_port(),
+            target.scheme.as_str(),
+            target.port
+        )),
+        _ => {}
+    }
+    if let Some(hosts) = &m.host
+        && !hosts.iter().any(|h| h.matches(&target.host))
+    {
+        out.push(format!(
+            "host `{}` matches none of its hosts",
+            target.host.as_text()
+        ));
+    }
+    if let Some(methods) = &m.method
+        && !methods.iter().any(|x| x == request.method)
+    {
+        out.push(format!(
+            "method `{}` is not one of its methods (methods are matched byte for byte)",
+            request.method
+        ));
+    }
+    if let Some(globs) = &m.path
+        && !globs.iter().any(|g| path_matches(g, &target.path, true))
+    {
+        out.push(format!("path `{}` matches none of its paths", target.path));
+    }
+    for used in request.aliases {
+        match &m.alias {
+            None => out.push(format!(
+                "it names no `alias`, so it admits no secret (this request uses `{}`)",
+                used.alias
+            )),
+            Some(names) if !names.contains(&used.alias) => {
+                out.push(format!("alias `{}` is not in its `alias` list", used.alias));
+            }
+            Some(_) => {}
+        }
+        if !used.sites.is_subset(rule.inject) {
+            let outside: Vec<&str> = used
+                .sites
+                .iter()
+                .filter(|site| !rule.inject.contains(*site))
+                .map(|site| site.as_str())
+                .collect();
+            out.push(format!(
+                "alias `{}` sits in the {} site, which its `inject` does not list",
+                used.alias,
+                outside.join(", ")
+            ));
+        }
+    }
+    match (&m.tool, request.tool) {
+        (Some(globs), Some(tool)) if !globs.iter().any(|g| g.matches(tool)) => out.push(format!(
+            "tool `{tool}` is not one of its tools (tool names are matched byte for byte)"
+        )),
+        (Some(_), None) => out.push("it names tools, and this request calls none".to_owned()),
+        (None, Some(tool)) => out.push(format!(
+            "it names no `tool`, so it admits no MCP tool call (this request calls `{tool}`)"
+        )),
+        _ => {}
+    }
+    out
 }
 
 /// Allow rules match the path as written; deny and limit rules also match it without one

@@ -915,3 +915,34 @@ fn approve_rules_open_tunnels_and_bodies() {
         "approve:[\"ask-tool\"]:120s:[]"
     );
 }
+
+/// Issue 23: a request no allow rule admits names the allow rule that came closest and each field
+/// that kept it from matching, including what the rule leaves out (no `port`: only the default).
+#[test]
+fn the_closest_allow_rule_and_its_failing_fields_are_named() {
+    let yaml = "version: 1\ndefault: deny\nrules:\n  - id: local\n    effect: allow\n    match:\n      host: 127.0.0.1\n      method: GET\n  - id: far\n    effect: allow\n    match:\n      host: 127.0.0.1\n      method: POST\n      path: /x\n";
+    let policy = CompiledPolicy::new(load_policy(yaml.as_bytes(), "p.yaml").policy.unwrap());
+    let target = normalize_target("https", "127.0.0.1:9443", "/user").unwrap();
+    let request = Request {
+        agent: "mino",
+        method: "GET",
+        target: &target,
+        aliases: &[],
+        tool: None,
+    };
+    assert!(matches!(policy.evaluate(&request), Evaluation::Deny(_)));
+    let near = policy.near_miss(&request).unwrap();
+    assert_eq!(near.rule, "local");
+    assert_eq!(near.reasons.len(), 1, "{near:?}");
+    assert!(
+        near.reasons[0].contains("names no `port`, so only 443"),
+        "{near:?}"
+    );
+    // A rule for another host is never offered (candidates come from the host index).
+    let elsewhere = normalize_target("https", "api.example.com", "/user").unwrap();
+    let request = Request {
+        target: &elsewhere,
+        ..request
+    };
+    assert_eq!(policy.near_miss(&request), None);
+}

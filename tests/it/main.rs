@@ -13,6 +13,7 @@ mod interception_clients;
 mod interception_tunnel;
 mod local_files;
 mod mint_run;
+mod near_miss;
 mod policy_findings;
 mod proxy;
 mod proxy_attacks;

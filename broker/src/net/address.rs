@@ -103,7 +103,7 @@ pub struct AddressRules {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AddressError {
     /// An address belongs to a class that the rules refuse.
-    #[error("the target resolves to {}", .0.phrase())]
+    #[error("the target resolves to {}{}", .0.phrase(), .0.way_out())]
     Refused(AddressClass),
     /// The target is a loopback target, and an address is not loopback.
     #[error(
@@ -137,6 +137,27 @@ impl AddressClass {
     }
 
     /// The class as a noun phrase for error messages.
+    /// What would admit an address of this class, for the refusal's message.
+    fn way_out(self) -> &'static str {
+        match self {
+            AddressClass::Private
+            | AddressClass::LinkLocal
+            | AddressClass::SharedCgnat
+            | AddressClass::Embedded => {
+                "; an allow rule with `allow_private: true` that matches the request admits it"
+            }
+            AddressClass::Loopback => {
+                "; a loopback target is admitted only by a rule naming it literally in `host` (127.0.0.1, ::1, localhost), with its `port`"
+            }
+            AddressClass::Metadata => "; cloud metadata addresses are never admitted",
+            AddressClass::Public
+            | AddressClass::Unspecified
+            | AddressClass::Multicast
+            | AddressClass::Broadcast
+            | AddressClass::Reserved => "",
+        }
+    }
+
     fn phrase(self) -> &'static str {
         match self {
             AddressClass::Public => "a public address",

@@ -273,6 +273,7 @@ pub(crate) fn tunnel_may_open(
     Err(ProxyError::PolicyDenied {
         rules: Vec::new(),
         reason: DenyReason::NoAllowRule,
+        closest: None,
     })
 }
 

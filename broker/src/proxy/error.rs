@@ -9,7 +9,7 @@ use std::time::Duration;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode};
 use mint_policy::audit::Outcome;
-use mint_policy::evaluate::DenyReason;
+use mint_policy::evaluate::{DenyReason, NearMiss};
 use mint_policy::normalize::NormalizeError;
 
 use crate::net::address::AddressError;
@@ -77,12 +77,15 @@ pub enum ProxyError {
         alias: String,
     },
     /// The policy denies the request.
-    #[error("{}", denied_message(*reason))]
+    #[error("{}", denied_text(*reason, closest.as_deref()))]
     PolicyDenied {
         /// The deny rules that matched (empty when no allow rule matched).
         rules: Vec<String>,
         /// The kind of denial.
         reason: DenyReason,
+        /// When no allow rule matched: the allow or approve rule that came closest, and why it
+        /// does not match.
+        closest: Option<Box<NearMiss>>,
     },
     /// The operator denied the request an approve rule held.
     #[error("the operator denied this request; nothing was sent")]
@@ -540,6 +543,20 @@ fn capability_message(forward: bool) -> &'static str {
         "missing or invalid capability: as a forward proxy, send `Proxy-Authorization: Bearer <token>` (or use the proxy URL http://agent:<token>@HOST:PORT) with a token from `mint cap issue`"
     } else {
         "missing or invalid capability: send `Mint-Capability: <token>` with a token from `mint cap issue`"
+    }
+}
+
+/// The denial's message, and for a request no allow rule admits, the rule that came closest and
+/// every field that kept it from matching.
+fn denied_text(reason: DenyReason, closest: Option<&NearMiss>) -> String {
+    let message = denied_message(reason);
+    match closest {
+        Some(near) if reason != DenyReason::DenyRule => format!(
+            "{message}; the closest, `{}`, does not match because {}",
+            near.rule,
+            near.reasons.join("; and ")
+        ),
+        _ => message.to_owned(),
     }
 }
 

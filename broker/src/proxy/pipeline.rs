@@ -551,6 +551,7 @@ impl Evaluated {
             return Err(ProxyError::PolicyDenied {
                 rules: denial.rules.clone(),
                 reason: denial.reason,
+                closest: None,
             });
         }
         self.one_tool()?;
@@ -565,6 +566,7 @@ impl Evaluated {
                     return Err(ProxyError::PolicyDenied {
                         rules: denial.rules,
                         reason: denial.reason,
+                        closest: None,
                     });
                 }
                 // Approved, a held call is allowed by its approve rules (and any allow rules).
@@ -668,6 +670,42 @@ impl Evaluated {
         }
         Ok(())
     }
+}
+
+/// [`Evaluated::allowed`]; a request that no allow or approve rule admits is refused naming the
+/// one that came closest and why it does not match ([`CompiledPolicy::near_miss`]).
+pub(crate) fn allowed_or_closest(
+    evaluated: Evaluated,
+    policy: &CompiledPolicy,
+    agent: &str,
+    method: &Method,
+    target: &Target,
+    uses: &[AliasUse],
+) -> Result<Allowed, ProxyError> {
+    let tool = evaluated.denied_tool().map(str::to_owned);
+    evaluated.allowed().map_err(|error| match error {
+        ProxyError::PolicyDenied {
+            rules,
+            reason,
+            closest: None,
+        } if reason != evaluate::DenyReason::DenyRule => {
+            let closest = policy
+                .near_miss(&evaluate::Request {
+                    agent,
+                    method: method.as_str(),
+                    target,
+                    aliases: uses,
+                    tool: tool.as_deref(),
+                })
+                .map(Box::new);
+            ProxyError::PolicyDenied {
+                rules,
+                reason,
+                closest,
+            }
+        }
+        other => other,
+    })
 }
 
 /// One call an approve rule holds.
@@ -797,6 +835,7 @@ pub(crate) fn refuse_whatever_the_body(
         Some(denial) => Err(ProxyError::PolicyDenied {
             rules: denial.rules,
             reason: denial.reason,
+            closest: None,
         }),
         None => Ok(()),
     }

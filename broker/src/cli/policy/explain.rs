@@ -727,7 +727,14 @@ fn pipeline(
             limited: Vec::new(),
         });
     }
-    let allowed = evaluated.allowed()?;
+    let allowed = pipeline::allowed_or_closest(
+        evaluated,
+        policy,
+        &request.agent,
+        &request.method,
+        &target,
+        &uses,
+    )?;
     explanation.charges = allowed.charges.into_iter().flatten().collect();
     Ok(Verdict::Allow {
         rules: allowed.rules,

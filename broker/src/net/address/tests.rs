@@ -518,14 +518,14 @@ fn messages_name_the_class_and_never_the_address() {
     let refused = check(ip("10.1.2.3"), PUBLIC_ONLY).unwrap_err();
     assert_eq!(
         refused.to_string(),
-        "the target resolves to a private address"
+        "the target resolves to a private address; an allow rule with `allow_private: true` that matches the request admits it"
     );
     assert_eq!(refused.class(), Some(Private));
 
     let metadata = check(ip("169.254.169.254"), PRIVATE).unwrap_err();
     assert_eq!(
         metadata.to_string(),
-        "the target resolves to a cloud metadata address"
+        "the target resolves to a cloud metadata address; cloud metadata addresses are never admitted"
     );
 
     let not_loopback = check(ip("8.8.8.8"), LOOPBACK).unwrap_err();

@@ -373,7 +373,7 @@ fn default_allow_decides_without_rules() {
         10 << 20,
     );
     assert_refused(&x, "403 policy_denied");
-    let Verdict::Refused(ProxyError::PolicyDenied { reason, rules }) = &x.verdict else {
+    let Verdict::Refused(ProxyError::PolicyDenied { reason, rules, .. }) = &x.verdict else {
         panic!("{x:?}");
     };
     assert_eq!(*reason, DenyReason::DefaultAllowUsesAlias);
