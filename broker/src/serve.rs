@@ -557,7 +557,12 @@ pub fn serve_blocking(
         };
         tracing::info!(listen = %addr, "Mint is serving");
         if !crate::config::listen::is_loopback(addr) {
-            tracing::warn!(listen = %addr, "{}", crate::config::listen::NOT_LOOPBACK);
+            tracing::warn!(
+                listen = %addr,
+                "Listening on an address that is not loopback: {}; {}",
+                crate::config::listen::NOT_LOOPBACK_RISK,
+                crate::config::listen::NOT_LOOPBACK_FIX
+            );
         }
         let _ = writeln!(out, "listening on http://{addr}");
         let _ = out.flush();

@@ -8,10 +8,13 @@
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 
-/// What `mint serve` and `mint doctor` say about an address that is not loopback.
-pub const NOT_LOOPBACK: &str = "Listening on an address that is not loopback: other hosts can reach the broker, \
-     and agents' capability tokens cross the network unencrypted; keep `--listen` on 127.0.0.1 \
-     unless a firewall or a private network stands in front";
+/// Why an address that is not loopback is a risk, as `mint serve` and `mint doctor` say it.
+pub const NOT_LOOPBACK_RISK: &str = "other hosts can reach the broker, and agents' capability \
+     tokens cross the network unencrypted";
+
+/// What to do about it.
+pub const NOT_LOOPBACK_FIX: &str =
+    "keep `--listen` on 127.0.0.1 unless a firewall or a private network stands in front";
 
 /// Whether `addr` can only be reached from this machine.
 pub fn is_loopback(addr: SocketAddr) -> bool {
