@@ -578,3 +578,23 @@ fn keyring_secrets_are_checked_without_being_shown() {
         .envs(env)
         .output();
 }
+
+/// The keyring backend in use is probed (both backends under CI's set-up); a backend Mint does
+/// not know fails.
+#[test]
+fn the_keyring_backend_is_probed() {
+    let healthy = Healthy::new();
+    let report = healthy.doctor_with(&[], &[("MINT_KEYRING_BACKEND", "secret-service")]);
+    let message = if keyring_required() {
+        report.assert("keyring", None, "ok")
+    } else {
+        report.all("keyring", None)[0]["message"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert!(message.contains("Secret Service"), "{message}");
+    let report = healthy.doctor_with(&[], &[("MINT_KEYRING_BACKEND", "bogus")]);
+    report.assert_code(1);
+    report.assert("keyring", None, "fail");
+}
