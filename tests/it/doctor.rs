@@ -440,6 +440,13 @@ fn a_missing_expiring_expired_or_incomplete_ca_is_reported() {
     let report = healthy.doctor(&[]);
     report.assert_code(1);
     report.assert("ca", None, "fail");
+
+    // `--ca-cert` names the certificate as for `mint serve`: here one that is not there.
+    let healthy = Healthy::new();
+    let elsewhere = healthy.path("elsewhere.pem").display().to_string();
+    let report = healthy.doctor(&["--ca-cert", &elsewhere]);
+    report.assert_code(1);
+    assert!(report.assert("ca", None, "fail").contains("elsewhere.pem"));
 }
 
 #[test]

@@ -13,7 +13,7 @@
 use std::fmt;
 use std::io::{self, Write};
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use clap::Args;
@@ -45,6 +45,16 @@ pub struct DoctorArgs {
     /// The address `mint serve` would listen on, judged for loopback.
     #[arg(long, env = "MINT_LISTEN", default_value = crate::config::env::DEFAULT_LISTEN)]
     pub listen: String,
+
+    /// The interception CA's certificate, as for `mint serve --ca-cert` [default:
+    /// $MINT_CA_CERT, else $MINT_HOME/ca.pem].
+    #[arg(long)]
+    pub ca_cert: Option<PathBuf>,
+
+    /// The interception CA's key, as for `mint serve --ca-key` [default: $MINT_CA_KEY, else
+    /// $MINT_HOME/ca.key].
+    #[arg(long)]
+    pub ca_key: Option<PathBuf>,
 
     /// Print one JSON object: `ok`, `counts` (`ok`, `info`, `warn`, `fail`) and `checks` (each
     /// with `check`, `subject`, `status`, `message`, `fix`).
@@ -169,9 +179,16 @@ pub fn run(
     paths: &Paths,
     out: &mut dyn Write,
 ) -> Result<ExitStatus, DoctorError> {
+    let mut paths = paths.clone();
+    if let Some(cert) = &args.ca_cert {
+        paths.ca_cert.clone_from(cert);
+    }
+    if let Some(key) = &args.ca_key {
+        paths.ca_key.clone_from(key);
+    }
     let keyring = KeyringConfig::from_env();
     let sources = CredentialSources::system(&keyring.clone().unwrap_or_default());
-    let checks = diagnose(paths, &args.listen, &keyring, &sources, SystemTime::now());
+    let checks = diagnose(&paths, &args.listen, &keyring, &sources, SystemTime::now());
     let text = if args.json {
         render_json(&checks).map_err(|e| DoctorError::Output(io::Error::other(e)))?
     } else {
