@@ -155,7 +155,8 @@ pub fn bundle_text(cert: &str) -> Result<String, CaCommandError> {
     Ok(text)
 }
 
-/// The system's CA bundle: the first of [`SYSTEM_BUNDLES`] that is a file.
+/// The system's CA bundle: the first of the usual places (Debian, Fedora, openSUSE, Alpine, macOS)
+/// that holds a file.
 pub fn system_bundle() -> Option<&'static Path> {
     SYSTEM_BUNDLES
         .iter()

@@ -35,6 +35,7 @@ use crate::config::env::Paths;
 use crate::config::listen;
 use crate::config::secure_file::{SecureFileError, check_private_dir};
 use crate::net::ca::CA_EXPIRY_WARNING;
+use crate::secrets::credential_store::file_store::FileProblem;
 use crate::secrets::credential_store::{
     CredentialSources, KeyringBackend, KeyringConfig, KeyringConfigError, StoreError,
 };
@@ -522,6 +523,13 @@ fn check_secrets(
                         (_, StoreError::Value(_)) => {
                             "store the secret again, as the message says".to_owned()
                         }
+                        (_, StoreError::File(FileProblem::TooOpen { path, .. })) => {
+                            format!("run `chmod 600 {}`", path.display())
+                        }
+                        (_, StoreError::File(FileProblem::ForeignOwner { path, uid, .. })) => {
+                            format!("run `chown {uid} {}`", path.display())
+                        }
+                        (_, StoreError::File(FileProblem::Insecure(e))) => secure_fix(e),
                         (SecretSource::File(path), _) => format!(
                             "make `{path}` a regular file owned by the user Mint runs as, mode \
                              0600, in directories only that user or root can write"
