@@ -346,6 +346,20 @@ impl AuditLog {
         })
     }
 
+    /// Checks, without creating or writing anything, that [`AuditLog::open`] could open the log
+    /// at `path` for writing: its directory passes the same checks, and the log, when it exists,
+    /// opens for appending and passes the same checks (or, when it does not, its directory is
+    /// writable). Returns whether the log exists. For `mint doctor`; the writer lock is not
+    /// taken, so a running broker is no obstacle.
+    pub fn check_writable(path: &Path) -> Result<bool, AuditError> {
+        let dir = writer::log_dir(path);
+        file::check_log_location(dir).map_err(|refused| match refused {
+            file::LogDirRefused::Dir(source) => AuditError::open(dir, source),
+            file::LogDirRefused::Walk(source) => AuditError::UnsafeDirectory(source),
+        })?;
+        file::check_log_writable(path, dir).map_err(|source| AuditError::open(path, source))
+    }
+
     /// Writes `record` with the hash of the log's last line as its `prev` (whatever the record
     /// holds; the record itself is not changed). Returns once
     /// the line is in the file, and in `always` mode once an fsync covers it. Blocks the calling

@@ -7,7 +7,7 @@
 //!
 //! One module per subcommand holds its flags and calls the engine: [`init`], [`alias`], [`cap`],
 //! [`audit`], [`ca`], [`policy`] (`check`, `explain`), [`serve`], [`mod@run`], [`mod@env`], [`approvals`],
-//! [`demo`], [`usage`]; [`agent_env`] is the agent environment `run` and `env` share, [`terminal`] the
+//! [`demo`], [`usage`], [`doctor`]; [`agent_env`] is the agent environment `run` and `env` share, [`terminal`] the
 //! hidden secret prompt and the escaping of what is printed to a terminal. Every command
 //! DESIGN.md lists is a variant of [`Command`] or [`PolicyCommand`]. None of these modules
 //! decides a request: `policy explain` runs the proxy's own checks (`proxy::pipeline`).
@@ -28,6 +28,7 @@ pub mod audit;
 pub mod ca;
 pub mod cap;
 pub mod demo;
+pub mod doctor;
 pub mod env;
 pub mod init;
 pub mod log;
@@ -42,6 +43,7 @@ use approvals::{ApprovalsCommand, ApprovalsError};
 use audit::{AuditCommand, AuditCommandError};
 use ca::{CaCommand, CaCommandError};
 use cap::{CapCommand, CapCommandError};
+use doctor::DoctorError;
 use env::EnvError;
 use init::InitError;
 use policy::PolicyCommand;
@@ -107,6 +109,14 @@ pub enum Command {
     /// Export or rotate the interception CA that agents trust for HTTPS through Mint.
     #[command(subcommand)]
     Ca(CaCommand),
+    /// Check the Mint home as `mint serve` would load it: one line per check (ok, info, warn,
+    /// FAIL) with its fix; exits 1 when a check fails.
+    ///
+    /// Checks MINT_HOME and file permissions, each alias's secret (never shown), the keyring,
+    /// the policy and the aliases it uses, the capabilities, the audit log (writable, chain
+    /// intact), the interception CA (key, validity, name constraints, system trust) and the
+    /// listen address (warned about unless loopback).
+    Doctor(doctor::DoctorArgs),
     /// Explain how an agent uses Mint: the proxy route, the capability header, the placeholder
     /// syntax and the read-only MCP tools (the same text as the `mint_usage` MCP tool).
     Usage(usage::UsageArgs),
@@ -183,6 +193,9 @@ pub enum CommandError {
     /// `mint demo` could not run, or a check failed.
     #[error(transparent)]
     Demo(#[from] DemoError),
+    /// `mint doctor` could not write its report.
+    #[error(transparent)]
+    Doctor(#[from] DoctorError),
     /// Writing the result to stdout failed (a closed pipe, a full disk).
     #[error("cannot write the output: {0}")]
     Output(#[source] std::io::Error),
@@ -205,7 +218,7 @@ impl CommandError {
             CommandError::Run(error) => error
                 .exit_code()
                 .map_or(ExitStatus::UsageOrConfig, ExitStatus::Code),
-            CommandError::Env(_) => ExitStatus::UsageOrConfig,
+            CommandError::Env(_) | CommandError::Doctor(_) => ExitStatus::UsageOrConfig,
             CommandError::Approvals(error) => error.exit_status(),
             CommandError::Demo(DemoError::Check(_)) => ExitStatus::Failure,
             CommandError::Demo(_) => ExitStatus::UsageOrConfig,
@@ -264,6 +277,7 @@ pub fn run(cli: Cli, paths: &Paths, out: &mut dyn Write) -> Result<ExitStatus, C
             ca::run(command, paths, out)?;
             Ok(ExitStatus::Success)
         }
+        Command::Doctor(args) => Ok(doctor::run(&args, paths, out)?),
         Command::Usage(args) => {
             usage::run(&args, out).map_err(CommandError::Output)?;
             Ok(ExitStatus::Success)

@@ -35,7 +35,7 @@ use crate::config::ca_files::{self, CaFileError};
 use crate::config::declarations::DeclarationsError;
 use crate::config::env::Paths;
 use crate::config::reload::Reloader;
-use crate::net::ca::LeafCache;
+use crate::net::ca::{CA_EXPIRY_WARNING, LeafCache};
 use crate::net::tls::{TlsConfigError, upstream_client_config};
 use crate::net::upstream::{ResolvePins, UpstreamClient};
 use crate::proxy::{self, AppState, ProxyLimits, RequestIdSlot, router};
@@ -54,9 +54,6 @@ const H2_MAX_STREAMS: u32 = 64;
 
 /// How often an idle HTTP/2 connection is pinged, and how long the answer may take.
 const H2_KEEP_ALIVE: Duration = Duration::from_secs(20);
-
-/// A CA closer than this to its end is warned about at start.
-const CA_EXPIRY_WARNING: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// How often call-limit history is pruned.
 const PRUNE_INTERVAL: Duration = Duration::from_secs(60);
@@ -230,18 +227,12 @@ pub(crate) fn warn_hosts_outside_ca(state: &AppState) {
         return;
     };
     let declarations = state.declarations();
-    for alias in &declarations.aliases().aliases {
-        for host in alias
-            .hosts
-            .iter()
-            .filter(|host| !constraints.permits_pattern(host))
-        {
-            tracing::warn!(
-                alias = %alias.name,
-                alias.host = %host,
-                "The interception CA's name constraints leave out a host this alias is bound to, so a CONNECT to it is refused; run `mint ca rotate --name-constraints`, restart `mint serve` and trust the new CA"
-            );
-        }
+    for (alias, host) in constraints.hosts_left_out(declarations.aliases()) {
+        tracing::warn!(
+            alias = %alias.name,
+            alias.host = %host,
+            "The interception CA's name constraints leave out a host this alias is bound to, so a CONNECT to it is refused; run `mint ca rotate --name-constraints`, restart `mint serve` and trust the new CA"
+        );
     }
 }
 
@@ -565,6 +556,14 @@ pub fn serve_blocking(
             None => None,
         };
         tracing::info!(listen = %addr, "Mint is serving");
+        if !crate::config::listen::is_loopback(addr) {
+            tracing::warn!(
+                listen = %addr,
+                "Listening on an address that is not loopback: {}; {}",
+                crate::config::listen::NOT_LOOPBACK_RISK,
+                crate::config::listen::NOT_LOOPBACK_FIX
+            );
+        }
         let _ = writeln!(out, "listening on http://{addr}");
         let _ = out.flush();
         let served = run(listener, state, Some(reloader), shutdown_signal())

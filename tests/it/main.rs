@@ -6,6 +6,7 @@ mod audit_crash;
 mod audit_disk_full;
 mod connection_framing;
 mod demo;
+mod doctor;
 mod examples;
 mod inert_placeholders;
 mod interception;

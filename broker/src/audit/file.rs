@@ -183,6 +183,27 @@ pub(super) fn open_log(path: &Path) -> io::Result<File> {
     Ok(file)
 }
 
+/// Opens the existing log at `path` for appending, checks it as [`open_log`] does and closes it
+/// again: nothing is created or written. `Ok(false)` when there is no log yet; then the log's
+/// directory must be writable, for the writer to create it.
+pub(super) fn check_log_writable(path: &Path, dir: &Path) -> io::Result<bool> {
+    let opened = OpenOptions::new()
+        .append(true)
+        .custom_flags(OPEN_FLAGS)
+        .open(path);
+    match opened {
+        Ok(file) => {
+            check_owned(&file)?;
+            Ok(true)
+        }
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {
+            rustix::fs::access(dir, rustix::fs::Access::WRITE_OK).map_err(io::Error::from)?;
+            Ok(false)
+        }
+        Err(error) => Err(explain_open_error(path, error)),
+    }
+}
+
 /// Opens (or creates, 0600) the lock file `<log>.lock` for `flock`, and checks it.
 pub(super) fn open_lock(path: &Path) -> io::Result<File> {
     let file = OpenOptions::new()

@@ -715,3 +715,37 @@ fn the_writer_refuses_a_log_directory_others_may_write_or_own() {
         ));
     }
 }
+
+#[test]
+fn check_writable_creates_and_writes_nothing_and_refuses_what_open_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let path = dir.path().join("audit.log");
+    assert!(!AuditLog::check_writable(&path).unwrap(), "no log yet");
+    assert!(!path.exists(), "nothing created");
+    drop(AuditLog::open(&path, config(Durability::Never)).unwrap());
+    let before = std::fs::read(&path).unwrap();
+    assert!(AuditLog::check_writable(&path).unwrap());
+    assert_eq!(std::fs::read(&path).unwrap(), before, "nothing written");
+
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o622)).unwrap();
+    assert!(matches!(
+        AuditLog::check_writable(&path),
+        Err(AuditError::Unsafe { .. })
+    ));
+    std::fs::remove_file(&path).unwrap();
+    symlink(dir.path().join("elsewhere"), &path).unwrap();
+    assert!(matches!(
+        AuditLog::check_writable(&path),
+        Err(AuditError::Unsafe {
+            problem: UnsafeFile::Symlink,
+            ..
+        })
+    ));
+    std::fs::remove_file(&path).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o770)).unwrap();
+    assert!(
+        AuditLog::check_writable(&path).is_err(),
+        "an open directory"
+    );
+}

@@ -98,6 +98,14 @@ enum Torn {
     NeedsEvent,
 }
 
+/// The directory that holds the log at `path` (`.` for a bare file name).
+pub(super) fn log_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    }
+}
+
 // === impl Shared ===
 
 impl Shared {
@@ -107,10 +115,7 @@ impl Shared {
         config: &AuditConfig,
         sync_file: SyncFile,
     ) -> Result<Shared, AuditError> {
-        let dir = match path.parent() {
-            Some(dir) if !dir.as_os_str().is_empty() => dir,
-            _ => Path::new("."),
-        };
+        let dir = log_dir(path);
         file::check_log_location(dir).map_err(|refused| match refused {
             file::LogDirRefused::Dir(source) => AuditError::open(dir, source),
             file::LogDirRefused::Walk(source) => AuditError::UnsafeDirectory(source),

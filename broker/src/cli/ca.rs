@@ -142,11 +142,7 @@ pub fn run(command: CaCommand, paths: &Paths, out: &mut dyn Write) -> Result<(),
 /// The system's CA bundle followed by `cert` (Mint's CA, PEM): what `mint ca export --bundle`
 /// prints and `mint run` and `mint env` write for the variables that replace a client's roots.
 pub fn bundle_text(cert: &str) -> Result<String, CaCommandError> {
-    let path = SYSTEM_BUNDLES
-        .iter()
-        .map(Path::new)
-        .find(|path| path.is_file())
-        .ok_or(CaCommandError::NoSystemBundle)?;
+    let path = system_bundle().ok_or(CaCommandError::NoSystemBundle)?;
     let mut text = std::fs::read_to_string(path).map_err(|e| CaCommandError::SystemBundle {
         path: path.to_path_buf(),
         kind: e.kind(),
@@ -157,6 +153,15 @@ pub fn bundle_text(cert: &str) -> Result<String, CaCommandError> {
     text.push_str("# Mint interception CA\n");
     text.push_str(cert);
     Ok(text)
+}
+
+/// The system's CA bundle: the first of the usual places (Debian, Fedora, openSUSE, Alpine, macOS)
+/// that holds a file.
+pub fn system_bundle() -> Option<&'static Path> {
+    SYSTEM_BUNDLES
+        .iter()
+        .map(Path::new)
+        .find(|path| path.is_file())
 }
 
 /// Where Linux distributions and macOS keep the system's CA bundle (Debian and Ubuntu, Fedora and

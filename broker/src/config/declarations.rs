@@ -203,16 +203,22 @@ impl fmt::Debug for Declarations {
 /// Reads (through its permission checks) and compiles the policy file; returns it with the
 /// version read.
 pub fn load_policy_file(path: &Path) -> Result<(CompiledPolicy, FileStamp), DeclarationsError> {
+    load_policy_file_with_warnings(path).map(|(policy, stamp, _)| (policy, stamp))
+}
+
+/// [`load_policy_file`], also returning the file's warnings (for `mint doctor`).
+pub fn load_policy_file_with_warnings(
+    path: &Path,
+) -> Result<(CompiledPolicy, FileStamp, Vec<Diagnostic>), DeclarationsError> {
     let (bytes, stamp) = read_checked(path, "policy file")?;
     let origin = path.display().to_string();
     let load = load_policy(&bytes, &origin);
-    let errors: Vec<&Diagnostic> = load
+    let (errors, warnings): (Vec<Diagnostic>, Vec<Diagnostic>) = load
         .diagnostics
-        .iter()
-        .filter(|d| d.severity() == Severity::Error)
-        .collect();
-    match (&load.policy, errors.first()) {
-        (Some(policy), None) => Ok((CompiledPolicy::new(policy.clone()), stamp)),
+        .into_iter()
+        .partition(|d| d.severity() == Severity::Error);
+    match (load.policy, errors.first()) {
+        (Some(policy), None) => Ok((CompiledPolicy::new(policy), stamp, warnings)),
         (_, first) => Err(invalid("policy file", path, &origin, errors.len(), first)),
     }
 }
@@ -226,7 +232,13 @@ pub fn load_alias_file(path: &Path) -> Result<(AliasFile, FileStamp), Declaratio
     let errors: Vec<&Diagnostic> = load.errors().collect();
     match (&load.aliases, errors.first()) {
         (Some(file), None) => Ok((file.clone(), stamp)),
-        (_, first) => Err(invalid("alias file", path, &origin, errors.len(), first)),
+        (_, first) => Err(invalid(
+            "alias file",
+            path,
+            &origin,
+            errors.len(),
+            first.copied(),
+        )),
     }
 }
 
@@ -250,7 +262,7 @@ fn invalid(
     path: &Path,
     origin: &str,
     count: usize,
-    first: Option<&&Diagnostic>,
+    first: Option<&Diagnostic>,
 ) -> DeclarationsError {
     DeclarationsError::Invalid {
         what,

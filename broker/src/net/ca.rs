@@ -50,6 +50,9 @@ use name_constraints::NameConstraints;
 /// How long a new CA is valid.
 pub const CA_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
 
+/// A CA closer than this to its end is warned about: by `mint serve` at start, by `mint doctor`.
+pub const CA_EXPIRY_WARNING: Duration = Duration::from_secs(30 * 24 * 3600);
+
 /// The longest validity of a leaf.
 pub const LEAF_VALIDITY: Duration = Duration::from_secs(24 * 3600);
 

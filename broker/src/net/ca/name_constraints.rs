@@ -19,6 +19,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use mint_policy::aliases::{Alias, AliasFile};
 use mint_policy::host::{Host, HostPattern};
 use x509_parser::certificate::X509Certificate;
 use x509_parser::extensions::{GeneralName, GeneralSubtree};
@@ -157,6 +158,22 @@ impl NameConstraints {
         let mut permitted = self.permitted.iter().filter(of_kind).peekable();
         let inside = permitted.peek().is_none() || permitted.any(|s| s.contains(host));
         inside && !self.excluded.iter().any(|s| s.contains(host))
+    }
+
+    /// Each host an alias of `aliases` is bound to that these constraints leave out, with its
+    /// alias, in file order: a `CONNECT` to it is refused. `mint serve` warns about them at start
+    /// and after each reload, `mint doctor` reports them.
+    pub fn hosts_left_out<'a>(
+        &'a self,
+        aliases: &'a AliasFile,
+    ) -> impl Iterator<Item = (&'a Alias, &'a HostPattern)> + 'a {
+        aliases.aliases.iter().flat_map(move |alias| {
+            alias
+                .hosts
+                .iter()
+                .filter(move |host| !self.permits_pattern(host))
+                .map(move |host| (alias, host))
+        })
     }
 
     /// Whether every host `pattern` covers is permitted (for a wildcard: every name below its
