@@ -150,10 +150,25 @@ impl KeyringStore {
                 keyring::secret_service::SsCredential::new_with_target(None, service, account)
                     .map_err(store_error)?,
             ),
-            KeyringBackend::Keyutils => Box::new(
-                keyring::keyutils::KeyutilsCredential::new_with_target(None, service, account)
-                    .map_err(store_error)?,
-            ),
+            KeyringBackend::Keyutils => {
+                // Built twice on purpose. In a process without a session keyring of its own,
+                // the first build takes the user session keyring (`@us`) as "the session" and
+                // then asks for the persistent keyring with the session as destination, which
+                // makes the kernel give this thread a new session keyring and link the
+                // persistent one into it, not into `@us`. The first build would search `@us`,
+                // which does not hold the persistent keyring (and in containers may refuse
+                // links), so every key added by another `mint` command reads as missing. The
+                // second build searches the new session keyring, where the persistent keyring
+                // (where Mint's keys live across processes) is linked. Inside a session keyring
+                // both builds are the same.
+                let _attach =
+                    keyring::keyutils::KeyutilsCredential::new_with_target(None, service, account)
+                        .map_err(store_error)?;
+                Box::new(
+                    keyring::keyutils::KeyutilsCredential::new_with_target(None, service, account)
+                        .map_err(store_error)?,
+                )
+            }
         };
         Ok(Entry::new_with_credential(credential))
     }
@@ -168,20 +183,26 @@ impl CredentialStore for KeyringStore {
     }
 
     fn read(&self, key: &str) -> Result<CredentialValue, StoreError> {
-        let bytes = Zeroizing::new(self.entry(key)?.get_secret().map_err(store_error)?);
+        let secret = self
+            .entry(key)
+            .and_then(|entry| entry.get_secret().map_err(store_error));
+        let bytes = Zeroizing::new(self.reachable(secret)?);
         Ok(CredentialValue::from_bytes(bytes)?)
     }
 
     fn write(&self, key: &str, value: &CredentialValue) -> Result<(), StoreError> {
-        let entry = self.entry(key)?;
+        let entry = self.entry(key).map_err(|e| self.ways_out(self.unusable(e)))?;
         // EXPOSE: the keyring crate takes the value as `&str` to store it; nothing else sees it.
         entry
             .set_password(value.as_secret().expose_secret())
-            .map_err(|e| self.unusable(store_error(e)))
+            .map_err(|e| self.ways_out(self.unusable(store_error(e))))
     }
 
     fn delete(&self, key: &str) -> Result<(), StoreError> {
-        self.entry(key)?.delete_credential().map_err(store_error)
+        let deleted = self
+            .entry(key)
+            .and_then(|entry| entry.delete_credential().map_err(store_error));
+        self.reachable(deleted)
     }
 
     /// Writes, reads back and deletes a probe item under an account no alias can have (alias
@@ -195,16 +216,16 @@ impl CredentialStore for KeyringStore {
             .map_or(0, |d| d.subsec_nanos());
         let sequence = PROBE_SEQUENCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let account = format!("{PROBE_ACCOUNT}-{}-{nanos}-{sequence}", std::process::id());
-        let entry = self.entry(&account)?;
+        let entry = self.entry(&account).map_err(|e| self.ways_out(self.unusable(e)))?;
         entry
             .set_password(PROBE_VALUE)
-            .map_err(|e| self.unusable(store_error(e)))?;
+            .map_err(|e| self.ways_out(self.unusable(store_error(e))))?;
         let read = entry.get_secret().map_err(store_error);
         let _ = entry.delete_credential();
         match read {
             Ok(bytes) if bytes == PROBE_VALUE.as_bytes() => Ok(()),
-            Ok(_) => Err(self.unusable(StoreError::Missing)),
-            Err(error) => Err(self.unusable(error)),
+            Ok(_) => Err(self.ways_out(self.unusable(StoreError::Missing))),
+            Err(error) => Err(self.ways_out(self.unusable(error))),
         }
     }
 }
@@ -212,6 +233,25 @@ impl CredentialStore for KeyringStore {
 // === impl KeyringStore ===
 
 impl KeyringStore {
+    /// The outcome of a read or delete, where "not found" is believed only when the keyring can
+    /// hold items for this process. With keyutils, a process without a session keyring of its
+    /// own falls back to the user session keyring (`@us`); where that cannot hold keys (a
+    /// container's, or one the process may not link into), every search misses, and "not found"
+    /// would send `mint alias list` and `mint serve` after a secret that sits safely in the
+    /// persistent keyring, and let `mint alias rm` drop a declaration while its key stays. A
+    /// miss is therefore checked with [`CredentialStore::probe`] (keyutils only: the Secret
+    /// Service answers "no such item" only when it could have found one).
+    fn reachable<T>(&self, outcome: Result<T, StoreError>) -> Result<T, StoreError> {
+        match outcome {
+            Err(StoreError::Missing) if self.config.backend == KeyringBackend::Keyutils => {
+                self.probe()?;
+                Err(StoreError::Missing)
+            }
+            Err(error) => Err(self.ways_out(error)),
+            Ok(value) => Ok(value),
+        }
+    }
+
     /// "Not found" while storing, or right after storing, means the keyring cannot hold items
     /// for this process: say why instead.
     fn unusable(&self, error: StoreError) -> StoreError {
@@ -220,9 +260,9 @@ impl KeyringStore {
         }
         let reason = match self.config.backend {
             KeyringBackend::Keyutils => {
-                "the kernel keyring does not keep keys for this process, which has no session \
-                 keyring it may use; run Mint inside one (`keyctl session - mint ...`) or use the \
-                 Secret Service"
+                "the kernel keyring does not keep keys for this process: it has no session \
+                 keyring of its own, and the user session keyring it falls back to cannot hold \
+                 them here"
             }
             KeyringBackend::SecretService => {
                 "the Secret Service does not keep items for this process"
@@ -230,6 +270,24 @@ impl KeyringStore {
         };
         StoreError::Unavailable {
             reason: reason.to_owned(),
+        }
+    }
+
+    /// An unreachable keyring's error, with the ways out named: the other backend, a source
+    /// the operator fills, or (Secret Service) a keyring started in a D-Bus session.
+    fn ways_out(&self, error: StoreError) -> StoreError {
+        let StoreError::Unavailable { reason } = error else {
+            return error;
+        };
+        let ways_out = match self.config.backend {
+            KeyringBackend::Keyutils => WAYS_OUT_KEYUTILS,
+            KeyringBackend::SecretService => WAYS_OUT_SECRET_SERVICE,
+        };
+        if reason.ends_with(ways_out) {
+            return StoreError::Unavailable { reason };
+        }
+        StoreError::Unavailable {
+            reason: format!("{reason}; {ways_out}"),
         }
     }
 }
@@ -302,6 +360,21 @@ fn is_service_name(text: &str) -> bool {
 pub const DEFAULT_SERVICE: &str = "mint";
 
 const MAX_REASON_CHARS: usize = 300;
+
+/// What to do when the kernel keyring cannot be used: every `mint` command that touches it
+/// (`alias add`, `list`, `rm`, `serve`) runs inside one session keyring, or the secret moves.
+const WAYS_OUT_KEYUTILS: &str = "run every `mint` command that touches the keyring inside a \
+     session keyring (`MINT_KEYRING_BACKEND=keyutils keyctl session - mint ...`), or give the \
+     alias a source the operator fills (`--source env:VAR` or `--source file:/path`); see \
+     \"Choosing a secret source\" in docs/credentials.md";
+
+/// What to do when the Secret Service cannot be reached: the usual case on a server, in a
+/// container or in CI, where no desktop session runs a D-Bus session bus and a keyring.
+const WAYS_OUT_SECRET_SERVICE: &str = "without a desktop session, use the kernel keyring \
+     (`MINT_KEYRING_BACKEND=keyutils keyctl session - mint ...`), a source the operator fills \
+     (`--source env:VAR` or `--source file:/path`), or start and unlock a keyring in a D-Bus \
+     session and run every `mint` command inside it; see \"Choosing a secret source\" in \
+     docs/credentials.md";
 
 /// The account of the probe item: outside the alias grammar, so never an alias's.
 const PROBE_ACCOUNT: &str = ".mint-probe";
