@@ -7,6 +7,7 @@ mod audit_disk_full;
 mod connection_framing;
 mod demo;
 mod examples;
+mod headless;
 mod inert_placeholders;
 mod interception;
 mod interception_clients;

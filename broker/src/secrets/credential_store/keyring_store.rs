@@ -191,7 +191,9 @@ impl CredentialStore for KeyringStore {
     }
 
     fn write(&self, key: &str, value: &CredentialValue) -> Result<(), StoreError> {
-        let entry = self.entry(key).map_err(|e| self.ways_out(self.unusable(e)))?;
+        let entry = self
+            .entry(key)
+            .map_err(|e| self.ways_out(self.unusable(e)))?;
         // EXPOSE: the keyring crate takes the value as `&str` to store it; nothing else sees it.
         entry
             .set_password(value.as_secret().expose_secret())
@@ -216,7 +218,9 @@ impl CredentialStore for KeyringStore {
             .map_or(0, |d| d.subsec_nanos());
         let sequence = PROBE_SEQUENCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let account = format!("{PROBE_ACCOUNT}-{}-{nanos}-{sequence}", std::process::id());
-        let entry = self.entry(&account).map_err(|e| self.ways_out(self.unusable(e)))?;
+        let entry = self
+            .entry(&account)
+            .map_err(|e| self.ways_out(self.unusable(e)))?;
         entry
             .set_password(PROBE_VALUE)
             .map_err(|e| self.ways_out(self.unusable(store_error(e))))?;
@@ -363,15 +367,15 @@ const MAX_REASON_CHARS: usize = 300;
 
 /// What to do when the kernel keyring cannot be used: every `mint` command that touches it
 /// (`alias add`, `list`, `rm`, `serve`) runs inside one session keyring, or the secret moves.
-const WAYS_OUT_KEYUTILS: &str = "run every `mint` command that touches the keyring inside a \
-     session keyring (`MINT_KEYRING_BACKEND=keyutils keyctl session - mint ...`), or give the \
-     alias a source the operator fills (`--source env:VAR` or `--source file:/path`); see \
+const WAYS_OUT_KEYUTILS: &str = "run every `mint` command that touches the keyring inside one \
+     session keyring (start `keyctl session - bash`, then run them in it), or give the alias a \
+     source the operator fills (`--source env:VAR` or `--source file:/path`); see \
      \"Choosing a secret source\" in docs/credentials.md";
 
 /// What to do when the Secret Service cannot be reached: the usual case on a server, in a
 /// container or in CI, where no desktop session runs a D-Bus session bus and a keyring.
 const WAYS_OUT_SECRET_SERVICE: &str = "without a desktop session, use the kernel keyring \
-     (`MINT_KEYRING_BACKEND=keyutils keyctl session - mint ...`), a source the operator fills \
+     (`export MINT_KEYRING_BACKEND=keyutils` for every `mint` command), a source the operator fills \
      (`--source env:VAR` or `--source file:/path`), or start and unlock a keyring in a D-Bus \
      session and run every `mint` command inside it; see \"Choosing a secret source\" in \
      docs/credentials.md";
@@ -420,6 +424,27 @@ mod tests {
                 Err(KeyringConfigError::InvalidService),
                 "{bad}"
             );
+        }
+    }
+
+    #[test]
+    fn unreachable_keyrings_name_the_ways_out_once() {
+        for backend in [KeyringBackend::SecretService, KeyringBackend::Keyutils] {
+            let store = KeyringStore::new(&KeyringConfig {
+                backend,
+                service: DEFAULT_SERVICE.to_owned(),
+            });
+            let error = store.ways_out(StoreError::Unavailable {
+                reason: "no secret service provider or dbus session found".to_owned(),
+            });
+            let again = store.ways_out(error).to_string();
+            assert!(again.contains("--source env:VAR"), "{again}");
+            assert!(again.contains("docs/credentials.md"), "{again}");
+            assert_eq!(again.matches("--source env:VAR").count(), 1, "{again}");
+            assert!(matches!(
+                store.ways_out(StoreError::Missing),
+                StoreError::Missing
+            ));
         }
     }
 

@@ -1,0 +1,278 @@
+//! Issue 23: from nothing to a first proxied request on a machine without a desktop session (a
+//! server, a container, CI), following README.md's "Running the proxy" with the real binary.
+//!
+//! Every `mint` here runs with a cleared environment (`PATH`, `HOME` in the test's directory,
+//! `MINT_HOME`, `MINT_KEYRING_SERVICE` and what the README says to set): no
+//! `DBUS_SESSION_BUS_ADDRESS`, no `XDG_RUNTIME_DIR`, so no Secret Service. Kernel keyrings
+//! cannot be taken away from a child: a child inherits its parent's session keyring, and a
+//! process that has none falls back to the user session keyring (`@us`). So the keyutils path
+//! runs each `mint` command the way separate shells, `docker exec`s or CI steps would: `alias
+//! add` and `serve` each in a fresh session keyring of their own (`keyctl session -`), so they
+//! share nothing but the persistent keyring, and `alias list` and `alias rm` in the test's own
+//! (in CI: `keyctl session -`; on a developer's shell or in a container: none, where the fallback
+//! to `@us` is exercised). A canary secret must reach the upstream and nothing else.
+
+#![allow(clippy::unwrap_used, clippy::panic, reason = "tests")]
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use mint_tests::broker::{MintHome, curl, mint_bin};
+use mint_tests::echo_peer;
+use mint_tests::echo_upstream::EchoConfig;
+use mint_tests::lab::{allow, policy};
+
+const CANARY: &str = "canary-headless-Hq3vT8nB5xK2mW7z";
+
+/// `PROGRAM` with the environment of a fresh headless machine: `PATH`, `HOME` (an empty
+/// directory in the home), `MINT_HOME` and `MINT_KEYRING_SERVICE` (a name of this test's own, so
+/// the kernel keys of parallel runs never meet), plus `vars`.
+fn headless(program: &Path, home: &MintHome, service: &str, vars: &[(&str, &str)]) -> Command {
+    let user_home = home.path().join("user-home");
+    std::fs::create_dir_all(&user_home).unwrap();
+    let mut command = Command::new(program);
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &user_home)
+        .env("MINT_HOME", home.path())
+        .env("MINT_KEYRING_SERVICE", service)
+        .envs(vars.iter().copied())
+        .current_dir(home.path());
+    command
+}
+
+/// `mint ARGS` in the headless environment, `input` on stdin.
+fn mint(
+    home: &MintHome,
+    service: &str,
+    vars: &[(&str, &str)],
+    args: &[&str],
+    input: &str,
+) -> Output {
+    run(headless(&mint_bin(), home, service, vars).args(args), input)
+}
+
+/// `keyctl session - mint ARGS`: `mint` in a fresh session keyring of its own.
+fn mint_in_new_session(
+    home: &MintHome,
+    service: &str,
+    vars: &[(&str, &str)],
+    args: &[&str],
+    input: &str,
+) -> Output {
+    let keyctl = Path::new("keyctl");
+    let mut command = headless(keyctl, home, service, vars);
+    command.args(["session", "-"]).arg(mint_bin()).args(args);
+    run(&mut command, input)
+}
+
+fn run(command: &mut Command, input: &str) -> Output {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[track_caller]
+fn succeeds(output: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}{stderr}");
+    assert!(!stdout.contains(CANARY) && !stderr.contains(CANARY));
+    stdout
+}
+
+#[track_caller]
+fn fails(output: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(2), "{stdout}{stderr}");
+    assert!(!stdout.contains(CANARY) && !stderr.contains(CANARY));
+    stderr
+}
+
+/// The ways out every unreachable-keyring error names.
+#[track_caller]
+fn names_the_ways_out(text: &str) {
+    for way in [
+        "MINT_KEYRING_BACKEND=keyutils",
+        "--source env:VAR",
+        "--source file:/path",
+        "D-Bus session",
+        "docs/credentials.md",
+    ] {
+        assert!(text.contains(way), "`{way}` is not named: {text}");
+    }
+}
+
+fn unique_service() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!("mint-it-headless-{}-{nanos}", std::process::id())
+}
+
+/// Whether the kernel keyring can be used here (`keyctl` installed, keyrings not filtered).
+fn keyutils_usable() -> bool {
+    let usable = Command::new("keyctl")
+        .args(["session", "-", "true"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if !usable {
+        assert!(
+            std::env::var("MINT_REQUIRE_KEYRING").map_or(true, |v| v != "1"),
+            "`keyctl session - true` fails, and MINT_REQUIRE_KEYRING=1 requires the kernel keyring"
+        );
+        let _ = writeln!(
+            std::io::stderr(),
+            "note: skipping: the kernel keyring is not usable"
+        );
+    }
+    usable
+}
+
+#[test]
+fn issue_23_without_a_desktop_session_keyring_errors_name_the_ways_out() {
+    let home = MintHome::bare();
+    let service = unique_service();
+    succeeds(&mint(&home, &service, &[], &["init"], ""));
+    let aliases_before = std::fs::read_to_string(home.path().join("aliases.yaml")).unwrap();
+
+    // README's first command, as written: the default backend is the Secret Service.
+    let add = [
+        "alias",
+        "add",
+        "github",
+        "--host",
+        "api.github.com",
+        "--secret-stdin",
+    ];
+    let stderr = fails(&mint(&home, &service, &[], &add, CANARY));
+    assert!(stderr.contains("the store cannot be reached"), "{stderr}");
+    assert!(stderr.contains("nothing was changed"), "{stderr}");
+    names_the_ways_out(&stderr);
+    let aliases_after = std::fs::read_to_string(home.path().join("aliases.yaml")).unwrap();
+    assert_eq!(aliases_after, aliases_before);
+
+    // A keyring alias declared by hand: `list` and `serve` say the same.
+    home.write_private(
+        "aliases.yaml",
+        "aliases:\n  - name: github\n    hosts: [api.github.com]\n",
+    );
+    let list = succeeds(&mint(&home, &service, &[], &["alias", "list"], ""));
+    assert!(list.contains("unavailable"), "{list}");
+    names_the_ways_out(&list);
+    let serve = ["serve", "--listen", "127.0.0.1:0"];
+    let stderr = fails(&mint(&home, &service, &[], &serve, ""));
+    assert!(stderr.contains("`github`"), "{stderr}");
+    names_the_ways_out(&stderr);
+}
+
+#[test]
+fn issue_23_readme_headless_path_reaches_a_first_proxied_request() {
+    if !keyutils_usable() {
+        return;
+    }
+    let ca_dir = tempfile::tempdir().unwrap();
+    let peer = echo_peer(ca_dir.path(), EchoConfig::default());
+    let port = peer.server.port();
+    let home = MintHome::bare();
+    let service = unique_service();
+    let keyutils = [("MINT_KEYRING_BACKEND", "keyutils")];
+
+    succeeds(&mint(&home, &service, &keyutils, &["init"], ""));
+    let add = [
+        "alias",
+        "add",
+        "echo",
+        "--host",
+        "127.0.0.1",
+        "--secret-stdin",
+    ];
+    let out = succeeds(&mint_in_new_session(
+        &home, &service, &keyutils, &add, CANARY,
+    ));
+    assert!(out.contains("kernel keyutils"), "{out}");
+    home.write_private(
+        "policy.yaml",
+        &policy(&allow("echo-all", "echo", port, "GET", "")),
+    );
+    succeeds(&mint(&home, &service, &keyutils, &["policy", "check"], ""));
+    let issued = succeeds(&mint(
+        &home,
+        &service,
+        &keyutils,
+        &["cap", "issue", "--agent", "mino", "--ttl", "1h"],
+        "",
+    ));
+    let cap = issued
+        .split_whitespace()
+        .find(|word| word.starts_with("mint_cap_"))
+        .unwrap()
+        .to_owned();
+
+    // Another process, another session keyring (or none): the key is found where Mint keeps it.
+    let list = succeeds(&mint(&home, &service, &keyutils, &["alias", "list"], ""));
+    assert!(list.contains("present"), "{list}");
+
+    let mut command = headless(Path::new("keyctl"), &home, &service, &keyutils);
+    command
+        .args(["session", "-"])
+        .arg(mint_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--upstream-ca"])
+        .arg(&peer.ca_file)
+        .stderr(Stdio::piped());
+    let broker = home.start_broker(command, home.path().join("mint-serve.stderr"));
+    let response = curl(&[
+        "-H",
+        &format!("Mint-Capability: {cap}"),
+        "-H",
+        "Authorization: Bearer {{mint:echo}}",
+        &broker.proxy_url(port, "/echo"),
+    ]);
+    assert_eq!(response.status, 200, "{}", response.body);
+    let upstream = peer.server.requests().last().unwrap().clone();
+    assert_eq!(
+        upstream.header("authorization"),
+        Some(format!("Bearer {CANARY}").as_str())
+    );
+    assert!(
+        response.body.contains("[mint:redacted]"),
+        "{}",
+        response.body
+    );
+    let id = response.header("mint-request-id").unwrap().to_owned();
+    assert_eq!(broker.outcome_of(&id)["outcome"], "completed");
+    broker.assert_clean(response.everything(), &[CANARY]);
+    drop(broker);
+
+    let out = succeeds(&mint(
+        &home,
+        &service,
+        &keyutils,
+        &["alias", "rm", "echo"],
+        "",
+    ));
+    assert!(out.contains("Deleted its secret"), "{out}");
+    let list = succeeds(&mint_in_new_session(
+        &home,
+        &service,
+        &keyutils,
+        &["alias", "list"],
+        "",
+    ));
+    assert!(list.contains("No aliases yet"), "{list}");
+}
