@@ -276,3 +276,184 @@ fn issue_23_readme_headless_path_reaches_a_first_proxied_request() {
     ));
     assert!(list.contains("No aliases yet"), "{list}");
 }
+
+/// A D-Bus session bus of the test's own with gnome-keyring's Secret Service started and unlocked
+/// on it (as the D-Bus recipe of docs/credentials.md does), keeping its keyrings in `data` and
+/// its sockets in `runtime`. Dropping it stops the bus; the keyring daemon leaves with its bus.
+struct KeyringBus {
+    bus: std::process::Child,
+    address: String,
+    runtime: std::path::PathBuf,
+}
+
+impl KeyringBus {
+    /// `None` (with a note) when dbus-daemon or gnome-keyring-daemon is missing, unless the
+    /// keyring is required.
+    fn start(data: &Path, runtime: &Path) -> Option<KeyringBus> {
+        use std::io::BufRead;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(runtime).unwrap();
+        std::fs::set_permissions(runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let spawned = Command::new("dbus-daemon")
+            .args(["--session", "--nofork", "--print-address=1"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn();
+        let Ok(mut bus) = spawned else {
+            assert!(
+                std::env::var("MINT_REQUIRE_KEYRING").map_or(true, |v| v != "1"),
+                "dbus-daemon is missing, and MINT_REQUIRE_KEYRING=1 requires the Secret Service"
+            );
+            let _ = writeln!(std::io::stderr(), "note: skipping: dbus-daemon is missing");
+            return None;
+        };
+        let mut address = String::new();
+        std::io::BufReader::new(bus.stdout.take().unwrap())
+            .read_line(&mut address)
+            .unwrap();
+        let bus = KeyringBus {
+            bus,
+            address: address.trim().to_owned(),
+            runtime: runtime.to_owned(),
+        };
+        let unlocked = run(
+            Command::new("gnome-keyring-daemon")
+                .args(["--unlock", "--components=secrets"])
+                .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
+                .env("XDG_DATA_HOME", data)
+                .env("XDG_RUNTIME_DIR", runtime),
+            "mint-it",
+        );
+        assert!(
+            unlocked.status.success() || std::env::var("MINT_REQUIRE_KEYRING").is_err(),
+            "gnome-keyring-daemon --unlock failed"
+        );
+        unlocked.status.success().then_some(bus)
+    }
+
+    /// `command` on this bus.
+    fn on(&self, command: &mut Command, data: &Path) {
+        command
+            .env("DBUS_SESSION_BUS_ADDRESS", &self.address)
+            .env("XDG_DATA_HOME", data)
+            .env("XDG_RUNTIME_DIR", &self.runtime);
+    }
+}
+
+impl Drop for KeyringBus {
+    fn drop(&mut self) {
+        let _ = self.bus.kill();
+        let _ = self.bus.wait();
+    }
+}
+
+#[test]
+fn issue_23_secret_service_item_added_from_another_session_is_loaded_on_reload() {
+    const CANARY_A1: &str = "canary-ss-first-Jm2xQ8rV4tLw";
+    const CANARY_A2: &str = "canary-ss-second-Pz6cN1bK9sHd";
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let Some(bus_a) = KeyringBus::start(&data, &dir.path().join("run-a")) else {
+        return;
+    };
+    let ca_dir = tempfile::tempdir().unwrap();
+    let peer = echo_peer(ca_dir.path(), EchoConfig::default());
+    let port = peer.server.port();
+    let home = MintHome::bare();
+    let service = unique_service();
+    let on = |bus: &KeyringBus, args: &[&str], input: &str| {
+        let mut command = headless(&mint_bin(), &home, &service, &[]);
+        bus.on(&mut command, &data);
+        run(command.args(args), input)
+    };
+    let add = |name| {
+        [
+            "alias",
+            "add",
+            name,
+            "--host",
+            "127.0.0.1",
+            "--secret-stdin",
+        ]
+    };
+
+    succeeds(&on(&bus_a, &["init"], ""));
+    succeeds(&on(&bus_a, &add("a1"), CANARY_A1));
+    home.write_private("policy.yaml", &policy(&allow("a1", "a1", port, "GET", "")));
+    let issued = succeeds(&on(&bus_a, &["cap", "issue", "--agent", "mino"], ""));
+    let cap = issued
+        .split_whitespace()
+        .find(|word| word.starts_with("mint_cap_"))
+        .unwrap()
+        .to_owned();
+    let mut command = headless(&mint_bin(), &home, &service, &[]);
+    bus_a.on(&mut command, &data);
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--upstream-ca"])
+        .arg(&peer.ca_file)
+        .stderr(Stdio::piped());
+    let broker = home.start_broker(command, home.path().join("mint-serve.stderr"));
+
+    // The second alias is added from another D-Bus session, with a keyring daemon of its own on
+    // the same keyring files: the broker's daemon reloads them and lists an item it does not
+    // serve. The alias file changes, so the broker reloads and must still load `a2`.
+    // gnome-keyring notices a change of its files by their modification time, to the second:
+    // a change within the second of its own last write goes unseen, so wait as a person would.
+    // The second daemon starts now, as the operator's second session did: one started earlier
+    // would write back its older view of the files and drop `a1`.
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let Some(bus_b) = KeyringBus::start(&data, &dir.path().join("run-b")) else {
+        return;
+    };
+    let out = on(&bus_b, &add("a2"), CANARY_A2);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains(CANARY_A2));
+    succeeds(&out);
+    home.write_private(
+        "policy.yaml",
+        &policy(&format!(
+            "{}{}",
+            allow("a1", "a1", port, "GET", ""),
+            allow("a2", "a2", port, "GET", "")
+        )),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let response = loop {
+        let response = curl(&[
+            "-H",
+            &format!("Mint-Capability: {cap}"),
+            "-H",
+            "Authorization: Bearer {{mint:a2}}",
+            &broker.proxy_url(port, "/echo"),
+        ]);
+        if response.status == 200 || std::time::Instant::now() > deadline {
+            break response;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    };
+    assert_eq!(
+        response.status,
+        200,
+        "{}\n{}",
+        response.body,
+        broker.stderr()
+    );
+    // It took the way around the daemon's missing object: the broker's daemon reloaded the
+    // files and lists `a2` at a path it serves no object for (a reload before it noticed the
+    // change found no item, and was tried again).
+    let stderr = broker.stderr();
+    assert!(stderr.contains("serves no object"), "{stderr}");
+    assert!(stderr.contains("read it through GetSecrets"), "{stderr}");
+    let upstream = peer.server.requests().last().unwrap().clone();
+    assert_eq!(
+        upstream.header("authorization"),
+        Some(format!("Bearer {CANARY_A2}").as_str())
+    );
+    broker.assert_clean(response.everything(), &[CANARY_A1, CANARY_A2]);
+    assert!(broker.audit_text().contains("policy_reloaded"));
+
+    // The broker's own bus reads it too (`mint alias list` there), with no secret shown.
+    let list = succeeds(&on(&bus_a, &["alias", "list"], ""));
+    assert_eq!(list.matches("present").count(), 2, "{list}");
+    assert!(!list.contains(CANARY_A1) && !list.contains(CANARY_A2));
+}

@@ -23,6 +23,8 @@ use zeroize::Zeroizing;
 use super::{CredentialStore, CredentialValue, StoreError, ValueProblem};
 use crate::config::env::{MINT_KEYRING_BACKEND, MINT_KEYRING_SERVICE};
 
+mod service_secrets;
+
 /// Which OS keyring [`KeyringStore`] talks to.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum KeyringBackend {
@@ -185,8 +187,14 @@ impl CredentialStore for KeyringStore {
     fn read(&self, key: &str) -> Result<CredentialValue, StoreError> {
         let secret = self
             .entry(key)
-            .and_then(|entry| entry.get_secret().map_err(store_error));
-        let bytes = Zeroizing::new(self.reachable(secret)?);
+            .and_then(|entry| entry.get_secret().map_err(store_error))
+            .map(Zeroizing::new);
+        let bytes = match secret {
+            Err(StoreError::Unavailable { reason }) if is_stale_item(&reason) => {
+                self.read_stale(key, reason)?
+            }
+            other => self.reachable(other)?,
+        };
         Ok(CredentialValue::from_bytes(bytes)?)
     }
 
@@ -256,6 +264,24 @@ impl KeyringStore {
         }
     }
 
+    /// Reads `key` through the service's `GetSecrets` when the Secret Service listed its item
+    /// but serves no object for it (see `service_secrets`); says what happened and what to do
+    /// when that fails too.
+    fn read_stale(&self, key: &str, reason: String) -> Result<Zeroizing<Vec<u8>>, StoreError> {
+        match service_secrets::read(&self.config.service, key) {
+            Ok(Some(bytes)) => {
+                tracing::warn!(
+                    credential.account = key,
+                    "The Secret Service lists this item but serves no object for it (it was \
+                     changed from another D-Bus session); read it through GetSecrets instead. \
+                     Run `mint alias` commands on the broker's D-Bus session"
+                );
+                Ok(bytes)
+            }
+            Ok(None) | Err(_) => Err(self.ways_out(StoreError::Unavailable { reason })),
+        }
+    }
+
     /// "Not found" while storing, or right after storing, means the keyring cannot hold items
     /// for this process: say why instead.
     fn unusable(&self, error: StoreError) -> StoreError {
@@ -278,12 +304,14 @@ impl KeyringStore {
     }
 
     /// An unreachable keyring's error, with the ways out named: the other backend, a source
-    /// the operator fills, or (Secret Service) a keyring started in a D-Bus session.
+    /// the operator fills, or (Secret Service) a keyring started in a D-Bus session; for a
+    /// Secret Service that lists an item it does not serve, the session to work in instead.
     fn ways_out(&self, error: StoreError) -> StoreError {
         let StoreError::Unavailable { reason } = error else {
             return error;
         };
         let ways_out = match self.config.backend {
+            KeyringBackend::SecretService if is_stale_item(&reason) => STALE_ITEM_WAYS_OUT,
             KeyringBackend::Keyutils => WAYS_OUT_KEYUTILS,
             KeyringBackend::SecretService => WAYS_OUT_SECRET_SERVICE,
         };
@@ -328,6 +356,13 @@ fn store_error(error: keyring::Error) -> StoreError {
     }
 }
 
+/// Whether the Secret Service named an item it serves no object for: the daemon reloaded its
+/// files after another daemon (on another D-Bus session) changed them.
+fn is_stale_item(reason: &str) -> bool {
+    reason.contains("Object does not exist at path")
+        || reason.contains("org.freedesktop.DBus.Error.UnknownObject")
+}
+
 /// The platform's own words (a D-Bus or kernel error), on one line and bounded in length.
 fn platform_reason(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
@@ -364,6 +399,13 @@ fn is_service_name(text: &str) -> bool {
 pub const DEFAULT_SERVICE: &str = "mint";
 
 const MAX_REASON_CHARS: usize = 300;
+
+/// What to do when the Secret Service lists an item it does not serve, and even `GetSecrets`
+/// cannot read it.
+const STALE_ITEM_WAYS_OUT: &str = "the keyring daemon on this D-Bus session lists an item it \
+     does not serve, which happens after another keyring daemon (on another D-Bus session) \
+     changed the same keyring files; run `mint alias` commands on the broker's D-Bus session, \
+     and restart this session's keyring daemon (with the broker) to recover";
 
 /// What to do when the kernel keyring cannot be used: every `mint` command that touches it
 /// (`alias add`, `list`, `rm`, `serve`) runs inside one session keyring, or the secret moves.
