@@ -7,7 +7,10 @@
 //! that fails to load keeps the last good version in force, and the failure is logged (with the
 //! first error as `path:line:col`) and audited as a `policy_reload_failed` event;
 //! `mint policy check` explains the policy's errors in full. A good reload is audited as
-//! `policy_reloaded`. Call-limit counters survive reloads.
+//! `policy_reloaded`. Call-limit counters survive reloads. A reload that failed only on
+//! keyring secrets is tried again [`KEYRING_RETRIES`] times, [`KEYRING_RETRY_INTERVAL`] apart
+//! (each failure logged and audited as well): a keyring daemon may catch up with a change made
+//! from another session a moment after the alias file changed.
 //!
 //! Change detection polls each file's identity (device, inode, size, modification and change
 //! times) every [`POLL_INTERVAL`]: editors that write in place and tools that rename a new file

@@ -7,11 +7,16 @@
 //! - `keyutils`: the Linux kernel's key store. No daemon; keys live in kernel memory in the
 //!   caller's session keyring (linked into the user's persistent keyring when the kernel offers
 //!   one) and are gone after a reboot, so the operator re-adds them. For headless hosts and
-//!   containers. Without a session keyring of its own a process uses the user's session keyring,
-//!   which is what `mint alias add` and the broker share when run as one user.
+//!   containers. Keys are found through the persistent keyring, which the kernel links into
+//!   the process's session keyring (one of its own is made for a process without one), so
+//!   `mint alias add` and the broker share them when run as one user, in any session.
 //!
 //! Errors from the platform are turned into [`StoreError`] here and never passed on whole: the
-//! crate's `BadEncoding` error would carry the stored bytes.
+//! crate's `BadEncoding` error would carry the stored bytes. An unreachable keyring's error
+//! names the ways out (the other backend, an `env:` or `file:` source, the D-Bus recipe), and a
+//! keyutils "not found" is believed only after a probe shows the keyring can hold keys for this
+//! process. A Secret Service item the daemon lists but serves no object for is read through
+//! `service_secrets`.
 
 use std::fmt;
 

@@ -12,8 +12,8 @@
 //! it when, and only when, the usual read fails that way.
 //!
 //! Uses a `plain` session: the secret crosses the local session bus, reachable by this user only,
-//! in the clear, as it does for `secret-tool`'s default transfer; it is held in wiped buffers and
-//! never logged. Searches with the attributes the `keyring` crate files items under.
+//! without the session encryption the `keyring` crate negotiates; it is held in wiped buffers
+//! and never logged. Searches with the attributes the `keyring` crate files items under.
 
 use std::collections::HashMap;
 
@@ -50,9 +50,8 @@ async fn read_async(service: &str, account: &str) -> zbus::Result<Option<Zeroizi
     let (_, session): (OwnedValue, OwnedObjectPath) = secrets
         .call("OpenSession", &("plain", Value::from("")))
         .await?;
-    let answer: zbus::Result<
-        HashMap<OwnedObjectPath, (OwnedObjectPath, Vec<u8>, Vec<u8>, String)>,
-    > = secrets.call("GetSecrets", &(&unlocked, &session)).await;
+    let answer: zbus::Result<HashMap<OwnedObjectPath, Secret>> =
+        secrets.call("GetSecrets", &(&unlocked, &session)).await;
     // The session ends with the connection as well; closing it is only tidy.
     if let Ok(proxy) =
         zbus::Proxy::new(&connection, BUS_NAME, session.as_ref(), SESSION_INTERFACE).await
@@ -64,6 +63,9 @@ async fn read_async(service: &str, account: &str) -> zbus::Result<Option<Zeroizi
         .next()
         .map(|(_, _, value, _)| Zeroizing::new(value)))
 }
+
+/// A Secret Service `Secret` struct: session, parameters, value, content type.
+type Secret = (OwnedObjectPath, Vec<u8>, Vec<u8>, String);
 
 const BUS_NAME: &str = "org.freedesktop.secrets";
 const SERVICE_PATH: &str = "/org/freedesktop/secrets";
