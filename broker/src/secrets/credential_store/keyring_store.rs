@@ -214,9 +214,23 @@ impl CredentialStore for KeyringStore {
     }
 
     fn delete(&self, key: &str) -> Result<(), StoreError> {
-        let deleted = self
-            .entry(key)
-            .and_then(|entry| entry.delete_credential().map_err(store_error));
+        let deleted = self.entry(key).and_then(|entry| {
+            match entry.delete_credential().map_err(store_error) {
+                Err(StoreError::Unavailable { reason })
+                    if self.config.backend == KeyringBackend::SecretService =>
+                {
+                    // Deleting an item the daemon lists but serves no object for fails with a
+                    // bare D-Bus error; reading it says why, and `ways_out` what to do.
+                    match entry.get_secret().map_err(store_error).map(Zeroizing::new) {
+                        Err(StoreError::Unavailable { reason: read }) if is_stale_item(&read) => {
+                            Err(StoreError::Unavailable { reason: read })
+                        }
+                        _ => Err(StoreError::Unavailable { reason }),
+                    }
+                }
+                other => other,
+            }
+        });
         self.reachable(deleted)
     }
 
