@@ -132,16 +132,20 @@ fn keyutils_usable() -> bool {
         .status()
         .is_ok_and(|status| status.success());
     if !usable {
-        assert!(
-            std::env::var("MINT_REQUIRE_KEYRING").map_or(true, |v| v != "1"),
-            "`keyctl session - true` fails, and MINT_REQUIRE_KEYRING=1 requires the kernel keyring"
-        );
-        let _ = writeln!(
-            std::io::stderr(),
-            "note: skipping: the kernel keyring is not usable"
-        );
+        skip_or_fail("`keyctl session - true` fails: the kernel keyring is not usable");
     }
     usable
+}
+
+/// Notes that a keyring test is skipped for `why`, or fails when `MINT_REQUIRE_KEYRING=1` (as
+/// CI sets) requires the keyrings.
+#[track_caller]
+fn skip_or_fail(why: &str) {
+    assert!(
+        std::env::var("MINT_REQUIRE_KEYRING").map_or(true, |v| v != "1"),
+        "{why}, and MINT_REQUIRE_KEYRING=1 requires the keyrings"
+    );
+    let _ = writeln!(std::io::stderr(), "note: skipping: {why}");
 }
 
 #[test]
@@ -301,11 +305,7 @@ impl KeyringBus {
             .stderr(Stdio::null())
             .spawn();
         let Ok(mut bus) = spawned else {
-            assert!(
-                std::env::var("MINT_REQUIRE_KEYRING").map_or(true, |v| v != "1"),
-                "dbus-daemon is missing, and MINT_REQUIRE_KEYRING=1 requires the Secret Service"
-            );
-            let _ = writeln!(std::io::stderr(), "note: skipping: dbus-daemon is missing");
+            skip_or_fail("dbus-daemon is missing");
             return None;
         };
         let mut address = String::new();
@@ -317,19 +317,24 @@ impl KeyringBus {
             address: address.trim().to_owned(),
             runtime: runtime.to_owned(),
         };
-        let unlocked = run(
-            Command::new("gnome-keyring-daemon")
-                .args(["--unlock", "--components=secrets"])
-                .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
-                .env("XDG_DATA_HOME", data)
-                .env("XDG_RUNTIME_DIR", runtime),
-            "mint-it",
-        );
-        assert!(
-            unlocked.status.success() || std::env::var("MINT_REQUIRE_KEYRING").is_err(),
-            "gnome-keyring-daemon --unlock failed"
-        );
-        unlocked.status.success().then_some(bus)
+        let unlocked = Command::new("gnome-keyring-daemon")
+            .args(["--unlock", "--components=secrets"])
+            .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
+            .env("XDG_DATA_HOME", data)
+            .env("XDG_RUNTIME_DIR", runtime)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .and_then(|mut child| {
+                child.stdin.take().unwrap().write_all(b"mint-it")?;
+                child.wait()
+            })
+            .is_ok_and(|status| status.success());
+        if !unlocked {
+            skip_or_fail("gnome-keyring-daemon is missing or cannot unlock");
+        }
+        unlocked.then_some(bus)
     }
 
     /// `command` on this bus.

@@ -510,6 +510,24 @@ mod tests {
     }
 
     #[test]
+    fn items_the_daemon_does_not_serve_get_their_own_advice() {
+        let store = KeyringStore::new(&KeyringConfig::default());
+        let reason = "zbus error: org.freedesktop.DBus.Error.UnknownMethod: Object does not \
+                      exist at path “/org/freedesktop/secrets/collection/login/4”";
+        assert!(is_stale_item(reason));
+        assert!(!is_stale_item(
+            "no secret service provider or dbus session found"
+        ));
+        let message = store
+            .ways_out(StoreError::Unavailable {
+                reason: reason.to_owned(),
+            })
+            .to_string();
+        assert!(message.contains("the broker's D-Bus session"), "{message}");
+        assert!(!message.contains("without a desktop session"), "{message}");
+    }
+
+    #[test]
     fn bad_encoding_keeps_no_bytes() {
         let error = store_error(keyring::Error::BadEncoding(b"canary-bytes\xff".to_vec()));
         assert!(matches!(error, StoreError::Value(ValueProblem::NotUtf8)));
