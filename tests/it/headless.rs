@@ -6,11 +6,12 @@
 //! `DBUS_SESSION_BUS_ADDRESS`, no `XDG_RUNTIME_DIR`, so no Secret Service. Kernel keyrings
 //! cannot be taken away from a child: a child inherits its parent's session keyring, and a
 //! process that has none falls back to the user session keyring (`@us`). So the keyutils path
-//! runs each `mint` command the way separate shells, `docker exec`s or CI steps would: `alias
-//! add` and `serve` each in a fresh session keyring of their own (`keyctl session -`), so they
-//! share nothing but the persistent keyring, and `alias list` and `alias rm` in the test's own
-//! (in CI: `keyctl session -`; on a developer's shell or in a container: none, where the fallback
-//! to `@us` is exercised). A canary secret must reach the upstream and nothing else.
+//! runs the README's commands as written (`alias add`, `alias rm`) in the test's own session
+//! keyring (in CI: `keyctl session -`; from a shell or a container without one: none, where the
+//! fallback to `@us` is exercised), and `alias list` and `serve` each in a fresh session keyring
+//! of their own (`keyctl session -`), as separate logins, `docker exec`s or CI steps would: they
+//! share nothing with `alias add` but the persistent keyring. A canary secret must reach the
+//! upstream and nothing else.
 
 #![allow(clippy::unwrap_used, clippy::panic, reason = "tests")]
 
@@ -206,9 +207,7 @@ fn issue_23_readme_headless_path_reaches_a_first_proxied_request() {
         "127.0.0.1",
         "--secret-stdin",
     ];
-    let out = succeeds(&mint_in_new_session(
-        &home, &service, &keyutils, &add, CANARY,
-    ));
+    let out = succeeds(&mint(&home, &service, &keyutils, &add, CANARY));
     assert!(out.contains("kernel keyutils"), "{out}");
     home.write_private(
         "policy.yaml",
@@ -228,8 +227,14 @@ fn issue_23_readme_headless_path_reaches_a_first_proxied_request() {
         .unwrap()
         .to_owned();
 
-    // Another process, another session keyring (or none): the key is found where Mint keeps it.
-    let list = succeeds(&mint(&home, &service, &keyutils, &["alias", "list"], ""));
+    // Another process, another session keyring: the key is found where Mint keeps it.
+    let list = succeeds(&mint_in_new_session(
+        &home,
+        &service,
+        &keyutils,
+        &["alias", "list"],
+        "",
+    ));
     assert!(list.contains("present"), "{list}");
 
     let mut command = headless(Path::new("keyctl"), &home, &service, &keyutils);
