@@ -8,6 +8,7 @@ mod connection_framing;
 mod demo;
 mod doctor;
 mod examples;
+mod headless;
 mod inert_placeholders;
 mod interception;
 mod interception_clients;

@@ -71,6 +71,15 @@ impl MintHome {
         home
     }
 
+    /// An empty home (the directory only, 0700) for a test that runs `mint init` itself, as an
+    /// operator following the README does.
+    #[track_caller]
+    pub fn bare() -> MintHome {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        MintHome { dir }
+    }
+
     /// The directory.
     pub fn path(&self) -> &Path {
         self.dir.path()
@@ -194,9 +203,10 @@ impl MintHome {
         self.start_broker(command, stderr_path)
     }
 
-    /// Spawns `command` (a `mint serve` with stderr set up) and waits until it listens.
+    /// Spawns `command` (a `mint serve`, possibly behind a wrapper, with its stderr going to
+    /// `stderr_path` or piped) and waits until it listens.
     #[track_caller]
-    fn start_broker(&self, mut command: Command, stderr_path: PathBuf) -> Broker {
+    pub fn start_broker(&self, mut command: Command, stderr_path: PathBuf) -> Broker {
         let mut child = command
             .env("RUST_LOG", "mint_broker=debug")
             .stdin(Stdio::null())

@@ -13,7 +13,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use mint_policy::aliases::{Alias, AliasFile, load_aliases};
+use mint_policy::aliases::{Alias, AliasFile, SecretSource, load_aliases};
 use mint_policy::body::BodyPlaces;
 use mint_policy::evaluate::{AliasUse, CompiledPolicy};
 use mint_policy::policy::load_policy;
@@ -79,6 +79,13 @@ pub enum DeclarationsError {
 // === impl DeclarationsError ===
 
 impl DeclarationsError {
+    /// Whether loading failed only on alias secrets kept in the keyring, which may be readable
+    /// a moment later (a keyring daemon catching up with a change made elsewhere).
+    pub fn is_keyring(&self) -> bool {
+        matches!(self, DeclarationsError::Credentials(set)
+            if set.failures.iter().all(|f| f.source == SecretSource::Keyring))
+    }
+
     /// Whether the error means a file was caught changing (being written, or replaced) while it
     /// was read: trying again once it is still is the answer, not a reload failure.
     pub fn is_changing(&self) -> bool {

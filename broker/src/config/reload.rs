@@ -7,7 +7,10 @@
 //! that fails to load keeps the last good version in force, and the failure is logged (with the
 //! first error as `path:line:col`) and audited as a `policy_reload_failed` event;
 //! `mint policy check` explains the policy's errors in full. A good reload is audited as
-//! `policy_reloaded`. Call-limit counters survive reloads.
+//! `policy_reloaded`. Call-limit counters survive reloads. A reload that failed only on
+//! keyring secrets is tried again [`KEYRING_RETRIES`] times, [`KEYRING_RETRY_INTERVAL`] apart
+//! (each failure logged and audited as well): a keyring daemon may catch up with a change made
+//! from another session a moment after the alias file changed.
 //!
 //! Change detection polls each file's identity (device, inode, size, modification and change
 //! times) every [`POLL_INTERVAL`]: editors that write in place and tools that rename a new file
@@ -59,6 +62,12 @@ pub const WAIT_WARNING: Duration = Duration::from_secs(10);
 /// How long a file being written must stay unchanged, once inotify events were lost (the
 /// queue overflowed), before it is loaded as it is: its writer's close may have been lost.
 pub const LOST_EVENTS_SETTLE: Duration = Duration::from_secs(30);
+
+/// How long after a reload that failed on a keyring secret it is tried again.
+pub const KEYRING_RETRY_INTERVAL: Duration = Duration::from_secs(2);
+
+/// How many times such a reload is tried again before the next change or SIGHUP.
+pub const KEYRING_RETRIES: u32 = 5;
 
 /// What a reload reads.
 #[derive(Clone, Debug)]
@@ -150,6 +159,8 @@ impl Reloader {
         // the operator's SIGHUP, sent after a wait was reported, loads the files as they are.
         let mut changed_at = tokio::time::Instant::now();
         let mut hangup_forces = false;
+        // When a reload that failed on a keyring secret is tried again, and how often it was.
+        let mut keyring_retry: Option<(tokio::time::Instant, u32)> = None;
         let mut ticks = tokio::time::interval(POLL_INTERVAL);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -170,6 +181,12 @@ impl Reloader {
             writers.settle(polled, now);
             let being_written = writers.being_written();
             if now != loaded {
+                owed = true;
+                keyring_retry = None;
+            }
+            if let Some((at, _)) = keyring_retry
+                && tokio::time::Instant::now() >= at
+            {
                 owed = true;
             }
             let stable = now == polled;
@@ -235,8 +252,28 @@ impl Reloader {
             match done {
                 // Caught changing: the next polls wait for it to settle.
                 Ok(Ok(false)) => {}
-                // Loaded, or failed (logged and audited inside): either way this version is done.
+                // Loaded, or failed (logged and audited inside): either way this version is done,
+                // except that a keyring secret that could not be read is tried again a few times
+                // (the keyring may catch up: a Secret Service daemon reloading files another
+                // session's daemon changed).
                 Ok(Ok(true) | Err(_)) | Err(_) => {
+                    let keyring_failed = matches!(&done, Ok(Err(error)) if error.is_keyring());
+                    keyring_retry = match keyring_retry {
+                        Some((_, tries)) if keyring_failed && tries < KEYRING_RETRIES => Some((
+                            tokio::time::Instant::now() + KEYRING_RETRY_INTERVAL,
+                            tries + 1,
+                        )),
+                        None if keyring_failed => {
+                            Some((tokio::time::Instant::now() + KEYRING_RETRY_INTERVAL, 1))
+                        }
+                        _ => None,
+                    };
+                    if keyring_retry.is_some() {
+                        tracing::info!(
+                            retry_in_s = KEYRING_RETRY_INTERVAL.as_secs(),
+                            "A keyring secret could not be read; the reload is tried again"
+                        );
+                    }
                     owed = false;
                     hangup_forces = false;
                     loaded = now;

@@ -7,11 +7,16 @@
 //! - `keyutils`: the Linux kernel's key store. No daemon; keys live in kernel memory in the
 //!   caller's session keyring (linked into the user's persistent keyring when the kernel offers
 //!   one) and are gone after a reboot, so the operator re-adds them. For headless hosts and
-//!   containers. Without a session keyring of its own a process uses the user's session keyring,
-//!   which is what `mint alias add` and the broker share when run as one user.
+//!   containers. Keys are found through the persistent keyring, which the kernel links into
+//!   the process's session keyring (one of its own is made for a process without one), so
+//!   `mint alias add` and the broker share them when run as one user, in any session.
 //!
 //! Errors from the platform are turned into [`StoreError`] here and never passed on whole: the
-//! crate's `BadEncoding` error would carry the stored bytes.
+//! crate's `BadEncoding` error would carry the stored bytes. An unreachable keyring's error
+//! names the ways out (the other backend, an `env:` or `file:` source, the D-Bus recipe), and a
+//! keyutils "not found" is believed only after a probe shows the keyring can hold keys for this
+//! process. A Secret Service item the daemon lists but serves no object for is read through
+//! `service_secrets`.
 
 use std::fmt;
 
@@ -22,6 +27,8 @@ use zeroize::Zeroizing;
 
 use super::{CredentialStore, CredentialValue, StoreError, ValueProblem};
 use crate::config::env::{MINT_KEYRING_BACKEND, MINT_KEYRING_SERVICE};
+
+mod service_secrets;
 
 /// Which OS keyring [`KeyringStore`] talks to.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -150,10 +157,25 @@ impl KeyringStore {
                 keyring::secret_service::SsCredential::new_with_target(None, service, account)
                     .map_err(store_error)?,
             ),
-            KeyringBackend::Keyutils => Box::new(
-                keyring::keyutils::KeyutilsCredential::new_with_target(None, service, account)
-                    .map_err(store_error)?,
-            ),
+            KeyringBackend::Keyutils => {
+                // Built twice on purpose. In a process without a session keyring of its own,
+                // the first build takes the user session keyring (`@us`) as "the session" and
+                // then asks for the persistent keyring with the session as destination, which
+                // makes the kernel give this thread a new session keyring and link the
+                // persistent one into it, not into `@us`. The first build would search `@us`,
+                // which does not hold the persistent keyring (and in containers may refuse
+                // links), so every key added by another `mint` command reads as missing. The
+                // second build searches the new session keyring, where the persistent keyring
+                // (where Mint's keys live across processes) is linked. Inside a session keyring
+                // both builds are the same.
+                let _attach =
+                    keyring::keyutils::KeyutilsCredential::new_with_target(None, service, account)
+                        .map_err(store_error)?;
+                Box::new(
+                    keyring::keyutils::KeyutilsCredential::new_with_target(None, service, account)
+                        .map_err(store_error)?,
+                )
+            }
         };
         Ok(Entry::new_with_credential(credential))
     }
@@ -168,20 +190,48 @@ impl CredentialStore for KeyringStore {
     }
 
     fn read(&self, key: &str) -> Result<CredentialValue, StoreError> {
-        let bytes = Zeroizing::new(self.entry(key)?.get_secret().map_err(store_error)?);
+        let secret = self
+            .entry(key)
+            .and_then(|entry| entry.get_secret().map_err(store_error))
+            .map(Zeroizing::new);
+        let bytes = match secret {
+            Err(StoreError::Unavailable { reason }) if is_stale_item(&reason) => {
+                self.read_stale(key, reason)?
+            }
+            other => self.reachable(other)?,
+        };
         Ok(CredentialValue::from_bytes(bytes)?)
     }
 
     fn write(&self, key: &str, value: &CredentialValue) -> Result<(), StoreError> {
-        let entry = self.entry(key)?;
+        let entry = self
+            .entry(key)
+            .map_err(|e| self.ways_out(self.unusable(e)))?;
         // EXPOSE: the keyring crate takes the value as `&str` to store it; nothing else sees it.
         entry
             .set_password(value.as_secret().expose_secret())
-            .map_err(|e| self.unusable(store_error(e)))
+            .map_err(|e| self.ways_out(self.unusable(store_error(e))))
     }
 
     fn delete(&self, key: &str) -> Result<(), StoreError> {
-        self.entry(key)?.delete_credential().map_err(store_error)
+        let deleted = self.entry(key).and_then(|entry| {
+            match entry.delete_credential().map_err(store_error) {
+                Err(StoreError::Unavailable { reason })
+                    if self.config.backend == KeyringBackend::SecretService =>
+                {
+                    // Deleting an item the daemon lists but serves no object for fails with a
+                    // bare D-Bus error; reading it says why, and `ways_out` what to do.
+                    match entry.get_secret().map_err(store_error).map(Zeroizing::new) {
+                        Err(StoreError::Unavailable { reason: read }) if is_stale_item(&read) => {
+                            Err(StoreError::Unavailable { reason: read })
+                        }
+                        _ => Err(StoreError::Unavailable { reason }),
+                    }
+                }
+                other => other,
+            }
+        });
+        self.reachable(deleted)
     }
 
     /// Writes, reads back and deletes a probe item under an account no alias can have (alias
@@ -195,16 +245,18 @@ impl CredentialStore for KeyringStore {
             .map_or(0, |d| d.subsec_nanos());
         let sequence = PROBE_SEQUENCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let account = format!("{PROBE_ACCOUNT}-{}-{nanos}-{sequence}", std::process::id());
-        let entry = self.entry(&account)?;
+        let entry = self
+            .entry(&account)
+            .map_err(|e| self.ways_out(self.unusable(e)))?;
         entry
             .set_password(PROBE_VALUE)
-            .map_err(|e| self.unusable(store_error(e)))?;
+            .map_err(|e| self.ways_out(self.unusable(store_error(e))))?;
         let read = entry.get_secret().map_err(store_error);
         let _ = entry.delete_credential();
         match read {
             Ok(bytes) if bytes == PROBE_VALUE.as_bytes() => Ok(()),
-            Ok(_) => Err(self.unusable(StoreError::Missing)),
-            Err(error) => Err(self.unusable(error)),
+            Ok(_) => Err(self.ways_out(self.unusable(StoreError::Missing))),
+            Err(error) => Err(self.ways_out(self.unusable(error))),
         }
     }
 }
@@ -212,6 +264,43 @@ impl CredentialStore for KeyringStore {
 // === impl KeyringStore ===
 
 impl KeyringStore {
+    /// The outcome of a read or delete, where "not found" is believed only when the keyring can
+    /// hold items for this process. With keyutils, a process without a session keyring of its
+    /// own falls back to the user session keyring (`@us`); where that cannot hold keys (a
+    /// container's, or one the process may not link into), every search misses, and "not found"
+    /// would send `mint alias list` and `mint serve` after a secret that sits safely in the
+    /// persistent keyring, and let `mint alias rm` drop a declaration while its key stays. A
+    /// miss is therefore checked with [`CredentialStore::probe`] (keyutils only: the Secret
+    /// Service answers "no such item" only when it could have found one).
+    fn reachable<T>(&self, outcome: Result<T, StoreError>) -> Result<T, StoreError> {
+        match outcome {
+            Err(StoreError::Missing) if self.config.backend == KeyringBackend::Keyutils => {
+                self.probe()?;
+                Err(StoreError::Missing)
+            }
+            Err(error) => Err(self.ways_out(error)),
+            Ok(value) => Ok(value),
+        }
+    }
+
+    /// Reads `key` through the service's `GetSecrets` when the Secret Service listed its item
+    /// but serves no object for it (see `service_secrets`); says what happened and what to do
+    /// when that fails too.
+    fn read_stale(&self, key: &str, reason: String) -> Result<Zeroizing<Vec<u8>>, StoreError> {
+        match service_secrets::read(&self.config.service, key) {
+            Ok(Some(bytes)) => {
+                tracing::warn!(
+                    credential.account = key,
+                    "The Secret Service lists this item but serves no object for it (it was \
+                     changed from another D-Bus session); read it through GetSecrets instead. \
+                     Run `mint alias` commands on the broker's D-Bus session"
+                );
+                Ok(bytes)
+            }
+            Ok(None) | Err(_) => Err(self.ways_out(StoreError::Unavailable { reason })),
+        }
+    }
+
     /// "Not found" while storing, or right after storing, means the keyring cannot hold items
     /// for this process: say why instead.
     fn unusable(&self, error: StoreError) -> StoreError {
@@ -220,9 +309,9 @@ impl KeyringStore {
         }
         let reason = match self.config.backend {
             KeyringBackend::Keyutils => {
-                "the kernel keyring does not keep keys for this process, which has no session \
-                 keyring it may use; run Mint inside one (`keyctl session - mint ...`) or use the \
-                 Secret Service"
+                "the kernel keyring does not keep keys for this process: it has no session \
+                 keyring of its own, and the user session keyring it falls back to cannot hold \
+                 them here"
             }
             KeyringBackend::SecretService => {
                 "the Secret Service does not keep items for this process"
@@ -230,6 +319,26 @@ impl KeyringStore {
         };
         StoreError::Unavailable {
             reason: reason.to_owned(),
+        }
+    }
+
+    /// An unreachable keyring's error, with the ways out named: the other backend, a source
+    /// the operator fills, or (Secret Service) a keyring started in a D-Bus session; for a
+    /// Secret Service that lists an item it does not serve, the session to work in instead.
+    fn ways_out(&self, error: StoreError) -> StoreError {
+        let StoreError::Unavailable { reason } = error else {
+            return error;
+        };
+        let ways_out = match self.config.backend {
+            KeyringBackend::SecretService if is_stale_item(&reason) => STALE_ITEM_WAYS_OUT,
+            KeyringBackend::Keyutils => WAYS_OUT_KEYUTILS,
+            KeyringBackend::SecretService => WAYS_OUT_SECRET_SERVICE,
+        };
+        if reason.ends_with(ways_out) {
+            return StoreError::Unavailable { reason };
+        }
+        StoreError::Unavailable {
+            reason: format!("{reason}; {ways_out}"),
         }
     }
 }
@@ -264,6 +373,13 @@ fn store_error(error: keyring::Error) -> StoreError {
             reason: "unexpected keyring error".to_owned(),
         },
     }
+}
+
+/// Whether the Secret Service named an item it serves no object for: the daemon reloaded its
+/// files after another daemon (on another D-Bus session) changed them.
+fn is_stale_item(reason: &str) -> bool {
+    reason.contains("Object does not exist at path")
+        || reason.contains("org.freedesktop.DBus.Error.UnknownObject")
 }
 
 /// The platform's own words (a D-Bus or kernel error), on one line and bounded in length.
@@ -302,6 +418,28 @@ fn is_service_name(text: &str) -> bool {
 pub const DEFAULT_SERVICE: &str = "mint";
 
 const MAX_REASON_CHARS: usize = 300;
+
+/// What to do when the Secret Service lists an item it does not serve, and even `GetSecrets`
+/// cannot read it.
+const STALE_ITEM_WAYS_OUT: &str = "the keyring daemon on this D-Bus session lists an item it \
+     does not serve, which happens after another keyring daemon (on another D-Bus session) \
+     changed the same keyring files; run `mint alias` commands on the broker's D-Bus session, \
+     and restart this session's keyring daemon (with the broker) to recover";
+
+/// What to do when the kernel keyring cannot be used: every `mint` command that touches it
+/// (`alias add`, `list`, `rm`, `serve`) runs inside one session keyring, or the secret moves.
+const WAYS_OUT_KEYUTILS: &str = "run every `mint` command that touches the keyring inside one \
+     session keyring (start `keyctl session - bash`, then run them in it), or give the alias a \
+     source the operator fills (`--source env:VAR` or `--source file:/path`); see \
+     \"Choosing a secret source\" in docs/credentials.md";
+
+/// What to do when the Secret Service cannot be reached: the usual case on a server, in a
+/// container or in CI, where no desktop session runs a D-Bus session bus and a keyring.
+const WAYS_OUT_SECRET_SERVICE: &str = "without a desktop session, use the kernel keyring \
+     (`export MINT_KEYRING_BACKEND=keyutils` for every `mint` command), a source the operator fills \
+     (`--source env:VAR` or `--source file:/path`), or start and unlock a keyring in a D-Bus \
+     session and run every `mint` command inside it; see \"Choosing a secret source\" in \
+     docs/credentials.md";
 
 /// The account of the probe item: outside the alias grammar, so never an alias's.
 const PROBE_ACCOUNT: &str = ".mint-probe";
@@ -348,6 +486,45 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn unreachable_keyrings_name_the_ways_out_once() {
+        for backend in [KeyringBackend::SecretService, KeyringBackend::Keyutils] {
+            let store = KeyringStore::new(&KeyringConfig {
+                backend,
+                service: DEFAULT_SERVICE.to_owned(),
+            });
+            let error = store.ways_out(StoreError::Unavailable {
+                reason: "no secret service provider or dbus session found".to_owned(),
+            });
+            let again = store.ways_out(error).to_string();
+            assert!(again.contains("--source env:VAR"), "{again}");
+            assert!(again.contains("docs/credentials.md"), "{again}");
+            assert_eq!(again.matches("--source env:VAR").count(), 1, "{again}");
+            assert!(matches!(
+                store.ways_out(StoreError::Missing),
+                StoreError::Missing
+            ));
+        }
+    }
+
+    #[test]
+    fn items_the_daemon_does_not_serve_get_their_own_advice() {
+        let store = KeyringStore::new(&KeyringConfig::default());
+        let reason = "zbus error: org.freedesktop.DBus.Error.UnknownMethod: Object does not \
+                      exist at path “/org/freedesktop/secrets/collection/login/4”";
+        assert!(is_stale_item(reason));
+        assert!(!is_stale_item(
+            "no secret service provider or dbus session found"
+        ));
+        let message = store
+            .ways_out(StoreError::Unavailable {
+                reason: reason.to_owned(),
+            })
+            .to_string();
+        assert!(message.contains("the broker's D-Bus session"), "{message}");
+        assert!(!message.contains("without a desktop session"), "{message}");
     }
 
     #[test]
