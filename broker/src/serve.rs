@@ -192,6 +192,19 @@ pub fn load_state(paths: &Paths, config: &ServeConfig) -> Result<(AppState, Relo
     let declarations = reloader.load()?;
     let capabilities = CapabilityStore::open(&paths.capabilities)?;
     let audit = AuditLog::open(&paths.audit_log, config.audit)?;
+    // The one line that says which home and files this broker runs on: a broker started in the
+    // wrong directory (`MINT_HOME` unset, `.mint` relative) shows it here.
+    let home = std::path::absolute(&paths.home).unwrap_or_else(|_| paths.home.clone());
+    tracing::info!(
+        home = %home.display(),
+        policy.file = %paths.policy.display(),
+        policy.rules = declarations.policy().policy().rules.len(),
+        aliases.file = %paths.aliases.display(),
+        aliases.count = declarations.aliases().aliases.len(),
+        capabilities.file = %paths.capabilities.display(),
+        audit.file = %paths.audit_log.display(),
+        "Mint home loaded"
+    );
     let (ca, created) = ca_files::load_or_create(paths, SystemTime::now())?;
     if created {
         tracing::info!(ca.cert = %paths.ca_cert.display(), "Created the interception CA; agents trust it with `mint ca export`");

@@ -383,3 +383,63 @@ fn issue_14_log_lines_to_a_pipe_carry_no_colour_codes() {
     assert!(out.stderr.contains("Capability issued"), "{}", out.stderr);
     assert!(!out.stderr.contains('\u{1b}'), "{:?}", out.stderr);
 }
+
+/// Issue 23: log lines carry colour only on a terminal, and not even there with `NO_COLOR` set
+/// (it once lost to the explicit colour switch). Stderr redirected to a file gets plain text.
+/// The terminal is a pseudo-terminal from util-linux `script`; without it that part is skipped.
+#[test]
+fn issue_23_no_colour_in_a_file_nor_on_a_terminal_with_no_color() {
+    let home = Home::new();
+    let log = home.dir.path().join("stderr.log");
+    let file = std::fs::File::create(&log).unwrap();
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_mint"))
+        .env("MINT_HOME", home.dir.path().join(".mint"))
+        .env("RUST_LOG", "mint_broker=debug")
+        .env_remove("NO_COLOR")
+        .args(["cap", "issue", "--agent", "mino"])
+        .stdout(std::process::Stdio::null())
+        .stderr(file)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("Capability issued"), "{text}");
+    assert!(!text.contains("\u{1b}["), "{text:?}");
+
+    let on_terminal = |no_color: Option<&str>| -> Option<String> {
+        let script = ["/usr/bin/script", "/bin/script"]
+            .into_iter()
+            .find(|path| std::path::Path::new(path).is_file())?;
+        let command = format!(
+            "{} cap issue --agent mino >/dev/null",
+            env!("CARGO_BIN_EXE_mint")
+        );
+        let mut run = std::process::Command::new(script);
+        run.args(["-qec", &command, "/dev/null"])
+            .env("MINT_HOME", home.dir.path().join(".mint"))
+            .env("RUST_LOG", "mint_broker=debug")
+            .env_remove("NO_COLOR")
+            .stdin(std::process::Stdio::null());
+        if let Some(value) = no_color {
+            run.env("NO_COLOR", value);
+        }
+        let output = run.output().unwrap();
+        assert!(output.status.success(), "{output:?}");
+        Some(String::from_utf8_lossy(&output.stdout).into_owned())
+    };
+    if let Some(coloured) = on_terminal(None) {
+        assert!(coloured.contains("Capability issued"), "{coloured:?}");
+        assert!(
+            coloured.contains("\u{1b}["),
+            "a terminal gets colour: {coloured:?}"
+        );
+        let plain = on_terminal(Some("1")).unwrap();
+        assert!(plain.contains("Capability issued"), "{plain:?}");
+        assert!(!plain.contains("\u{1b}["), "NO_COLOR=1: {plain:?}");
+        let empty = on_terminal(Some("")).unwrap();
+        assert!(
+            empty.contains("\u{1b}["),
+            "an empty NO_COLOR is unset: {empty:?}"
+        );
+    }
+}

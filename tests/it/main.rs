@@ -13,6 +13,7 @@ mod interception_clients;
 mod interception_tunnel;
 mod local_files;
 mod mint_run;
+mod operator_ux;
 mod policy_findings;
 mod proxy;
 mod proxy_attacks;

@@ -16,7 +16,7 @@ use mint_policy::audit::{AuditDecision, AuditRecord, Phase};
 
 use crate::audit::rotation::{RotateError, RotateOutcome, log_set, rotate};
 use crate::audit::tail::{
-    FOLLOW_POLL, FollowItem, Follower, Row, SkipReason, Skipped, TailMode, read_tail,
+    FOLLOW_POLL, FollowItem, Follower, Row, SkipReason, Skipped, Snapshot, TailMode, read_tail,
 };
 use crate::audit::verify::{VerifyError, VerifyOptions, VerifyReport, verify_files};
 use crate::cli::ExitStatus;
@@ -27,8 +27,9 @@ use crate::config::env::Paths;
 pub enum AuditCommand {
     /// Show the last requests: one row per request, its decision and outcome paired.
     ///
-    /// A decision without an outcome reads as `unknown`. Lines that are not audit records are
-    /// never shown; stderr names their line numbers and kinds.
+    /// A decision without an outcome reads as `unknown`; the last column is the request id.
+    /// No log yet is an empty table. Lines that are not audit records are never shown; stderr
+    /// names their line numbers and kinds.
     Tail(TailArgs),
     /// Check that every line is an audit record and the hash chain is unbroken across the log
     /// and its rotated files.
@@ -135,14 +136,36 @@ fn tail(
         TailMode::Rows
     };
     let n = usize::try_from(args.lines).unwrap_or(usize::MAX);
-    let mut snapshot = read_tail(path, n, mode).map_err(|source| AuditCommandError::Read {
-        path: path.clone(),
-        source,
-    })?;
+    let mut snapshot = match read_tail(path, n, mode) {
+        Ok(snapshot) => snapshot,
+        // A fresh home, or a log just rotated with no broker to start the next file: nothing
+        // recorded yet is an empty table, not an error (`-f` waits for the file to appear).
+        Err(source) if source.kind() == io::ErrorKind::NotFound => {
+            writeln!(
+                err,
+                "mint: no audit log at `{}` yet: nothing recorded",
+                path.display()
+            )
+            .map_err(AuditCommandError::Output)?;
+            Snapshot::default()
+        }
+        Err(source) => {
+            return Err(AuditCommandError::Read {
+                path: path.clone(),
+                source,
+            });
+        }
+    };
     let widths = match mode {
         TailMode::Rows => {
             let cells: Vec<[String; COLUMNS]> = snapshot.rows.iter().map(row_cells).collect();
-            let widths = column_widths(&cells);
+            let mut widths = column_widths(&cells);
+            if args.follow {
+                // Rows that arrive later are cut to these widths, so they stay under the header.
+                for (width, least) in widths.iter_mut().zip(FOLLOW_WIDTHS) {
+                    *width = (*width).max(least);
+                }
+            }
             write_row(out, &HEADER.map(str::to_owned), &widths)?;
             for row in &cells {
                 write_row(out, row, &widths)?;
@@ -166,7 +189,8 @@ fn tail(
         let mut emit = |item: FollowItem| -> io::Result<()> {
             match item {
                 FollowItem::Row(row) => {
-                    write_row(out, &row_cells(&row), &widths).map_err(into_io)?;
+                    let cells = fit_cells(row_cells(&row), &widths);
+                    write_row(out, &cells, &widths).map_err(into_io)?;
                 }
                 FollowItem::Record(line) => writeln!(out, "{line}")?,
                 FollowItem::Skipped(skipped) => {
@@ -398,7 +422,26 @@ fn row_cells(row: &Row) -> [String; COLUMNS] {
         outcome,
         status,
         duration,
+        // Last: never padded, so a long id never pushes a column, and never cut.
+        first.id.as_str().to_owned(),
     ]
+}
+
+/// `cells` with each one wider than its column (but the last, which is never padded) cut to
+/// the column's width, its last character replaced by `…`: a row printed while following
+/// stays under the header printed before it. `--json` shows every value whole.
+fn fit_cells(cells: [String; COLUMNS], widths: &[usize; COLUMNS]) -> [String; COLUMNS] {
+    let mut index = 0;
+    cells.map(|cell| {
+        let width = widths.get(index).copied().unwrap_or(usize::MAX);
+        index += 1;
+        if index == COLUMNS || cell.chars().count() <= width {
+            return cell;
+        }
+        let mut cut: String = cell.chars().take(width.saturating_sub(1)).collect();
+        cut.push('…');
+        cut
+    })
 }
 
 /// A decision, and for a held request how it was decided and by whom: `allow (approved by root
@@ -466,11 +509,14 @@ fn into_io(error: AuditCommandError) -> io::Error {
     }
 }
 
-const COLUMNS: usize = 12;
+const COLUMNS: usize = 13;
 const HEADER: [&str; COLUMNS] = [
     "TIME", "AGENT", "METHOD", "HOST", "PATH", "TOOL", "ALIASES", "DECISION", "RULE", "OUTCOME",
-    "STATUS", "DURATION",
+    "STATUS", "DURATION", "ID",
 ];
+/// The least column widths while following (`-f`): a timestamp is 24 characters, and the others
+/// fit common values; a wider value arriving later is cut (see [`fit_cells`]).
+const FOLLOW_WIDTHS: [usize; COLUMNS] = [24, 12, 7, 28, 32, 16, 16, 10, 16, 9, 6, 8, 0];
 const MAX_SKIPPED_SHOWN: usize = 20;
 /// How long `mint audit rotate` waits for a running broker to start the new file.
 const ROTATE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
