@@ -171,6 +171,15 @@ pub enum ServeError {
     /// The approval webhook's URL.
     #[error(transparent)]
     ApprovalWebhook(#[from] crate::approval::webhook::WebhookError),
+    /// A policy or alias file missing from the home: a home not made yet, or `MINT_HOME` unset
+    /// in another directory. Named as `mint alias` and `mint cap` name it.
+    #[error("cannot read {what} `{}`: no such file or directory; run `mint init` first (or set MINT_HOME to your Mint home)", path.display())]
+    NotInitialised {
+        /// `policy file` or `alias file`.
+        what: &'static str,
+        /// The file.
+        path: std::path::PathBuf,
+    },
 }
 
 impl From<CaFileError> for ServeError {

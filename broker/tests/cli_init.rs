@@ -227,3 +227,25 @@ fn init_takes_no_arguments() {
     assert_eq!(out.code, Some(2));
     assert!(!dir.path().join(".mint").exists());
 }
+
+/// Issue 23: `mint serve` where there is no home (never initialised, or `MINT_HOME` unset in
+/// another directory) says to run `mint init`, as `mint alias` and `mint cap` do; it creates
+/// nothing there.
+#[test]
+fn issue_23_serve_without_a_home_says_run_mint_init() {
+    let dir = tempfile::tempdir().unwrap();
+    for command in [
+        &["serve", "--listen", "127.0.0.1:0"][..],
+        &["alias", "list"],
+        &["cap", "list"],
+    ] {
+        let out = fails(mint(dir.path()).args(command));
+        assert!(
+            out.stderr
+                .contains("no such file or directory; run `mint init` first"),
+            "{command:?}: {}",
+            out.stderr
+        );
+    }
+    assert!(listing(dir.path()).is_empty(), "{:?}", listing(dir.path()));
+}

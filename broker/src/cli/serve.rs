@@ -11,6 +11,8 @@ use crate::approval::ApprovalBounds;
 use crate::approval::protocol::SOCKET_NAME;
 use crate::approval::webhook::{Webhook, WebhookFormat};
 use crate::audit::AuditConfig;
+use crate::config::declaration_file::ReadError;
+use crate::config::declarations::DeclarationsError;
 use crate::config::env::Paths;
 use crate::proxy::ProxyLimits;
 use crate::serve::{ServeConfig, ServeError, load_state, serve_blocking};
@@ -148,7 +150,21 @@ pub fn run(args: ServeArgs, paths: &Paths, out: &mut dyn Write) -> Result<(), Se
     serve_blocking(
         &args.listen,
         Some(&socket),
-        || load_state(&paths, &config),
+        || load_state(&paths, &config).map_err(|error| name_mint_init(error, &paths)),
         out,
     )
+}
+
+/// A policy or alias file missing where the home keeps it becomes
+/// [`ServeError::NotInitialised`], which names `mint init`; one missing elsewhere (a
+/// `MINT_POLICY_PATH` of the operator's) keeps its plain message.
+fn name_mint_init(error: ServeError, paths: &Paths) -> ServeError {
+    match error {
+        ServeError::Declarations(DeclarationsError::Unreadable {
+            what,
+            path,
+            problem: ReadError::NotFound,
+        }) if path.starts_with(&paths.home) => ServeError::NotInitialised { what, path },
+        other => other,
+    }
 }
