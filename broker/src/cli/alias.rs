@@ -924,7 +924,8 @@ fn write_out(out: &mut dyn Write, bytes: &[u8]) -> Result<(), AliasCommandError>
         .map_err(AliasCommandError::Output)
 }
 
-fn plural(n: usize) -> &'static str {
+/// `s` unless `n` is 1: `{n} file{}` (the command line's one spelling of a count).
+pub(crate) fn plural(n: usize) -> &'static str {
     if n == 1 { "" } else { "s" }
 }
 

@@ -20,6 +20,7 @@ use crate::audit::tail::{
 };
 use crate::audit::verify::{VerifyError, VerifyOptions, VerifyReport, verify_files};
 use crate::cli::ExitStatus;
+use crate::cli::alias::plural;
 use crate::config::env::Paths;
 
 /// `mint audit ...`.
@@ -248,7 +249,13 @@ fn verify(
 
 fn render_verify(report: &VerifyReport, out: &mut dyn Write) -> io::Result<()> {
     for file in &report.files {
-        writeln!(out, "{}: {} lines", file.path.display(), file.lines)?;
+        writeln!(
+            out,
+            "{}: {} line{}",
+            file.path.display(),
+            file.lines,
+            plural_u64(file.lines)
+        )?;
     }
     for at in &report.recovered {
         writeln!(
@@ -260,8 +267,9 @@ fn render_verify(report: &VerifyReport, out: &mut dyn Write) -> io::Result<()> {
     if report.pending_total > 0 {
         writeln!(
             out,
-            "unknown: {} decisions without an outcome (a crash, or requests still running)",
-            report.pending_total
+            "unknown: {} decision{} without an outcome (a crash, or requests still running)",
+            report.pending_total,
+            plural_u64(report.pending_total)
         )?;
         for (at, id) in &report.pending {
             writeln!(out, "  {at} id {id}")?;
@@ -282,10 +290,13 @@ fn render_verify(report: &VerifyReport, out: &mut dyn Write) -> io::Result<()> {
             };
             writeln!(
                 out,
-                "intact: {} lines, {} records in {} files; the chain {start}",
+                "intact: {} line{}, {} record{} in {} file{}; the chain {start}",
                 report.lines,
+                plural_u64(report.lines),
                 report.records,
-                report.files.len()
+                plural_u64(report.records),
+                report.files.len(),
+                plural(report.files.len())
             )?;
         }
     }
@@ -500,6 +511,10 @@ fn write_row(
         }
     }
     writeln!(out, "{}", line.trim_end()).map_err(AuditCommandError::Output)
+}
+
+fn plural_u64(n: u64) -> &'static str {
+    plural(usize::try_from(n).unwrap_or(usize::MAX))
 }
 
 fn into_io(error: AuditCommandError) -> io::Error {
