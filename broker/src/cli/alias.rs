@@ -924,8 +924,7 @@ fn write_out(out: &mut dyn Write, bytes: &[u8]) -> Result<(), AliasCommandError>
         .map_err(AliasCommandError::Output)
 }
 
-/// `s` unless `n` is 1: `{n} file{}` (the command line's one spelling of a count).
-pub(crate) fn plural(n: usize) -> &'static str {
+fn plural(n: usize) -> &'static str {
     if n == 1 { "" } else { "s" }
 }
 

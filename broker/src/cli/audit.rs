@@ -13,6 +13,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use mint_policy::audit::{AuditDecision, AuditRecord, Phase};
+use mint_policy::diagnostic::count_noun;
 
 use crate::audit::rotation::{RotateError, RotateOutcome, log_set, rotate};
 use crate::audit::tail::{
@@ -20,7 +21,6 @@ use crate::audit::tail::{
 };
 use crate::audit::verify::{VerifyError, VerifyOptions, VerifyReport, verify_files};
 use crate::cli::ExitStatus;
-use crate::cli::alias::plural;
 use crate::config::env::Paths;
 
 /// `mint audit ...`.
@@ -251,10 +251,9 @@ fn render_verify(report: &VerifyReport, out: &mut dyn Write) -> io::Result<()> {
     for file in &report.files {
         writeln!(
             out,
-            "{}: {} line{}",
+            "{}: {}",
             file.path.display(),
-            file.lines,
-            plural_u64(file.lines)
+            count(file.lines, "line")
         )?;
     }
     for at in &report.recovered {
@@ -267,9 +266,8 @@ fn render_verify(report: &VerifyReport, out: &mut dyn Write) -> io::Result<()> {
     if report.pending_total > 0 {
         writeln!(
             out,
-            "unknown: {} decision{} without an outcome (a crash, or requests still running)",
-            report.pending_total,
-            plural_u64(report.pending_total)
+            "unknown: {} without an outcome (a crash, or requests still running)",
+            count(report.pending_total, "decision")
         )?;
         for (at, id) in &report.pending {
             writeln!(out, "  {at} id {id}")?;
@@ -290,13 +288,10 @@ fn render_verify(report: &VerifyReport, out: &mut dyn Write) -> io::Result<()> {
             };
             writeln!(
                 out,
-                "intact: {} line{}, {} record{} in {} file{}; the chain {start}",
-                report.lines,
-                plural_u64(report.lines),
-                report.records,
-                plural_u64(report.records),
-                report.files.len(),
-                plural(report.files.len())
+                "intact: {}, {} in {}; the chain {start}",
+                count(report.lines, "line"),
+                count(report.records, "record"),
+                count_noun(report.files.len(), "file")
             )?;
         }
     }
@@ -513,8 +508,9 @@ fn write_row(
     writeln!(out, "{}", line.trim_end()).map_err(AuditCommandError::Output)
 }
 
-fn plural_u64(n: u64) -> &'static str {
-    plural(usize::try_from(n).unwrap_or(usize::MAX))
+/// `1 line`, `3 lines`: [`count_noun`] for a `u64` count.
+fn count(n: u64, noun: &str) -> String {
+    count_noun(usize::try_from(n).unwrap_or(usize::MAX), noun)
 }
 
 fn into_io(error: AuditCommandError) -> io::Error {
