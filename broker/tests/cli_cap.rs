@@ -103,8 +103,9 @@ fn issue_prints_the_token_once_and_stores_its_hash() {
     let keys: Vec<&str> = row.keys().map(String::as_str).collect();
     assert_eq!(
         keys,
-        ["agent", "aliases", "created", "expires", "id", "revoked"]
+        ["agent", "aliases", "created", "expires", "id", "revoked", "status"]
     );
+    assert_eq!(row["status"], "active");
     assert_eq!(row["id"], id);
     assert_eq!(row["agent"], "mino");
     assert_eq!(row["aliases"], serde_json::json!([]));
@@ -215,7 +216,8 @@ fn a_running_store_sees_issue_and_revoke_within_a_second() {
 
     let rows = home.list();
     assert_eq!(rows[0]["revoked"], true);
-    let out = ok(home.mint().args(["cap", "list"]));
+    assert_eq!(rows[0]["status"], "revoked");
+    let out = ok(home.mint().args(["cap", "list", "--all"]));
     assert!(
         out.stdout.lines().nth(1).unwrap().ends_with("revoked"),
         "{}",
@@ -441,5 +443,59 @@ fn issue_23_no_colour_in_a_file_nor_on_a_terminal_with_no_color() {
             empty.contains("\u{1b}["),
             "an empty NO_COLOR is unset: {empty:?}"
         );
+    }
+}
+
+/// Issue 23: the table shows active capabilities only and says how many it leaves out; `--all`
+/// shows every one; `--json` is the whole file, each entry with its `status`.
+#[test]
+fn issue_23_list_hides_expired_and_revoked_unless_all() {
+    let home = Home::new();
+    let (active, _) = home.issue(&["--agent", "live"]);
+    let (revoked, _) = home.issue(&["--agent", "gone"]);
+    let (expired, _) = home.issue(&["--agent", "old", "--ttl", "1s"]);
+    ok(home.mint().args(["cap", "revoke", id_of(&revoked)]));
+    std::thread::sleep(Duration::from_millis(2100));
+
+    let out = ok(home.mint().args(["cap", "list"]));
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", out.stdout);
+    assert!(lines[1].starts_with(id_of(&active)), "{}", out.stdout);
+    assert_eq!(
+        lines[2],
+        "2 expired or revoked capabilities not shown; `mint cap list --all` shows them."
+    );
+
+    let out = ok(home.mint().args(["cap", "list", "--all"]));
+    let statuses: Vec<&str> = out
+        .stdout
+        .lines()
+        .skip(1)
+        .map(|line| line.split_whitespace().last().unwrap())
+        .collect();
+    assert_eq!(statuses, ["active", "revoked", "expired"], "{}", out.stdout);
+
+    let rows = home.list();
+    let statuses: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|row| (row["id"].as_str().unwrap(), row["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            (id_of(&active), "active"),
+            (id_of(&revoked), "revoked"),
+            (id_of(&expired), "expired")
+        ]
+    );
+
+    ok(home.mint().args(["cap", "revoke", id_of(&active)]));
+    let out = ok(home.mint().args(["cap", "list"]));
+    assert_eq!(
+        out.stdout,
+        "No active capabilities. 3 expired or revoked capabilities not shown; `mint cap list --all` shows them.\n"
+    );
+    for token in [&active, &revoked, &expired] {
+        assert!(!out.stdout.contains(token.as_str()));
     }
 }
