@@ -103,7 +103,9 @@ fn issue_prints_the_token_once_and_stores_its_hash() {
     let keys: Vec<&str> = row.keys().map(String::as_str).collect();
     assert_eq!(
         keys,
-        ["agent", "aliases", "created", "expires", "id", "revoked", "status"]
+        [
+            "agent", "aliases", "created", "expires", "id", "revoked", "status"
+        ]
     );
     assert_eq!(row["status"], "active");
     assert_eq!(row["id"], id);
@@ -243,16 +245,13 @@ fn bad_input_exits_two_and_changes_nothing() {
             "invalid TTL `0s`",
         ),
         (
-            &["issue", "--agent", "mino", "--ttl", "1w"],
-            "invalid TTL `1w`",
+            &["issue", "--agent", "mino", "--ttl", "1y"],
+            "invalid TTL `1y`",
         ),
-        (
-            &["issue", "--agent", "mino", "--ttl", "367d"],
-            "at most 366d",
-        ),
+        (&["issue", "--agent", "mino", "--ttl", "367d"], "up to 366d"),
         (
             &["issue", "--agent", "mino", "--ttl", "24"],
-            "such as `24h`",
+            "such as `30s`, `1h` or `1w`",
         ),
         (
             &["issue", "--agent", "mino", "--alias", "GitHub"],
@@ -498,4 +497,67 @@ fn issue_23_list_hides_expired_and_revoked_unless_all() {
     for token in [&active, &revoked, &expired] {
         assert!(!out.stdout.contains(token.as_str()));
     }
+}
+
+/// Issue 23: one duration grammar everywhere: `--ttl 1w` is accepted as `per: 1w` and
+/// `--connect-timeout 1w` are, and one refused value gets the same hint from every flag.
+#[test]
+fn issue_23_one_duration_grammar_for_every_flag() {
+    let home = Home::new();
+    let (token, _) = home.issue(&["--agent", "mino", "--ttl", "1w"]);
+    let row = home
+        .list()
+        .into_iter()
+        .find(|row| row["id"] == id_of(&token))
+        .unwrap();
+    let created = humantime::parse_rfc3339(row["created"].as_str().unwrap()).unwrap();
+    let expires = humantime::parse_rfc3339(row["expires"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        expires.duration_since(created).unwrap(),
+        Duration::from_secs(7 * 86_400)
+    );
+    // The same refusal from `--ttl` and from a `mint serve` timeout.
+    let hint =
+        "a whole number with a unit ms, s, m, h, d or w, up to 366d, such as `30s`, `1h` or `1w`";
+    let ttl = fails(
+        home.mint()
+            .args(["cap", "issue", "--agent", "mino", "--ttl", "90min"]),
+    );
+    assert!(ttl.stderr.contains(hint), "{}", ttl.stderr);
+    let serve = run(home.mint().args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--connect-timeout",
+        "90min",
+    ]));
+    assert_eq!(serve.code, Some(2), "{}", serve.stderr);
+    assert!(
+        serve.stderr.contains("invalid duration `90min`"),
+        "{}",
+        serve.stderr
+    );
+    assert!(serve.stderr.contains(hint), "{}", serve.stderr);
+    let millis = fails(
+        home.mint()
+            .args(["cap", "issue", "--agent", "mino", "--ttl", "1500ms"]),
+    );
+    assert!(
+        millis.stderr.contains("in whole seconds"),
+        "{}",
+        millis.stderr
+    );
+    let size = run(home.mint().args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--max-request-body",
+        "10 MiB",
+    ]));
+    assert_eq!(size.code, Some(2), "{}", size.stderr);
+    assert!(
+        size.stderr.contains("invalid size `10 MiB`"),
+        "{}",
+        size.stderr
+    );
 }

@@ -40,3 +40,39 @@ fn issue_23_the_start_up_line_names_the_home_files_and_counts_without_colour() {
     }
     lab.assert_clean(stderr.as_bytes());
 }
+
+/// Issue 23: size flags take units (`--max-request-body 1KiB`), and the broker enforces the
+/// size they mean: 1024 bytes pass, 1025 are refused with 413 before anything is sent.
+#[test]
+fn issue_23_a_size_flag_with_a_unit_is_enforced() {
+    let config = LabConfig {
+        secrets: &[("echo", "CANARY-size-flag-77a1")],
+        serve_args: &["--max-request-body", "1KiB"],
+        ..LabConfig::default()
+    };
+    let lab = lab::Lab::start(config, |port| {
+        lab::allow("echo-post", "echo", port, "POST", "")
+    });
+    let url = lab.broker.proxy_url(lab.port(), "/echo");
+    let cap = format!("Mint-Capability: {}", lab.cap);
+    let post = |bytes: usize| {
+        let body = "x".repeat(bytes);
+        mint_tests::broker::curl(&[
+            "-H",
+            &cap,
+            "-H",
+            "Authorization: Bearer {{mint:echo}}",
+            "--data-binary",
+            &body,
+            &url,
+        ])
+    };
+    let fits = post(1024);
+    assert_eq!(fits.status, 200, "{}", fits.everything());
+    let before = lab.forwarded();
+    let over = post(1025);
+    assert_eq!(over.status, 413, "{}", over.everything());
+    assert_eq!(over.json()["error"]["code"], "body_too_large");
+    assert_eq!(lab.forwarded(), before);
+    lab.assert_clean(format!("{}{}", fits.everything(), over.everything()));
+}

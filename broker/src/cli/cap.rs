@@ -13,7 +13,7 @@ use std::time::SystemTime;
 
 use clap::{Args, Subcommand};
 use mint_policy::audit::AgentName;
-use mint_policy::duration::parse_duration;
+use mint_policy::duration::{DURATION_HINT, parse_duration};
 use mint_policy::policy::is_alias_name;
 use secrecy::ExposeSecret;
 use serde::Serialize;
@@ -85,10 +85,7 @@ pub enum CapCommandError {
     #[error("invalid agent name: use 1-64 characters of A-Z, a-z, 0-9, `.`, `_` and `-`")]
     InvalidAgent,
     /// `--ttl` does not parse.
-    #[error(
-        "invalid TTL `{ttl}`: write a whole number followed by s, m, h or d, such as `24h` (at \
-         most 366d)"
-    )]
+    #[error("invalid TTL `{ttl}`: write {DURATION_HINT}, in whole seconds")]
     InvalidTtl {
         /// The TTL as given (a duration is never secret, but is shown only when short).
         ttl: String,
@@ -210,9 +207,12 @@ pub fn issue_capability(
     now: SystemTime,
 ) -> Result<Issued, CapCommandError> {
     let agent = AgentName::new(args.agent).map_err(|_| CapCommandError::InvalidAgent)?;
-    let ttl = parse_duration(&args.ttl).ok_or_else(|| CapCommandError::InvalidTtl {
-        ttl: args.ttl.chars().take(32).collect(),
-    })?;
+    // Expiry times are kept to the second.
+    let ttl = parse_duration(&args.ttl)
+        .filter(|ttl| ttl.subsec_nanos() == 0)
+        .ok_or_else(|| CapCommandError::InvalidTtl {
+            ttl: args.ttl.chars().take(32).collect(),
+        })?;
     if args.aliases.iter().any(|a| !is_alias_name(a)) {
         return Err(CapCommandError::InvalidAlias);
     }
