@@ -255,3 +255,18 @@ fn issue_23_serve_without_a_home_says_run_mint_init() {
     }
     assert!(listing(dir.path()).is_empty(), "{:?}", listing(dir.path()));
 }
+
+/// Issue 23: counts are worded in the singular for one (`has 1 error`, not `1 error(s)`).
+#[test]
+fn issue_23_serve_counts_one_error_in_the_singular() {
+    let dir = tempfile::tempdir().unwrap();
+    ok(mint(dir.path()).arg("init"));
+    let policy = dir.path().join(".mint/policy.yaml");
+    std::fs::write(&policy, "version: 1\nrules: []\nrulez: []\n").unwrap();
+    let out = fails(mint(dir.path()).args(["serve", "--listen", "127.0.0.1:0"]));
+    assert!(
+        out.stderr.contains("policy.yaml` has 1 error; the first: "),
+        "{}",
+        out.stderr
+    );
+}
