@@ -201,18 +201,9 @@ pub fn load_state(paths: &Paths, config: &ServeConfig) -> Result<(AppState, Relo
     let declarations = reloader.load()?;
     let capabilities = CapabilityStore::open(&paths.capabilities)?;
     let audit = AuditLog::open(&paths.audit_log, config.audit)?;
-    // The one line that says which home and files this broker runs on: a broker started in the
-    // wrong directory (`MINT_HOME` unset, `.mint` relative) shows it here.
-    let home = std::path::absolute(&paths.home).unwrap_or_else(|_| paths.home.clone());
-    tracing::info!(
-        home = %home.display(),
-        policy.file = %paths.policy.display(),
-        policy.rules = declarations.policy().policy().rules.len(),
-        aliases.file = %paths.aliases.display(),
-        aliases.count = declarations.aliases().aliases.len(),
-        capabilities.file = %paths.capabilities.display(),
-        audit.file = %paths.audit_log.display(),
-        "Mint home loaded"
+    let counts = (
+        declarations.policy().policy().rules.len(),
+        declarations.aliases().aliases.len(),
     );
     let (ca, created) = ca_files::load_or_create(paths, SystemTime::now())?;
     if created {
@@ -237,6 +228,20 @@ pub fn load_state(paths: &Paths, config: &ServeConfig) -> Result<(AppState, Relo
         .with_interception(Arc::new(leaves))
         .with_approval_bounds(config.approvals)
         .with_approval_webhook(config.approval_webhook.clone());
+    // The one line that says which home and files this broker runs on, once all of it loaded (a
+    // start that fails shows only its error): a broker started in the wrong directory
+    // (`MINT_HOME` unset, `.mint` relative) shows it here.
+    let home = std::path::absolute(&paths.home).unwrap_or_else(|_| paths.home.clone());
+    tracing::info!(
+        home = %home.display(),
+        policy.file = %paths.policy.display(),
+        policy.rules = counts.0,
+        aliases.file = %paths.aliases.display(),
+        aliases.count = counts.1,
+        capabilities.file = %paths.capabilities.display(),
+        audit.file = %paths.audit_log.display(),
+        "Mint home loaded"
+    );
     warn_hosts_outside_ca(&state);
     Ok((state, reloader))
 }
