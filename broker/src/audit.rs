@@ -25,7 +25,6 @@ use std::fmt;
 use std::fs::File;
 use std::future::Future;
 use std::io;
-use std::num::ParseIntError;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -84,9 +83,8 @@ impl AuditConfig {
             config.durability = text.parse().map_err(|_| AuditConfigError::Durability)?;
         }
         if let Some(text) = var(crate::config::env::MINT_AUDIT_ROTATE_BYTES) {
-            let bytes: u64 = text
-                .parse()
-                .map_err(|source| AuditConfigError::RotateBytes { source })?;
+            let bytes =
+                mint_policy::size::parse_size(&text).ok_or(AuditConfigError::RotateBytes)?;
             config.rotate_bytes = (bytes > 0).then_some(bytes);
         }
         Ok(config)
@@ -110,13 +108,9 @@ pub enum AuditConfigError {
     /// `MINT_AUDIT_DURABILITY` is not `always`, `interval` or `never`.
     #[error("`MINT_AUDIT_DURABILITY` must be `always`, `interval` or `never`")]
     Durability,
-    /// `MINT_AUDIT_ROTATE_BYTES` is not a number of bytes.
-    #[error("`MINT_AUDIT_ROTATE_BYTES` must be a whole number of bytes")]
-    RotateBytes {
-        /// Why the number did not parse.
-        #[source]
-        source: ParseIntError,
-    },
+    /// `MINT_AUDIT_ROTATE_BYTES` is not a size.
+    #[error("`MINT_AUDIT_ROTATE_BYTES` must be {}", mint_policy::size::SIZE_HINT)]
+    RotateBytes,
 }
 
 /// Why a record was not written, or a log could not be opened. Every error from

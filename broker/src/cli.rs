@@ -33,6 +33,7 @@ pub mod env;
 pub mod init;
 pub mod log;
 pub mod policy;
+pub mod quantity;
 pub mod run;
 pub mod serve;
 pub mod terminal;

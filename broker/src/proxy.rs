@@ -72,7 +72,7 @@ pub(crate) mod headers;
 pub mod mcp_call;
 pub(crate) mod pipeline;
 
-pub use error::{Fault, Invalid, OUTCOME_HEADER, ProxyError, REQUEST_ID_HEADER};
+pub use error::{Fault, Invalid, OUTCOME_HEADER, ProxyError, REQUEST_ID_HEADER, TokenPlace};
 pub use headers::FramingWatch;
 pub use pipeline::JSONRPC_REFUSED;
 
@@ -210,6 +210,19 @@ pub(crate) enum Mode {
     Forward,
     /// A request inside an intercepted `CONNECT` tunnel (its [`connect::TunnelExt`] says which).
     Intercept,
+}
+
+// === impl Mode ===
+
+impl Mode {
+    /// Where this mode looks for the capability token.
+    fn token_place(self) -> TokenPlace {
+        match self {
+            Mode::Route => TokenPlace::Route,
+            Mode::Forward => TokenPlace::ProxyAuthorization,
+            Mode::Intercept => TokenPlace::Tunnel,
+        }
+    }
 }
 
 // === impl AppState ===
@@ -359,7 +372,7 @@ impl AppState {
 
     fn authenticate(&self, token: Option<&str>, mode: Mode) -> Result<CapabilityGrant, ProxyError> {
         let invalid = ProxyError::CapabilityInvalid {
-            forward: mode != Mode::Route,
+            place: mode.token_place(),
         };
         let Some(token) = token else {
             return Err(invalid);
@@ -1022,7 +1035,7 @@ async fn forward(
         let again = state.authenticate(token.as_deref(), mode)?;
         if again.id != grant.id {
             return Err(ProxyError::CapabilityInvalid {
-                forward: mode != Mode::Route,
+                place: mode.token_place(),
             });
         }
         declarations = state.declarations();

@@ -168,6 +168,15 @@ pub enum ServeError {
     /// The approval webhook's URL.
     #[error(transparent)]
     ApprovalWebhook(#[from] crate::approval::webhook::WebhookError),
+    /// A policy or alias file missing from the home: a home not made yet, or `MINT_HOME` unset
+    /// in another directory. Named as `mint alias` and `mint cap` name it.
+    #[error("cannot read {what} `{}`: no such file or directory; run `mint init` first (or set MINT_HOME to your Mint home)", path.display())]
+    NotInitialised {
+        /// `policy file` or `alias file`.
+        what: &'static str,
+        /// The file.
+        path: std::path::PathBuf,
+    },
 }
 
 impl From<CaFileError> for ServeError {
@@ -189,6 +198,10 @@ pub fn load_state(paths: &Paths, config: &ServeConfig) -> Result<(AppState, Relo
     let declarations = reloader.load()?;
     let capabilities = CapabilityStore::open(&paths.capabilities)?;
     let audit = AuditLog::open(&paths.audit_log, config.audit)?;
+    let counts = (
+        declarations.policy().policy().rules.len(),
+        declarations.aliases().aliases.len(),
+    );
     let (ca, created) = ca_files::load_or_create(paths, SystemTime::now())?;
     if created {
         tracing::info!(ca.cert = %paths.ca_cert.display(), "Created the interception CA; agents trust it with `mint ca export`");
@@ -212,6 +225,20 @@ pub fn load_state(paths: &Paths, config: &ServeConfig) -> Result<(AppState, Relo
         .with_interception(Arc::new(leaves))
         .with_approval_bounds(config.approvals)
         .with_approval_webhook(config.approval_webhook.clone());
+    // The one line that says which home and files this broker runs on, once all of it loaded (a
+    // start that fails shows only its error): a broker started in the wrong directory
+    // (`MINT_HOME` unset, `.mint` relative) shows it here.
+    let home = std::path::absolute(&paths.home).unwrap_or_else(|_| paths.home.clone());
+    tracing::info!(
+        home = %home.display(),
+        policy.file = %paths.policy.display(),
+        policy.rules = counts.0,
+        aliases.file = %paths.aliases.display(),
+        aliases.count = counts.1,
+        capabilities.file = %paths.capabilities.display(),
+        audit.file = %paths.audit_log.display(),
+        "Mint home loaded"
+    );
     warn_hosts_outside_ca(&state);
     Ok((state, reloader))
 }

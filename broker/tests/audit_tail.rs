@@ -132,7 +132,7 @@ fn the_table_pairs_decisions_with_outcomes() {
     assert_eq!(lines.len(), 5, "{stdout}");
     for column in [
         "TIME", "AGENT", "METHOD", "HOST", "PATH", "TOOL", "ALIASES", "DECISION", "RULE",
-        "OUTCOME", "STATUS", "DURATION",
+        "OUTCOME", "STATUS", "DURATION", "ID",
     ] {
         assert!(lines[0].contains(column), "{}", lines[0]);
     }
@@ -144,15 +144,15 @@ fn the_table_pairs_decisions_with_outcomes() {
     };
     assert_eq!(
         words(row_of(&stdout, "ok")),
-        "mino GET api.github.com /repos/ok - github allow github-read completed 200 188ms"
+        "mino GET api.github.com /repos/ok - github allow github-read completed 200 188ms ok"
     );
     assert_eq!(
         words(row_of(&stdout, "no")),
-        "mino GET api.github.com /repos/no - github deny (default) denied 403 1ms"
+        "mino GET api.github.com /repos/no - github deny (default) denied 403 1ms no"
     );
     assert_eq!(
         words(row_of(&stdout, "lost")),
-        "mino GET api.github.com /repos/lost - github allow github-read unknown - -"
+        "mino GET api.github.com /repos/lost - github allow github-read unknown - - lost"
     );
     assert!(lines[4].contains("event") && lines[4].contains("policy_reload_failed"));
     // Rows come in the order of their decisions.
@@ -188,8 +188,8 @@ fn issue_14_the_table_names_the_mcp_tool_of_each_call() {
     assert_eq!(
         rows,
         [
-            "mino POST api.github.com /mcp query-docs github allow github-read completed 200 3ms",
-            "mino POST api.github.com /mcp create_issue github allow github-read completed 200 3ms",
+            "mino POST api.github.com /mcp query-docs github allow github-read completed 200 3ms mcp-a",
+            "mino POST api.github.com /mcp create_issue github allow github-read completed 200 3ms mcp-b",
         ]
         .map(|row| row.split(' ').collect::<Vec<_>>())
     );
@@ -251,13 +251,79 @@ fn lines_that_are_not_records_are_located_never_echoed() {
     }
 }
 
+/// Issue 23: nothing recorded yet (a fresh home, or a log just rotated with no broker to start
+/// the next file) is an empty table and exit 0, with a note on stderr; `--json` prints nothing.
 #[test]
-fn a_missing_log_exits_2() {
+fn issue_23_a_missing_log_is_an_empty_table() {
     let dir = tempfile::tempdir().unwrap();
-    let (code, stdout, stderr) = tail(&dir.path().join("audit.log"), &[]);
+    let path = dir.path().join("audit.log");
+    let header = "TIME  AGENT  METHOD  HOST  PATH  TOOL  ALIASES  DECISION  RULE  OUTCOME  STATUS  DURATION  ID\n";
+    let (code, stdout, stderr) = tail(&path, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, header);
+    assert!(stderr.contains("no audit log at"), "{stderr}");
+    let (code, stdout, _) = tail(&path, &["--json"]);
+    assert_eq!((code, stdout.as_str()), (0, ""));
+
+    let log = open(&path);
+    log.record(&decision("gone", AuditDecision::Allow)).unwrap();
+    drop(log);
+    let rotated = mint(&path).args(["audit", "rotate"]).output().unwrap();
+    assert!(rotated.status.success(), "{rotated:?}");
+    assert!(!path.exists());
+    let (code, stdout, stderr) = tail(&path, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, header);
+
+    // Something at the path that is not a readable log is still an error.
+    fs::create_dir(&path).unwrap();
+    let (code, stdout, stderr) = tail(&path, &[]);
     assert_eq!(code, 2);
     assert!(stdout.is_empty());
     assert!(stderr.contains("cannot read audit log"), "{stderr}");
+}
+
+/// Issue 23: rows printed while following stay under the header printed first, even a row with
+/// a host and a path wider than any before (cut with `…`; `--json` has them whole); the request
+/// id is the last column.
+#[test]
+fn issue_23_follow_rows_stay_aligned_with_the_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.log");
+    let follower = Follower::start(&path, &[]);
+    let header = follower.wait_for("DURATION").pop().unwrap();
+    let log = open(&path);
+    let mut wide = decision("wide", AuditDecision::Allow);
+    wide.host = Some(Host::new(format!("{}.example.com", "h".repeat(60))).unwrap());
+    wide.path = Some(UrlPath::new(format!("/repos/wide/{}", "p".repeat(80))).unwrap());
+    log.record(&wide).unwrap();
+    log.record(&outcome("wide", Outcome::Completed, 200, 7))
+        .unwrap();
+    log.record(&decision("short", AuditDecision::Allow))
+        .unwrap();
+    log.record(&outcome("short", Outcome::Completed, 200, 1))
+        .unwrap();
+    let mut rows = follower.wait_for("/repos/wide");
+    rows.extend(follower.wait_for("/repos/short"));
+    let starts: Vec<usize> = header
+        .char_indices()
+        .filter(|&(at, c)| c != ' ' && (at == 0 || header[..at].ends_with(' ')))
+        .map(|(at, _)| header[..at].chars().count())
+        .collect();
+    assert_eq!(starts.len(), 13, "{header}");
+    for row in rows.iter().filter(|row| row.contains("/repos/")) {
+        let chars: Vec<char> = row.chars().collect();
+        for &start in &starts[1..] {
+            assert!(
+                chars.get(start - 1) == Some(&' ') && chars.get(start).is_some_and(|c| *c != ' '),
+                "not under the header:\n{header}\n{row}"
+            );
+        }
+        let id = row.split_whitespace().last().unwrap();
+        assert!(id == "wide" || id == "short", "{row}");
+    }
+    assert!(rows.iter().any(|row| row.contains('…')), "{rows:?}");
+    drop(log);
 }
 
 /// A `mint audit tail -f` process whose stdout lines arrive on a channel.

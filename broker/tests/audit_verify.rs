@@ -109,9 +109,12 @@ fn an_intact_log_exits_0() {
     let log = write_log(dir.path(), 5, None);
     let run = verify(&log, &[]);
     assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    // Issue 23: one file is `1 file`, not `1 files`.
     assert!(
         run.stdout
-            .contains("intact: 10 lines, 10 records in 1 files")
+            .contains("intact: 10 lines, 10 records in 1 file;"),
+        "{}",
+        run.stdout
     );
     assert!(run.stdout.contains("starts at genesis"));
 }
@@ -315,7 +318,7 @@ fn decisions_without_outcome_read_as_unknown() {
     assert_eq!(run.code, 0);
     assert!(
         run.stdout
-            .contains("unknown: 1 decisions without an outcome"),
+            .contains("unknown: 1 decision without an outcome"),
         "{}",
         run.stdout
     );

@@ -103,8 +103,11 @@ fn issue_prints_the_token_once_and_stores_its_hash() {
     let keys: Vec<&str> = row.keys().map(String::as_str).collect();
     assert_eq!(
         keys,
-        ["agent", "aliases", "created", "expires", "id", "revoked"]
+        [
+            "agent", "aliases", "created", "expires", "id", "revoked", "status"
+        ]
     );
+    assert_eq!(row["status"], "active");
     assert_eq!(row["id"], id);
     assert_eq!(row["agent"], "mino");
     assert_eq!(row["aliases"], serde_json::json!([]));
@@ -215,7 +218,8 @@ fn a_running_store_sees_issue_and_revoke_within_a_second() {
 
     let rows = home.list();
     assert_eq!(rows[0]["revoked"], true);
-    let out = ok(home.mint().args(["cap", "list"]));
+    assert_eq!(rows[0]["status"], "revoked");
+    let out = ok(home.mint().args(["cap", "list", "--all"]));
     assert!(
         out.stdout.lines().nth(1).unwrap().ends_with("revoked"),
         "{}",
@@ -241,16 +245,13 @@ fn bad_input_exits_two_and_changes_nothing() {
             "invalid TTL `0s`",
         ),
         (
-            &["issue", "--agent", "mino", "--ttl", "1w"],
-            "invalid TTL `1w`",
+            &["issue", "--agent", "mino", "--ttl", "1y"],
+            "invalid TTL `1y`",
         ),
-        (
-            &["issue", "--agent", "mino", "--ttl", "367d"],
-            "at most 366d",
-        ),
+        (&["issue", "--agent", "mino", "--ttl", "367d"], "up to 366d"),
         (
             &["issue", "--agent", "mino", "--ttl", "24"],
-            "such as `24h`",
+            "such as `30s`, `1h` or `1w`",
         ),
         (
             &["issue", "--agent", "mino", "--alias", "GitHub"],
@@ -382,4 +383,181 @@ fn issue_14_log_lines_to_a_pipe_carry_no_colour_codes() {
         .args(["cap", "issue", "--agent", "mino"]));
     assert!(out.stderr.contains("Capability issued"), "{}", out.stderr);
     assert!(!out.stderr.contains('\u{1b}'), "{:?}", out.stderr);
+}
+
+/// Issue 23: log lines carry colour only on a terminal, and not even there with `NO_COLOR` set
+/// (it once lost to the explicit colour switch). Stderr redirected to a file gets plain text.
+/// The terminal is a pseudo-terminal from util-linux `script`; without it that part is skipped.
+#[test]
+fn issue_23_no_colour_in_a_file_nor_on_a_terminal_with_no_color() {
+    let home = Home::new();
+    let log = home.dir.path().join("stderr.log");
+    let file = std::fs::File::create(&log).unwrap();
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_mint"))
+        .env("MINT_HOME", home.dir.path().join(".mint"))
+        .env("RUST_LOG", "mint_broker=debug")
+        .env_remove("NO_COLOR")
+        .args(["cap", "issue", "--agent", "mino"])
+        .stdout(std::process::Stdio::null())
+        .stderr(file)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("Capability issued"), "{text}");
+    assert!(!text.contains("\u{1b}["), "{text:?}");
+
+    let on_terminal = |no_color: Option<&str>| -> Option<String> {
+        let script = ["/usr/bin/script", "/bin/script"]
+            .into_iter()
+            .find(|path| std::path::Path::new(path).is_file())?;
+        let command = format!(
+            "{} cap issue --agent mino >/dev/null",
+            env!("CARGO_BIN_EXE_mint")
+        );
+        let mut run = std::process::Command::new(script);
+        run.args(["-qec", &command, "/dev/null"])
+            .env("MINT_HOME", home.dir.path().join(".mint"))
+            .env("RUST_LOG", "mint_broker=debug")
+            .env_remove("NO_COLOR")
+            .stdin(std::process::Stdio::null());
+        if let Some(value) = no_color {
+            run.env("NO_COLOR", value);
+        }
+        let output = run.output().unwrap();
+        assert!(output.status.success(), "{output:?}");
+        Some(String::from_utf8_lossy(&output.stdout).into_owned())
+    };
+    if let Some(coloured) = on_terminal(None) {
+        assert!(coloured.contains("Capability issued"), "{coloured:?}");
+        assert!(
+            coloured.contains("\u{1b}["),
+            "a terminal gets colour: {coloured:?}"
+        );
+        let plain = on_terminal(Some("1")).unwrap();
+        assert!(plain.contains("Capability issued"), "{plain:?}");
+        assert!(!plain.contains("\u{1b}["), "NO_COLOR=1: {plain:?}");
+        let empty = on_terminal(Some("")).unwrap();
+        assert!(
+            empty.contains("\u{1b}["),
+            "an empty NO_COLOR is unset: {empty:?}"
+        );
+    }
+}
+
+/// Issue 23: the table shows active capabilities only and says how many it leaves out; `--all`
+/// shows every one; `--json` is the whole file, each entry with its `status`.
+#[test]
+fn issue_23_list_hides_expired_and_revoked_unless_all() {
+    let home = Home::new();
+    let (active, _) = home.issue(&["--agent", "live"]);
+    let (revoked, _) = home.issue(&["--agent", "gone"]);
+    let (expired, _) = home.issue(&["--agent", "old", "--ttl", "1s"]);
+    ok(home.mint().args(["cap", "revoke", id_of(&revoked)]));
+    std::thread::sleep(Duration::from_millis(2100));
+
+    let out = ok(home.mint().args(["cap", "list"]));
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", out.stdout);
+    assert!(lines[1].starts_with(id_of(&active)), "{}", out.stdout);
+    assert_eq!(
+        lines[2],
+        "2 expired or revoked capabilities not shown; `mint cap list --all` shows them."
+    );
+
+    let out = ok(home.mint().args(["cap", "list", "--all"]));
+    let statuses: Vec<&str> = out
+        .stdout
+        .lines()
+        .skip(1)
+        .map(|line| line.split_whitespace().last().unwrap())
+        .collect();
+    assert_eq!(statuses, ["active", "revoked", "expired"], "{}", out.stdout);
+
+    let rows = home.list();
+    let statuses: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|row| (row["id"].as_str().unwrap(), row["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            (id_of(&active), "active"),
+            (id_of(&revoked), "revoked"),
+            (id_of(&expired), "expired")
+        ]
+    );
+
+    ok(home.mint().args(["cap", "revoke", id_of(&active)]));
+    let out = ok(home.mint().args(["cap", "list"]));
+    assert_eq!(
+        out.stdout,
+        "No active capabilities. 3 expired or revoked capabilities not shown; `mint cap list --all` shows them.\n"
+    );
+    for token in [&active, &revoked, &expired] {
+        assert!(!out.stdout.contains(token.as_str()));
+    }
+}
+
+/// Issue 23: one duration grammar everywhere: `--ttl 1w` is accepted as `per: 1w` and
+/// `--connect-timeout 1w` are, and one refused value gets the same hint from every flag.
+#[test]
+fn issue_23_one_duration_grammar_for_every_flag() {
+    let home = Home::new();
+    let (token, _) = home.issue(&["--agent", "mino", "--ttl", "1w"]);
+    let row = home
+        .list()
+        .into_iter()
+        .find(|row| row["id"] == id_of(&token))
+        .unwrap();
+    let created = humantime::parse_rfc3339(row["created"].as_str().unwrap()).unwrap();
+    let expires = humantime::parse_rfc3339(row["expires"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        expires.duration_since(created).unwrap(),
+        Duration::from_secs(7 * 86_400)
+    );
+    // The same refusal from `--ttl` and from a `mint serve` timeout.
+    let hint =
+        "a whole number with a unit ms, s, m, h, d or w, up to 366d, such as `30s`, `1h` or `1w`";
+    let ttl = fails(
+        home.mint()
+            .args(["cap", "issue", "--agent", "mino", "--ttl", "90min"]),
+    );
+    assert!(ttl.stderr.contains(hint), "{}", ttl.stderr);
+    let serve = run(home.mint().args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--connect-timeout",
+        "90min",
+    ]));
+    assert_eq!(serve.code, Some(2), "{}", serve.stderr);
+    assert!(
+        serve.stderr.contains("invalid duration `90min`"),
+        "{}",
+        serve.stderr
+    );
+    assert!(serve.stderr.contains(hint), "{}", serve.stderr);
+    let millis = fails(
+        home.mint()
+            .args(["cap", "issue", "--agent", "mino", "--ttl", "1500ms"]),
+    );
+    assert!(
+        millis.stderr.contains("in whole seconds"),
+        "{}",
+        millis.stderr
+    );
+    let size = run(home.mint().args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--max-request-body",
+        "10 MiB",
+    ]));
+    assert_eq!(size.code, Some(2), "{}", size.stderr);
+    assert!(
+        size.stderr.contains("invalid size `10 MiB`"),
+        "{}",
+        size.stderr
+    );
 }

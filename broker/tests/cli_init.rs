@@ -59,7 +59,13 @@ fn creates_a_private_home_with_three_private_files_and_the_ca() {
 
     // Every other command accepts what init wrote.
     let check = ok(mint(dir.path()).args(["policy", "check"]));
-    assert_eq!(check.stdout, "0 errors, 0 warnings\n");
+    assert!(
+        check
+            .stdout
+            .ends_with("policy.yaml: 0 rules, default deny\n0 errors, 0 warnings\n"),
+        "{}",
+        check.stdout
+    );
     let list = ok(mint(dir.path()).args(["alias", "list", "--json"]));
     assert_eq!(list.stdout.trim(), "[]");
     let caps = ok(mint(dir.path()).args(["cap", "list", "--json"]));
@@ -226,4 +232,41 @@ fn init_takes_no_arguments() {
     let out = run(mint(dir.path()).args(["init", "extra"]));
     assert_eq!(out.code, Some(2));
     assert!(!dir.path().join(".mint").exists());
+}
+
+/// Issue 23: `mint serve` where there is no home (never initialised, or `MINT_HOME` unset in
+/// another directory) says to run `mint init`, as `mint alias` and `mint cap` do; it creates
+/// nothing there.
+#[test]
+fn issue_23_serve_without_a_home_says_run_mint_init() {
+    let dir = tempfile::tempdir().unwrap();
+    for command in [
+        &["serve", "--listen", "127.0.0.1:0"][..],
+        &["alias", "list"],
+        &["cap", "list"],
+    ] {
+        let out = fails(mint(dir.path()).args(command));
+        assert!(
+            out.stderr
+                .contains("no such file or directory; run `mint init` first"),
+            "{command:?}: {}",
+            out.stderr
+        );
+    }
+    assert!(listing(dir.path()).is_empty(), "{:?}", listing(dir.path()));
+}
+
+/// Issue 23: counts are worded in the singular for one (`has 1 error`, not `1 error(s)`).
+#[test]
+fn issue_23_serve_counts_one_error_in_the_singular() {
+    let dir = tempfile::tempdir().unwrap();
+    ok(mint(dir.path()).arg("init"));
+    let policy = dir.path().join(".mint/policy.yaml");
+    std::fs::write(&policy, "version: 1\nrules: []\nrulez: []\n").unwrap();
+    let out = fails(mint(dir.path()).args(["serve", "--listen", "127.0.0.1:0"]));
+    assert!(
+        out.stderr.contains("policy.yaml` has 1 error; the first: "),
+        "{}",
+        out.stderr
+    );
 }

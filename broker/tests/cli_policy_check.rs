@@ -349,7 +349,14 @@ fn default_file_comes_from_mint_policy_path() {
         .env("MINT_HOME", dir.path().join("home"))
         .env("MINT_POLICY_PATH", &file));
     assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
-    assert_eq!(out.stdout, "0 errors, 0 warnings\n");
+    // Issue 23: the report names the file it checked and what it holds.
+    assert_eq!(
+        out.stdout,
+        format!(
+            "{}: 1 rule, default deny\n0 errors, 0 warnings\n",
+            file.display()
+        )
+    );
 
     let json = run(mint(dir.path())
         .args(["policy", "check", "--json"])
@@ -488,4 +495,37 @@ fn help_and_version_exit_zero() {
     let out = run(mint(dir.path()).arg("--version"));
     assert_eq!(out.code, Some(0));
     assert!(out.stdout.starts_with("mint "));
+}
+
+/// Issue 23: the human report starts with the file checked, its rule count and its default; a
+/// file `mint serve` would refuse for its mode gets a note on stderr naming the fix, while the
+/// report and the exit status stay the contents'.
+#[test]
+fn issue_23_the_report_names_the_file_and_rules_and_warns_on_a_refused_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("draft.yaml");
+    std::fs::write(&file, VALID).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let out = run(mint(dir.path()).args(["policy", "check"]).arg(&file));
+    assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
+    assert_eq!(
+        out.stdout.lines().next().unwrap(),
+        format!("{}: 1 rule, default deny", file.display())
+    );
+    assert!(
+        out.stderr.contains("writable by group or others"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("chmod 600"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("`mint serve` would refuse this file"),
+        "{}",
+        out.stderr
+    );
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = run(mint(dir.path()).args(["policy", "check"]).arg(&file));
+    assert_eq!(out.code, Some(0));
+    assert!(out.stderr.is_empty(), "{}", out.stderr);
 }

@@ -36,8 +36,15 @@ fn usage_text_names_the_route_header_placeholder_and_tools() {
         "policy_check",
         "audit_tail",
         "mint_usage",
+        // Issue 23: both spellings, and why (curl reads only the lowercase one).
+        "http_proxy=http://127.0.0.1:8701 and HTTP_PROXY=http://127.0.0.1:8701",
+        "curl reads only the lowercase http_proxy",
+        "sends the literal placeholder upstream",
+        // CONNECT is intercepted, no longer refused.
+        "Mint intercepts the CONNECT tunnel",
     ] {
         assert!(text.contains(needle), "missing {needle}:\n{text}");
     }
+    assert!(!text.contains("CONNECT is refused"), "{text}");
     assert!(!text.contains("mint_cap_"), "no capability material");
 }

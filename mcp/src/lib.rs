@@ -24,4 +24,4 @@ pub use paths::{
     MINT_CAPABILITIES_PATH, MINT_HOME, MINT_LISTEN, MINT_POLICY_PATH,
 };
 pub use server::{PROTOCOL_VERSIONS, Server};
-pub use transport::{MAX_MESSAGE_BYTES, TransportError, run_stdio, serve};
+pub use transport::{MAX_MESSAGE_BYTES, TransportError, print_info, run_stdio, serve};

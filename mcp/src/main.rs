@@ -2,7 +2,8 @@
 //!
 //! Installs logging on stderr (stdout carries only protocol messages), reads the environment once
 //! and hands over to `mint_mcp::run_stdio`. Exits 0 at the end of input, 1 when stdin or stdout
-//! fails, 2 when given arguments (it takes none: configuration is the `MINT_*` environment).
+//! fails, 2 when given arguments other than a lone `--help` or `--version` (which print and exit
+//! 0 without serving): configuration is the `MINT_*` environment.
 
 use std::io;
 use std::process::ExitCode;
@@ -12,8 +13,24 @@ use tracing_subscriber::EnvFilter;
 fn main() -> ExitCode {
     install_tracing();
     install_panic_hook();
-    if std::env::args_os().len() > 1 {
-        tracing::error!("mint-mcp takes no arguments; configure it with the MINT_* environment");
+    let arguments: Vec<_> = std::env::args_os().skip(1).collect();
+    if let [argument] = arguments.as_slice() {
+        let text = match argument.to_str() {
+            Some("--help" | "-h") => Some(HELP.to_owned()),
+            Some("--version" | "-V") => Some(format!("mint-mcp {}\n", env!("CARGO_PKG_VERSION"))),
+            _ => None,
+        };
+        if let Some(text) = text {
+            return match mint_mcp::print_info(&text) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::FAILURE,
+            };
+        }
+    }
+    if !arguments.is_empty() {
+        tracing::error!(
+            "mint-mcp takes no arguments but `--help` or `--version`; configure it with the MINT_* environment"
+        );
         return ExitCode::from(2);
     }
     match mint_mcp::run_stdio(mint_mcp::Config::from_env()) {
@@ -52,3 +69,23 @@ fn install_panic_hook() {
 }
 
 const DEFAULT_LOG_FILTER: &str = "mint_mcp=info";
+
+const HELP: &str = "\
+mint-mcp: Mint's read-only MCP server, one JSON-RPC message per line on stdin and stdout
+
+Usage: mint-mcp            serve until stdin ends (an MCP client starts it)
+       mint-mcp --help     print this and exit
+       mint-mcp --version  print the version and exit
+
+Tools: alias_list, policy_check, audit_tail, mint_usage. None resolves, returns or forwards a
+credential; requests that need a secret go through the Mint proxy (`mint usage`).
+
+Environment (an empty value counts as unset):
+  MINT_HOME               Mint's directory [default: .mint]
+  MINT_ALIASES_PATH       alias_list's file [default: $MINT_HOME/aliases.yaml]
+  MINT_AUDIT_LOG_PATH     audit_tail's file [default: $MINT_HOME/audit.log]
+  MINT_POLICY_PATH        the policy file [default: $MINT_HOME/policy.yaml]
+  MINT_CAPABILITIES_PATH  refused by every tool [default: $MINT_HOME/capabilities.yaml]
+  MINT_LISTEN             the proxy address mint_usage shows [default: 127.0.0.1:8700]
+  RUST_LOG                log filter, logs on stderr [default: mint_mcp=info]
+";

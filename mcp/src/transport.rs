@@ -27,6 +27,14 @@ pub enum TransportError {
     Write(#[source] io::Error),
 }
 
+/// Writes `text` on stdout, for `mint-mcp --help` and `--version`: the process then exits
+/// without serving, so no protocol message shares stdout with it.
+pub fn print_info(text: &str) -> io::Result<()> {
+    let mut stdout = io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
+    stdout.flush()
+}
+
 /// Serves requests on stdin and stdout until stdin ends.
 pub fn run_stdio(config: Config) -> Result<(), TransportError> {
     let server = Server::new(config);

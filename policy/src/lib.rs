@@ -27,6 +27,7 @@ pub mod normalize;
 pub mod policy;
 pub mod recognise;
 pub mod site;
+pub mod size;
 pub mod usage;
 mod yaml;
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::diagnostic::{Code, Diagnostic, Findings, Pos};
-use crate::duration::parse_duration;
+use crate::duration::{DURATION_HINT, parse_duration};
 use crate::fields::{
     EntryKey, MapReader, Sink, boolean, entry_key, integer, item_path, join, list, string,
 };
@@ -1157,8 +1157,10 @@ fn read_limits(node: &Node, path: &str, sink: &mut Sink<'_>) -> Vec<Limit> {
             }
             Some(n) => {
                 let p = map.path_of("per");
+                // A window is whole seconds: counters and `Retry-After` count in them.
                 let parsed = match n.value() {
-                    Some(Value::Str(text)) => parse_duration(text),
+                    Some(Value::Str(text)) => parse_duration(text)
+                        .filter(|per| per.subsec_nanos() == 0 && per.as_secs() > 0),
                     _ => None,
                 };
                 if parsed.is_none() {
@@ -1166,8 +1168,7 @@ fn read_limits(node: &Node, path: &str, sink: &mut Sink<'_>) -> Vec<Limit> {
                         Code::InvalidDuration,
                         n,
                         &p,
-                        "a duration is a whole number with a unit s, m, h or d, up to 366d, such \
-                         as `30s`, `1h` or `1d`",
+                        format!("a duration is {DURATION_HINT}, and a window at least `1s`"),
                     );
                 }
                 parsed

@@ -44,14 +44,18 @@ pub struct ProxyRoute {
     pub schemes: &'static str,
 }
 
-/// Forward-proxy mode (`HTTP_PROXY`).
+/// Forward-proxy mode (`http_proxy` and `HTTP_PROXY`, `https_proxy` and `HTTPS_PROXY`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ForwardProxy {
-    /// The value to give `HTTP_PROXY`.
+    /// The value to give the proxy variables.
     pub proxy_url: String,
+    /// The variables to set, both spellings: curl reads only the lowercase `http_proxy`.
+    pub variables: [&'static str; 2],
+    /// Why both spellings: what happens to a client that reads only the other one.
+    pub variables_note: &'static str,
     /// The header that carries the capability in this mode.
     pub header: &'static str,
-    /// What Mint does with an absolute-form request.
+    /// What Mint does with an absolute-form request and with a `CONNECT`.
     pub note: &'static str,
 }
 
@@ -96,10 +100,17 @@ pub fn usage(listen: &str) -> Usage {
         capability_header: CAPABILITY_HEADER,
         forward_proxy: ForwardProxy {
             proxy_url: base_url.clone(),
+            variables: PROXY_VARIABLES,
+            variables_note: "set both spellings to the same proxy URL: curl reads only the \
+                             lowercase http_proxy, so with only HTTP_PROXY set it bypasses Mint \
+                             and sends the literal placeholder upstream, with no secret in it",
             header: "Proxy-Authorization: Bearer <capability>, or the capability as the proxy \
                      URL's password (http://agent:<capability>@HOST:PORT)",
-            note: "set http_proxy (not https_proxy: CONNECT is refused) and write http:// URLs; \
-                   Mint sends them upstream over https (plain http only to loopback hosts)",
+            note: "write http:// URLs and Mint sends them upstream over https (plain http only \
+                   to loopback hosts); for https:// URLs also set https_proxy and HTTPS_PROXY \
+                   to the proxy URL with the capability as its password and trust Mint's CA \
+                   (the operator's `mint ca export`): Mint intercepts the CONNECT tunnel and \
+                   checks each request inside it the same way",
         },
         placeholder: Placeholder {
             syntax: "{{mint:ALIAS}}",
@@ -162,10 +173,17 @@ impl Usage {
             "  capability:     {}: <capability>",
             self.capability_header
         );
+        let [lower, upper] = self.forward_proxy.variables;
         let _ = writeln!(
             out,
-            "  forward proxy:  HTTP_PROXY={} with {}",
-            self.forward_proxy.proxy_url, self.forward_proxy.header
+            "  forward proxy:  {lower}={url} and {upper}={url} with {}",
+            self.forward_proxy.header,
+            url = self.forward_proxy.proxy_url,
+        );
+        let _ = writeln!(
+            out,
+            "                  ({})",
+            self.forward_proxy.variables_note
         );
         let _ = writeln!(out, "                  ({})", self.forward_proxy.note);
         let _ = writeln!(out);
@@ -198,6 +216,8 @@ impl Usage {
 const ROUTE: &str = "/v1/proxy/{scheme}/{authority}/{path}";
 
 const CAPABILITY_HEADER: &str = "Mint-Capability";
+
+const PROXY_VARIABLES: [&str; 2] = ["http_proxy", "HTTP_PROXY"];
 
 const TOOLS: [&str; 4] = ["alias_list", "policy_check", "audit_tail", "mint_usage"];
 
@@ -320,8 +340,12 @@ mod tests {
         for needle in [
             "http://127.0.0.1:8700/v1/proxy/{scheme}/{authority}/{path}",
             "Mint-Capability: <capability>",
-            "HTTP_PROXY=http://127.0.0.1:8700 with Proxy-Authorization: Bearer <capability>, or",
-            "CONNECT is refused",
+            "http_proxy=http://127.0.0.1:8700 and HTTP_PROXY=http://127.0.0.1:8700 with \
+             Proxy-Authorization: Bearer <capability>, or",
+            "curl reads only the lowercase http_proxy",
+            "bypasses Mint and sends the literal placeholder upstream",
+            "Mint intercepts the CONNECT tunnel",
+            "mint ca export",
             "{{mint:ALIAS}}",
             "%7B%7Bmint%3AALIAS%7D%7D",
             "header:",
@@ -335,5 +359,20 @@ mod tests {
         }
         assert!(text.ends_with('\n'));
         assert!(!text.contains('\r'));
+        assert!(!text.contains("CONNECT is refused"), "{text}");
+    }
+
+    #[test]
+    fn issue_23_both_proxy_variable_spellings_are_named() {
+        let value = json(&usage(DEFAULT_LISTEN));
+        assert_eq!(
+            value["forward_proxy"]["variables"],
+            serde_json::json!(["http_proxy", "HTTP_PROXY"])
+        );
+        let note = value["forward_proxy"]["variables_note"].as_str().unwrap();
+        assert!(
+            note.contains("curl reads only the lowercase http_proxy"),
+            "{note}"
+        );
     }
 }

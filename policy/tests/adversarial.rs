@@ -735,7 +735,7 @@ fn regression_yaml_tricks_refused() {
         "  - { id: a, effect: allow, match: { host: x.com, port: 65536 } }\n",
         "  - { id: a, effect: deny, inject: [header] }\n",
         "  - { id: a, effect: deny, limits: [{ max: 1, per: 1h }] }\n",
-        "  - { id: a, effect: limit, limits: [{ max: 1, per: 1w }] }\n",
+        "  - { id: a, effect: limit, limits: [{ max: 1, per: 1y }] }\n",
         "  - { id: a, effect: allow, match: { host: [] } }\n",
         "  - { id: a, effect: allow, match: { host: x.com, alias: [] } }\n",
         "  - { id: a, effect: allow, match: { host: x.com } }\n  - { id: a, effect: deny }\n",

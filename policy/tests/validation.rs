@@ -444,9 +444,15 @@ rule_case!(
     "  - id: a\n    effect: limit\n    limits: [{ max: -5, per: 1h }]\n",
     ["E038"]
 );
+// Issue 23: `per: 1w` is a week, as `--ttl 1w` is; a sub-second window is refused.
+rule_case!(
+    sub_second_window,
+    "  - id: a\n    effect: limit\n    limits: [{ max: 5, per: 500ms }]\n",
+    ["E039"]
+);
 rule_case!(
     bad_duration_unit,
-    "  - id: a\n    effect: limit\n    limits: [{ max: 5, per: 1w }]\n",
+    "  - id: a\n    effect: limit\n    limits: [{ max: 5, per: 1y }]\n",
     ["E039"]
 );
 rule_case!(
@@ -866,7 +872,7 @@ fn approval_timeout_bounds_and_shape() {
         "1.5m",
         "-1s",
         "2 m",
-        "1w",
+        "1y",
         "'120s '",
         "[120s]",
         "999999999999d",

@@ -16,6 +16,7 @@ mod interception_tunnel;
 mod local_files;
 mod mint_run;
 mod near_miss;
+mod operator_ux;
 mod policy_findings;
 mod proxy;
 mod proxy_attacks;

@@ -1596,7 +1596,7 @@ fn forward_lab() -> Lab {
 /// Forward-proxy mode (curl with `-x`, sending `GET http://127.0.0.1:PORT/echo`): the capability
 /// travels in `Proxy-Authorization: Bearer`, the loopback target stays `http`, the secret is
 /// substituted and neither the capability nor `Proxy-*` headers reach the upstream. Without
-/// `Proxy-Authorization` (even with `Mint-Capability`) it is 401.
+/// `Proxy-Authorization` (even with `Mint-Capability`) it is 407.
 #[test]
 fn forward_proxy_mode_authenticates_and_strips() {
     let lab = forward_lab();
@@ -1642,7 +1642,7 @@ fn forward_proxy_mode_authenticates_and_strips() {
     let answer = Answer::curl("forward mode without Proxy-Authorization", &response);
     assert_eq!(
         (answer.status, answer.code()),
-        (401, Some("capability_invalid".to_owned()))
+        (407, Some("capability_invalid".to_owned()))
     );
     assert_eq!(lab.forwarded(), before);
     lab.assert_clean(&answer.text);

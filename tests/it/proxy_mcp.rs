@@ -34,6 +34,7 @@ use mint_tests::broker::{
     Broker, CA_VARIABLES, CurlResponse, MintHome, curl_via_proxy, parse_raw_answer, raw_http,
 };
 use mint_tests::echo_upstream::EchoConfig;
+use mint_tests::interception::client_command;
 use mint_tests::lab::{self, LabConfig};
 use mint_tests::{echo_peer, repo_root};
 use serde_json::Value;
@@ -1024,7 +1025,7 @@ fn curl_with_http_proxy_env_reaches_a_loopback_upstream() {
 
 /// Python `requests` and `httpx2`, configured only with `HTTP_PROXY` / `http_proxy` (and httpx2
 /// also with its own `proxy=` setting), reach the loopback upstream through Mint: GET, POST, an
-/// SSE stream read line by line on a reused connection, and a 401 without the capability.
+/// SSE stream read line by line on a reused connection, and a 407 without the capability.
 #[test]
 fn python_requests_and_httpx_with_http_proxy_env() {
     let Some(python) = python() else { return };
@@ -1053,7 +1054,7 @@ fn python_requests_and_httpx_with_http_proxy_env() {
             "httpx2 (proxy=)"
         ])
     );
-    // Three allowed requests per client reached the upstream; the 401s did not.
+    // Three allowed requests per client reached the upstream; the 407s did not.
     assert_eq!(lab.forwarded() - before, 9);
     for request in lab.peer.server.requests().snapshot() {
         assert_eq!(
@@ -1205,16 +1206,22 @@ rules:
 }
 
 /// In forward-proxy mode the capability travels in `Proxy-Authorization: Bearer`, and
-/// `Mint-Capability` is ignored. The 401 a forward-proxy client gets must say so; today it tells
-/// it to send `Mint-Capability`, which cannot work in that mode.
+/// `Mint-Capability` is ignored. The refusal a forward-proxy client gets must say so (it once
+/// told it to send `Mint-Capability`, which cannot work in that mode), and is the `407` with
+/// `Proxy-Authenticate` every client's proxy logic expects (issue 23), with Mint's JSON body.
 #[test]
-fn forward_mode_401_names_proxy_authorization() {
+fn forward_mode_407_names_proxy_authorization() {
     let lab = ForwardLab::start();
     let response = curl_via_proxy(
         &lab.broker.base,
         &["-g", &format!("http://127.0.0.1:{}/echo", lab.port())],
     );
-    assert_eq!(response.status, 401, "{}", response.body);
+    assert_eq!(response.status, 407, "{}", response.body);
+    assert_eq!(
+        response.header("proxy-authenticate"),
+        Some("Basic realm=\"mint\"")
+    );
+    assert_eq!(response.json()["error"]["code"], "capability_invalid");
     let message = response.json()["error"]["message"]
         .as_str()
         .unwrap()
@@ -1340,14 +1347,90 @@ fn a_capability_in_the_proxy_url_is_accepted() {
     );
     assert!(seen.header_names_starting_with("proxy-").is_empty());
     assert!(!response.everything().contains(CANARY_ECHO));
-    // A wrong password is the same 401 as no capability.
+    // A wrong password is the same 407 as no capability.
     let wrong = format!("http://mino:mint_cap_nope_nope@{authority}");
     let env = [("http_proxy", wrong.as_str())];
     let refused = curl_with_env_proxy(&env, &["-g", &target]);
-    assert_eq!(refused.status, 401, "{}", refused.body);
+    assert_eq!(refused.status, 407, "{}", refused.body);
     assert!(
         refused.body.contains("Proxy-Authorization"),
         "{}",
         refused.body
     );
+}
+
+/// Issue 23: a forward-proxy request whose capability is missing or wrong gets `407` with
+/// `Proxy-Authenticate: Basic realm="mint"` (what squid and every client's proxy logic expect)
+/// and Mint's JSON body, as real clients see it: curl with `-x http://agent:WRONG@MINT` and
+/// Python `requests` with that proxy URL, both without the machine's CA or proxy variables.
+/// The `/v1/proxy/` route keeps its 401.
+#[test]
+fn issue_23_forward_proxy_authentication_failure_is_407_for_real_clients() {
+    let lab = ForwardLab::start();
+    let before = lab.forwarded();
+    let authority = lab.broker.base.strip_prefix("http://").unwrap().to_owned();
+    let wrong = format!("http://agent:mint_cap_WRONG@{authority}");
+    let target = format!("http://127.0.0.1:{}/echo", lab.port());
+
+    let output = client_command("curl", &[])
+        .args(["-sS", "--http1.1", "--max-time", "30", "-D", "-", "-o", "-"])
+        .args(["-x", &wrong, "-H", "Authorization: Bearer {{mint:echo}}"])
+        .args(["-g", &target])
+        .output()
+        .unwrap();
+    let curl = parse_raw_answer(&output.stdout);
+    assert_eq!(curl.status, 407, "{}", curl.everything());
+    assert_eq!(
+        curl.header("proxy-authenticate"),
+        Some("Basic realm=\"mint\"")
+    );
+    assert_eq!(curl.header("mint-outcome"), Some("denied"));
+    let error = &curl.json()["error"];
+    assert_eq!(error["code"], "capability_invalid", "{}", curl.body);
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("Proxy-Authorization"),
+        "{error}"
+    );
+    let id = curl.header("mint-request-id").unwrap().to_owned();
+    // The outcome is written as the answer ends, maybe just after curl read it.
+    let outcome = lab.broker.outcome_of(&id);
+    assert_eq!(outcome["status"], 407, "{outcome}");
+    lab.assert_clean(curl.everything());
+
+    if let Some(python) = python() {
+        let code = "import requests, sys\n\
+                    r = requests.get(sys.argv[2], proxies={'http': sys.argv[1]}, timeout=30)\n\
+                    print(r.status_code, r.headers.get('Proxy-Authenticate'), \
+                    r.json()['error']['code'])\n";
+        let output = client_command(&python, &[("PYTHONDONTWRITEBYTECODE", "1")])
+            .args(["-c", code, &wrong, &target])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_eq!(
+            stdout.trim(),
+            "407 Basic realm=\"mint\" capability_invalid",
+            "{stdout}"
+        );
+        lab.assert_clean(stdout.as_bytes());
+    }
+
+    // The route: `Mint-Capability` is what is missing, so 401 and no `Proxy-Authenticate`.
+    let route = client_command("curl", &[])
+        .args(["-sS", "--max-time", "30", "-D", "-", "-o", "-"])
+        .arg(lab.broker.proxy_url(lab.port(), "/echo"))
+        .output()
+        .unwrap();
+    let route = parse_raw_answer(&route.stdout);
+    assert_eq!(route.status, 401, "{}", route.everything());
+    assert_eq!(route.header("proxy-authenticate"), None);
+    assert_eq!(lab.forwarded(), before, "nothing was forwarded");
 }

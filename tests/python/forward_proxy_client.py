@@ -12,8 +12,8 @@ prints on stdout one JSON document with everything it received, so the Rust test
 no byte of the secret is in any of it.
 
 For each client, on one connection-reusing session: a GET with a query, a POST with a JSON body,
-an SSE stream read event by event, and a request without `Proxy-Authorization` (401, Mint's JSON
-error).
+an SSE stream read event by event, and a request without `Proxy-Authorization` (407 with
+`Proxy-Authenticate`, Mint's JSON error).
 
 Usage: MINT_CAPABILITY=... HTTP_PROXY=http://MINT forward_proxy_client.py --port UPSTREAM_PORT
 Exits 0 when every check passed, 1 on the first failure (with the reason on stderr).
@@ -101,8 +101,12 @@ def exercise(
 
     no_capability = {k: v for k, v in auth.items() if k != "Proxy-Authorization"}
     response = request("GET", f"{base}/echo", headers=no_capability)
-    recorder.keep(f"{label} 401", response.status_code, response.headers, response.text)
-    check(response.status_code == 401, f"{label}: without a capability: {response.status_code}")
+    recorder.keep(f"{label} 407", response.status_code, response.headers, response.text)
+    check(response.status_code == 407, f"{label}: without a capability: {response.status_code}")
+    check(
+        response.headers.get("Proxy-Authenticate") == 'Basic realm="mint"',
+        f"{label}: Proxy-Authenticate {response.headers.get('Proxy-Authenticate')}",
+    )
     check(response.json()["error"]["code"] == "capability_invalid", response.text)
     recorder.checks.append(label)
 

@@ -37,7 +37,11 @@ fn config_from_the_environment() {
     let off = AuditConfig::from_lookup(lookup(&[("MINT_AUDIT_ROTATE_BYTES", "0")])).unwrap();
     assert_eq!(off.rotate_bytes, None);
     assert!(AuditConfig::from_lookup(lookup(&[("MINT_AUDIT_DURABILITY", "sometimes")])).is_err());
-    assert!(AuditConfig::from_lookup(lookup(&[("MINT_AUDIT_ROTATE_BYTES", "64MiB")])).is_err());
+    // Issue 23: the size grammar of the flags (`--max-request-body 10MiB`).
+    let sized = AuditConfig::from_lookup(lookup(&[("MINT_AUDIT_ROTATE_BYTES", "64MiB")])).unwrap();
+    assert_eq!(sized.rotate_bytes, Some(64 << 20));
+    assert!(AuditConfig::from_lookup(lookup(&[("MINT_AUDIT_ROTATE_BYTES", "64 MiB")])).is_err());
+    assert!(AuditConfig::from_lookup(lookup(&[("MINT_AUDIT_ROTATE_BYTES", "1.5GiB")])).is_err());
 }
 
 #[test]

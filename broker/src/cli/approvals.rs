@@ -38,7 +38,7 @@ pub enum ApprovalsCommand {
         id: String,
         /// Also approve later requests of the same call (agent, rule, method, scheme, host, port,
         /// path, MCP tool) without asking, for this long (at most 8h): a grant.
-        #[arg(long = "for", value_name = "DURATION", value_parser = humantime::parse_duration)]
+        #[arg(long = "for", value_name = "DURATION", value_parser = crate::cli::quantity::duration)]
         grant: Option<Duration>,
     },
     /// Deny a waiting request: it is refused (403 approval_denied) and nothing is sent.
@@ -55,7 +55,7 @@ pub enum ApprovalsCommand {
     /// approves with a grant, Enter or `n` denies. Ctrl-C leaves without deciding.
     Watch {
         /// How long the grant that `a` gives lasts.
-        #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "10m")]
+        #[arg(long, value_name = "DURATION", value_parser = crate::cli::quantity::duration, default_value = "10m")]
         grant_for: Duration,
     },
 }

@@ -13,10 +13,11 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use mint_policy::audit::{AuditDecision, AuditRecord, Phase};
+use mint_policy::diagnostic::count_noun;
 
 use crate::audit::rotation::{RotateError, RotateOutcome, log_set, rotate};
 use crate::audit::tail::{
-    FOLLOW_POLL, FollowItem, Follower, Row, SkipReason, Skipped, TailMode, read_tail,
+    FOLLOW_POLL, FollowItem, Follower, Row, SkipReason, Skipped, Snapshot, TailMode, read_tail,
 };
 use crate::audit::verify::{VerifyError, VerifyOptions, VerifyReport, verify_files};
 use crate::cli::ExitStatus;
@@ -27,8 +28,9 @@ use crate::config::env::Paths;
 pub enum AuditCommand {
     /// Show the last requests: one row per request, its decision and outcome paired.
     ///
-    /// A decision without an outcome reads as `unknown`. Lines that are not audit records are
-    /// never shown; stderr names their line numbers and kinds.
+    /// A decision without an outcome reads as `unknown`; the last column is the request id.
+    /// No log yet is an empty table. Lines that are not audit records are never shown; stderr
+    /// names their line numbers and kinds.
     Tail(TailArgs),
     /// Check that every line is an audit record and the hash chain is unbroken across the log
     /// and its rotated files.
@@ -135,14 +137,36 @@ fn tail(
         TailMode::Rows
     };
     let n = usize::try_from(args.lines).unwrap_or(usize::MAX);
-    let mut snapshot = read_tail(path, n, mode).map_err(|source| AuditCommandError::Read {
-        path: path.clone(),
-        source,
-    })?;
+    let mut snapshot = match read_tail(path, n, mode) {
+        Ok(snapshot) => snapshot,
+        // A fresh home, or a log just rotated with no broker to start the next file: nothing
+        // recorded yet is an empty table, not an error (`-f` waits for the file to appear).
+        Err(source) if source.kind() == io::ErrorKind::NotFound => {
+            writeln!(
+                err,
+                "mint: no audit log at `{}` yet: nothing recorded",
+                path.display()
+            )
+            .map_err(AuditCommandError::Output)?;
+            Snapshot::default()
+        }
+        Err(source) => {
+            return Err(AuditCommandError::Read {
+                path: path.clone(),
+                source,
+            });
+        }
+    };
     let widths = match mode {
         TailMode::Rows => {
             let cells: Vec<[String; COLUMNS]> = snapshot.rows.iter().map(row_cells).collect();
-            let widths = column_widths(&cells);
+            let mut widths = column_widths(&cells);
+            if args.follow {
+                // Rows that arrive later are cut to these widths, so they stay under the header.
+                for (width, least) in widths.iter_mut().zip(FOLLOW_WIDTHS) {
+                    *width = (*width).max(least);
+                }
+            }
             write_row(out, &HEADER.map(str::to_owned), &widths)?;
             for row in &cells {
                 write_row(out, row, &widths)?;
@@ -166,7 +190,8 @@ fn tail(
         let mut emit = |item: FollowItem| -> io::Result<()> {
             match item {
                 FollowItem::Row(row) => {
-                    write_row(out, &row_cells(&row), &widths).map_err(into_io)?;
+                    let cells = fit_cells(row_cells(&row), &widths);
+                    write_row(out, &cells, &widths).map_err(into_io)?;
                 }
                 FollowItem::Record(line) => writeln!(out, "{line}")?,
                 FollowItem::Skipped(skipped) => {
@@ -224,7 +249,12 @@ fn verify(
 
 fn render_verify(report: &VerifyReport, out: &mut dyn Write) -> io::Result<()> {
     for file in &report.files {
-        writeln!(out, "{}: {} lines", file.path.display(), file.lines)?;
+        writeln!(
+            out,
+            "{}: {}",
+            file.path.display(),
+            count(file.lines, "line")
+        )?;
     }
     for at in &report.recovered {
         writeln!(
@@ -236,8 +266,8 @@ fn render_verify(report: &VerifyReport, out: &mut dyn Write) -> io::Result<()> {
     if report.pending_total > 0 {
         writeln!(
             out,
-            "unknown: {} decisions without an outcome (a crash, or requests still running)",
-            report.pending_total
+            "unknown: {} without an outcome (a crash, or requests still running)",
+            count(report.pending_total, "decision")
         )?;
         for (at, id) in &report.pending {
             writeln!(out, "  {at} id {id}")?;
@@ -258,10 +288,10 @@ fn render_verify(report: &VerifyReport, out: &mut dyn Write) -> io::Result<()> {
             };
             writeln!(
                 out,
-                "intact: {} lines, {} records in {} files; the chain {start}",
-                report.lines,
-                report.records,
-                report.files.len()
+                "intact: {}, {} in {}; the chain {start}",
+                count(report.lines, "line"),
+                count(report.records, "record"),
+                count_noun(report.files.len(), "file")
             )?;
         }
     }
@@ -398,7 +428,26 @@ fn row_cells(row: &Row) -> [String; COLUMNS] {
         outcome,
         status,
         duration,
+        // Last: never padded, so a long id never pushes a column, and never cut.
+        first.id.as_str().to_owned(),
     ]
+}
+
+/// `cells` with each one wider than its column (but the last, which is never padded) cut to
+/// the column's width, its last character replaced by `…`: a row printed while following
+/// stays under the header printed before it. `--json` shows every value whole.
+fn fit_cells(cells: [String; COLUMNS], widths: &[usize; COLUMNS]) -> [String; COLUMNS] {
+    let mut index = 0;
+    cells.map(|cell| {
+        let width = widths.get(index).copied().unwrap_or(usize::MAX);
+        index += 1;
+        if index == COLUMNS || cell.chars().count() <= width {
+            return cell;
+        }
+        let mut cut: String = cell.chars().take(width.saturating_sub(1)).collect();
+        cut.push('…');
+        cut
+    })
 }
 
 /// A decision, and for a held request how it was decided and by whom: `allow (approved by root
@@ -459,6 +508,11 @@ fn write_row(
     writeln!(out, "{}", line.trim_end()).map_err(AuditCommandError::Output)
 }
 
+/// `1 line`, `3 lines`: [`count_noun`] for a `u64` count.
+fn count(n: u64, noun: &str) -> String {
+    count_noun(usize::try_from(n).unwrap_or(usize::MAX), noun)
+}
+
 fn into_io(error: AuditCommandError) -> io::Error {
     match error {
         AuditCommandError::Output(error) => error,
@@ -466,11 +520,14 @@ fn into_io(error: AuditCommandError) -> io::Error {
     }
 }
 
-const COLUMNS: usize = 12;
+const COLUMNS: usize = 13;
 const HEADER: [&str; COLUMNS] = [
     "TIME", "AGENT", "METHOD", "HOST", "PATH", "TOOL", "ALIASES", "DECISION", "RULE", "OUTCOME",
-    "STATUS", "DURATION",
+    "STATUS", "DURATION", "ID",
 ];
+/// The least column widths while following (`-f`): a timestamp is 24 characters, and the others
+/// fit common values; a wider value arriving later is cut (see [`fit_cells`]).
+const FOLLOW_WIDTHS: [usize; COLUMNS] = [24, 12, 7, 28, 32, 16, 16, 10, 16, 9, 6, 8, 0];
 const MAX_SKIPPED_SHOWN: usize = 20;
 /// How long `mint audit rotate` waits for a running broker to start the new file.
 const ROTATE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);

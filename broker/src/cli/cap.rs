@@ -13,14 +13,14 @@ use std::time::SystemTime;
 
 use clap::{Args, Subcommand};
 use mint_policy::audit::AgentName;
-use mint_policy::duration::parse_duration;
+use mint_policy::duration::{DURATION_HINT, parse_duration};
 use mint_policy::policy::is_alias_name;
 use secrecy::ExposeSecret;
 use serde::Serialize;
 
 use crate::capability::{
-    Capability, CapabilityFile, CapabilityFileError, IssueRequest, IssuedToken, TOKEN_PREFIX,
-    format_time,
+    Capability, CapabilityFile, CapabilityFileError, CapabilityStatus, IssueRequest, IssuedToken,
+    TOKEN_PREFIX, format_time,
 };
 use crate::cli::alias::AliasCommandError;
 use crate::config::env::Paths;
@@ -59,9 +59,14 @@ pub struct CapIssueArgs {
 /// Arguments of `mint cap list`.
 #[derive(Debug, Args)]
 pub struct CapListArgs {
-    /// Print a JSON array of objects (`id`, `agent`, `created`, `expires`, `aliases`, `revoked`).
+    /// Print a JSON array of objects (`id`, `agent`, `created`, `expires`, `aliases`, `revoked`,
+    /// `status`), every capability of the file, expired and revoked ones included.
     #[arg(long)]
     pub json: bool,
+
+    /// Show expired and revoked capabilities too (the table shows only active ones by default).
+    #[arg(long)]
+    pub all: bool,
 }
 
 /// Arguments of `mint cap revoke`.
@@ -80,10 +85,7 @@ pub enum CapCommandError {
     #[error("invalid agent name: use 1-64 characters of A-Z, a-z, 0-9, `.`, `_` and `-`")]
     InvalidAgent,
     /// `--ttl` does not parse.
-    #[error(
-        "invalid TTL `{ttl}`: write a whole number followed by s, m, h or d, such as `24h` (at \
-         most 366d)"
-    )]
+    #[error("invalid TTL `{ttl}`: write {DURATION_HINT}, in whole seconds")]
     InvalidTtl {
         /// The TTL as given (a duration is never secret, but is shown only when short).
         ttl: String,
@@ -142,7 +144,7 @@ pub fn run(
 ) -> Result<(), CapCommandError> {
     match command {
         CapCommand::Issue(args) => issue(paths, args, now, out, notes),
-        CapCommand::List(args) => list(&paths.capabilities, args.json, now, out),
+        CapCommand::List(args) => list(&paths.capabilities, &args, now, out),
         CapCommand::Revoke(args) => revoke(&paths.capabilities, &args.id, out),
     }
 }
@@ -205,9 +207,12 @@ pub fn issue_capability(
     now: SystemTime,
 ) -> Result<Issued, CapCommandError> {
     let agent = AgentName::new(args.agent).map_err(|_| CapCommandError::InvalidAgent)?;
-    let ttl = parse_duration(&args.ttl).ok_or_else(|| CapCommandError::InvalidTtl {
-        ttl: args.ttl.chars().take(32).collect(),
-    })?;
+    // Expiry times are kept to the second.
+    let ttl = parse_duration(&args.ttl)
+        .filter(|ttl| ttl.subsec_nanos() == 0)
+        .ok_or_else(|| CapCommandError::InvalidTtl {
+            ttl: args.ttl.chars().take(32).collect(),
+        })?;
     if args.aliases.iter().any(|a| !is_alias_name(a)) {
         return Err(CapCommandError::InvalidAlias);
     }
@@ -244,25 +249,44 @@ pub fn issue_capability(
 }
 
 /// `mint cap list`.
+///
+/// The table shows active capabilities only, unless `--all`, and says how many it leaves out;
+/// `--json` is the whole file, each entry with its `status`, for scripts to filter.
 pub fn list(
     path: &Path,
-    json: bool,
+    args: &CapListArgs,
     now: SystemTime,
     out: &mut dyn Write,
 ) -> Result<(), CapCommandError> {
     let file = load(path)?;
-    let text = if json {
-        let rows: Vec<JsonRow<'_>> = file.capabilities().iter().map(JsonRow::from).collect();
+    let all = file.capabilities();
+    let shown: Vec<&Capability> = all
+        .iter()
+        .filter(|c| args.all || c.status(now) == CapabilityStatus::Active)
+        .collect();
+    let hidden = all.len() - shown.len();
+    let noun = if hidden == 1 {
+        "capability"
+    } else {
+        "capabilities"
+    };
+    let hidden_note = format!(
+        "{hidden} expired or revoked {noun} not shown; `mint cap list --all` shows them.\n"
+    );
+    let text = if args.json {
+        let rows: Vec<JsonRow<'_>> = all.iter().map(|c| JsonRow::new(c, now)).collect();
         let mut text = serde_json::to_string_pretty(&rows)
             .map_err(|e| CapCommandError::Output(io::Error::other(e.to_string())))?;
         text.push('\n');
         text
-    } else if file.capabilities().is_empty() {
+    } else if all.is_empty() {
         "No capabilities yet; issue one with `mint cap issue --agent NAME`.\n".to_owned()
+    } else if shown.is_empty() {
+        format!("No active capabilities. {hidden_note}")
     } else {
         let mut rows =
             vec![["ID", "AGENT", "CREATED", "EXPIRES", "ALIASES", "STATUS"].map(String::from)];
-        for c in file.capabilities() {
+        for c in shown {
             rows.push([
                 c.id.as_str().to_owned(),
                 c.agent.as_str().to_owned(),
@@ -272,7 +296,11 @@ pub fn list(
                 c.status(now).as_str().to_owned(),
             ]);
         }
-        table(&rows)
+        let mut text = table(&rows);
+        if hidden > 0 {
+            text.push_str(&hidden_note);
+        }
+        text
     };
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
@@ -380,10 +408,12 @@ struct JsonRow<'a> {
     expires: String,
     aliases: &'a [String],
     revoked: bool,
+    /// `active`, `expired` or `revoked`, as the table's STATUS column.
+    status: &'static str,
 }
 
-impl<'a> From<&'a Capability> for JsonRow<'a> {
-    fn from(c: &'a Capability) -> Self {
+impl<'a> JsonRow<'a> {
+    fn new(c: &'a Capability, now: SystemTime) -> Self {
         JsonRow {
             id: c.id.as_str(),
             agent: c.agent.as_str(),
@@ -391,6 +421,7 @@ impl<'a> From<&'a Capability> for JsonRow<'a> {
             expires: format_time(c.expires),
             aliases: &c.aliases,
             revoked: c.revoked,
+            status: c.status(now).as_str(),
         }
     }
 }

@@ -12,16 +12,21 @@ use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
 
+use crate::config::env::NO_COLOR;
+
 /// Installs the process's log subscriber: filtered by `RUST_LOG` (default `mint_broker=info`),
-/// written through [`LogWriter`]. Colour (ANSI escapes) only when `colour` is asked for and stderr
-/// is a terminal: a file or a pipe gets plain text.
+/// written through [`LogWriter`]. Colour (ANSI escapes) only when `colour` is asked for, stderr
+/// is a terminal and [`NO_COLOR`] is unset or empty: a file or a pipe gets plain text.
 pub fn install(colour: bool) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
+    // `with_ansi(true)` would override tracing-subscriber's own `NO_COLOR` check, so it is
+    // decided here, once.
+    let no_colour = std::env::var_os(NO_COLOR).is_some_and(|value| !value.is_empty());
     // Fails only if a subscriber is already installed, which nothing here does.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(colour && io::stderr().is_terminal())
+        .with_ansi(colour && !no_colour && io::stderr().is_terminal())
         .with_writer(LogWriter)
         .try_init();
 }

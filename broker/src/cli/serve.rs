@@ -11,6 +11,8 @@ use crate::approval::ApprovalBounds;
 use crate::approval::protocol::SOCKET_NAME;
 use crate::approval::webhook::{Webhook, WebhookFormat};
 use crate::audit::AuditConfig;
+use crate::config::declaration_file::ReadError;
+use crate::config::declarations::DeclarationsError;
 use crate::config::env::Paths;
 use crate::proxy::ProxyLimits;
 use crate::serve::{ServeConfig, ServeError, load_state, serve_blocking};
@@ -43,28 +45,28 @@ pub struct ServeArgs {
     pub resolve: Vec<String>,
 
     /// Resolving, connecting and the TLS handshake to an upstream, together.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    #[arg(long, value_parser = crate::cli::quantity::duration, default_value = "10s")]
     pub connect_timeout: Duration,
 
     /// The whole upstream exchange up to the answer's head, connecting included (must be longer
     /// than --connect-timeout); also the longest wait for the agent's request body.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+    #[arg(long, value_parser = crate::cli::quantity::duration, default_value = "30s")]
     pub request_timeout: Duration,
 
     /// The longest silence inside an answer's body (a quiet SSE stream is cut after it).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "5m")]
+    #[arg(long, value_parser = crate::cli::quantity::duration, default_value = "5m")]
     pub idle_timeout: Duration,
 
     /// Reading a request's head from the agent.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    #[arg(long, value_parser = crate::cli::quantity::duration, default_value = "10s")]
     pub header_read_timeout: Duration,
 
-    /// The largest request body, in bytes.
-    #[arg(long, default_value_t = 10 << 20)]
+    /// The largest request body: bytes, or a size such as `10MiB`.
+    #[arg(long, value_parser = crate::cli::quantity::size, default_value = "10MiB")]
     pub max_request_body: u64,
 
-    /// The largest answer body (after decoding), in bytes.
-    #[arg(long, default_value_t = 64 << 20)]
+    /// The largest answer body (after decoding): bytes, or a size such as `64MiB`.
+    #[arg(long, value_parser = crate::cli::quantity::size, default_value = "64MiB")]
     pub max_response_body: u64,
 
     /// The most agent connections served at once; more wait in the listen backlog.
@@ -72,7 +74,7 @@ pub struct ServeArgs {
     pub max_connections: u32,
 
     /// How long requests in flight may take to finish at shutdown.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    #[arg(long, value_parser = crate::cli::quantity::duration, default_value = "10s")]
     pub shutdown_grace: Duration,
 
     /// The most requests waiting for approval at once; past it a new one is refused at once
@@ -148,7 +150,21 @@ pub fn run(args: ServeArgs, paths: &Paths, out: &mut dyn Write) -> Result<(), Se
     serve_blocking(
         &args.listen,
         Some(&socket),
-        || load_state(&paths, &config),
+        || load_state(&paths, &config).map_err(|error| name_mint_init(error, &paths)),
         out,
     )
+}
+
+/// A policy or alias file missing where the home keeps it becomes
+/// [`ServeError::NotInitialised`], which names `mint init`; one missing elsewhere (a
+/// `MINT_POLICY_PATH` of the operator's) keeps its plain message.
+fn name_mint_init(error: ServeError, paths: &Paths) -> ServeError {
+    match error {
+        ServeError::Declarations(DeclarationsError::Unreadable {
+            what,
+            path,
+            problem: ReadError::NotFound,
+        }) if path.starts_with(&paths.home) => ServeError::NotInitialised { what, path },
+        other => other,
+    }
 }

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use mint_policy::aliases::{Alias, AliasFile, SecretSource, load_aliases};
 use mint_policy::body::BodyPlaces;
+use mint_policy::diagnostic::count_noun;
 use mint_policy::evaluate::{AliasUse, CompiledPolicy};
 use mint_policy::policy::load_policy;
 use mint_policy::{Diagnostic, MAX_FILE_BYTES, Severity};
@@ -57,7 +58,7 @@ pub enum DeclarationsError {
         problem: ReadError,
     },
     /// A file with errors.
-    #[error("{what} `{}` has {count} error(s); the first: {first}; run `mint policy check` for the policy", path.display())]
+    #[error("{what} `{}` has {}; the first: {first}; run `mint policy check` for the policy", path.display(), count_noun(*count, "error"))]
     Invalid {
         /// `policy file` or `alias file`.
         what: &'static str,

@@ -60,6 +60,10 @@ pub const MINT_CA_KEY: &str = "MINT_CA_KEY";
 /// `http://` and [`DEFAULT_LISTEN`] when unset.
 pub const MINT_PROXY_URL: &str = "MINT_PROXY_URL";
 
+/// Any non-empty value turns off the colour (ANSI escapes) of log lines, even on a terminal
+/// (<https://no-color.org>). Lines to a file or a pipe never carry colour.
+pub const NO_COLOR: &str = "NO_COLOR";
+
 /// The proxy's listen address when neither `--listen` nor [`MINT_LISTEN`] is given: loopback only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8700";
 

@@ -26,6 +26,19 @@ pub enum Fault {
     Internal,
 }
 
+/// Where a request's capability token was looked for: it decides the hint and the status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenPlace {
+    /// `Mint-Capability` on the `/v1/proxy/` route: 401.
+    Route,
+    /// `Proxy-Authorization` of a forward-proxy (absolute-form) request: 407 with
+    /// `Proxy-Authenticate`, which is what HTTP clients' proxy logic expects.
+    ProxyAuthorization,
+    /// The `CONNECT` that opened an intercepted tunnel: 401, since a request inside the tunnel is
+    /// one to the origin, where a 407 would mean nothing.
+    Tunnel,
+}
+
 /// Why a request was refused or failed. Every variant is answered with a JSON error body.
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
@@ -42,10 +55,10 @@ pub enum ProxyError {
         alias: String,
     },
     /// No capability, or one that is unknown, tampered with, expired or revoked.
-    #[error("{}", capability_message(*forward))]
+    #[error("{}", capability_message(*place))]
     CapabilityInvalid {
-        /// Whether the request came as a forward-proxy request (the token goes elsewhere).
-        forward: bool,
+        /// Where the token was looked for.
+        place: TokenPlace,
     },
     /// The alias is not bound to the target host.
     #[error("alias `{alias}` is not bound to this host")]
@@ -257,7 +270,12 @@ impl ProxyError {
             ProxyError::Invalid(_)
             | ProxyError::Placeholder(_)
             | ProxyError::UnknownAlias { .. } => StatusCode::BAD_REQUEST,
-            ProxyError::CapabilityInvalid { .. } => StatusCode::UNAUTHORIZED,
+            ProxyError::CapabilityInvalid {
+                place: TokenPlace::Route | TokenPlace::Tunnel,
+            } => StatusCode::UNAUTHORIZED,
+            ProxyError::CapabilityInvalid {
+                place: TokenPlace::ProxyAuthorization,
+            } => StatusCode::PROXY_AUTHENTICATION_REQUIRED,
             ProxyError::AliasNotBound { .. }
             | ProxyError::SiteNotAllowed { .. }
             | ProxyError::CapabilityScope { .. }
@@ -459,7 +477,8 @@ impl ProxyError {
                 HeaderValue::from(retry_after_secs(*retry_after)),
             );
         }
-        if let ProxyError::ProxyAuthRequired = self {
+        if self.status() == StatusCode::PROXY_AUTHENTICATION_REQUIRED {
+            // RFC 9110 section 11.7.1: a 407 names the scheme to answer with.
             headers.insert(
                 http::header::PROXY_AUTHENTICATE,
                 HeaderValue::from_static("Basic realm=\"mint\""),
@@ -538,11 +557,14 @@ fn encoded_subject(alias: Option<&str>) -> String {
     }
 }
 
-fn capability_message(forward: bool) -> &'static str {
-    if forward {
-        "missing or invalid capability: as a forward proxy, send `Proxy-Authorization: Bearer <token>` (or use the proxy URL http://agent:<token>@HOST:PORT) with a token from `mint cap issue`"
-    } else {
-        "missing or invalid capability: send `Mint-Capability: <token>` with a token from `mint cap issue`"
+fn capability_message(place: TokenPlace) -> &'static str {
+    match place {
+        TokenPlace::ProxyAuthorization | TokenPlace::Tunnel => {
+            "missing or invalid capability: as a forward proxy, send `Proxy-Authorization: Bearer <token>` (or use the proxy URL http://agent:<token>@HOST:PORT) with a token from `mint cap issue`"
+        }
+        TokenPlace::Route => {
+            "missing or invalid capability: send `Mint-Capability: <token>` with a token from `mint cap issue`"
+        }
     }
 }
 

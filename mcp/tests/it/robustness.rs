@@ -215,12 +215,58 @@ fn end_of_input_exits_zero() {
 
 #[test]
 fn arguments_on_the_command_line_are_refused() {
-    let output = Command::new(env!("CARGO_BIN_EXE_mint-mcp"))
-        .arg("--help")
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    assert!(output.stdout.is_empty());
+    for arguments in [
+        &["--port", "1"][..],
+        &["serve"],
+        &["--help", "--version"],
+        &["--HELP"],
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_mint-mcp"))
+            .args(arguments)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{arguments:?}");
+        assert!(output.stdout.is_empty(), "{arguments:?}");
+        assert!(
+            String::from_utf8_lossy(&output.stderr).contains("--help"),
+            "{output:?}"
+        );
+    }
+}
+
+/// Issue 23: `--help` and `--version` print on stdout and exit 0 without serving (stdin is
+/// never read).
+#[test]
+fn issue_23_help_and_version_print_and_exit_0() {
+    for argument in ["--help", "-h"] {
+        let output = Command::new(env!("CARGO_BIN_EXE_mint-mcp"))
+            .arg(argument)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+        let text = String::from_utf8(output.stdout).unwrap();
+        assert!(text.starts_with("mint-mcp: "), "{text}");
+        for needle in [
+            "Usage: mint-mcp",
+            "mint_usage",
+            "MINT_AUDIT_LOG_PATH",
+            "RUST_LOG",
+        ] {
+            assert!(text.contains(needle), "missing {needle} in {text}");
+        }
+    }
+    for argument in ["--version", "-V"] {
+        let output = Command::new(env!("CARGO_BIN_EXE_mint-mcp"))
+            .arg(argument)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+        assert_eq!(
+            String::from_utf8(output.stdout).unwrap(),
+            format!("mint-mcp {}\n", env!("CARGO_PKG_VERSION"))
+        );
+    }
 }
 
 #[test]

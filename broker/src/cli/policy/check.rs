@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use mint_policy::MAX_FILE_BYTES;
 use mint_policy::check::{PolicyReport, check_policy};
+use mint_policy::diagnostic::count_noun;
 
 use crate::config::declaration_file::{ReadError, read_declaration_file};
 use crate::config::secure_file::{SecureFileError, open_trusted};
@@ -96,13 +97,32 @@ pub fn broker_refusal(path: &Path) -> Option<SecureFileError> {
     }
 }
 
+/// The human report's first line: which file was checked and what it holds, so a check of the
+/// wrong file (another `MINT_HOME`, a stale copy) shows at once. `policy.yaml: 4 rules, default
+/// deny` (plus `, 2 legacy call_limits` when there are any).
+fn summary_line(report: &PolicyReport) -> String {
+    let legacy = match report.legacy_call_limit_count {
+        0 => String::new(),
+        n => format!(", {n} legacy call_limits"),
+    };
+    format!(
+        "{}: {}{legacy}, default {}\n",
+        report.file,
+        count_noun(report.rule_count, "rule"),
+        report.default.as_str()
+    )
+}
+
 fn write_report(
     report: &PolicyReport,
     format: ReportFormat,
     out: &mut dyn Write,
 ) -> io::Result<()> {
     match format {
-        ReportFormat::Human => out.write_all(report.render_human().as_bytes())?,
+        ReportFormat::Human => {
+            out.write_all(summary_line(report).as_bytes())?;
+            out.write_all(report.render_human().as_bytes())?;
+        }
         ReportFormat::Json => {
             serde_json::to_writer_pretty(&mut *out, report)?;
             out.write_all(b"\n")?;
@@ -131,7 +151,10 @@ mod tests {
             ReportFormat::Human,
         );
         assert_eq!(verdict, Verdict::Valid);
-        assert_eq!(out, "0 errors, 0 warnings\n");
+        assert!(
+            out.ends_with(": 0 rules, default deny\n0 errors, 0 warnings\n"),
+            "{out}"
+        );
     }
 
     #[test]
