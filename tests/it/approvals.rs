@@ -7,10 +7,10 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::Output;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use mint_tests::approvals::{approvals, listed, text, wait_pending};
 use mint_tests::broker::{CurlResponse, curl};
 use mint_tests::lab::{Lab, LabConfig};
 use serde_json::Value;
@@ -36,51 +36,6 @@ fn lab(timeout: &str, limits: &str, serve_args: &[&str]) -> Lab {
         },
         move |port| rules(port, &timeout, &limits),
     )
-}
-
-/// Runs `mint approvals ARGS` against the lab's home.
-fn approvals(lab: &Lab, args: &[&str]) -> Output {
-    lab.home
-        .mint()
-        .arg("approvals")
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
-/// `mint approvals list --json`.
-#[track_caller]
-fn listed(lab: &Lab) -> Value {
-    let output = approvals(lab, &["list", "--json"]);
-    assert!(output.status.success(), "{}", text(&output));
-    serde_json::from_slice(&output.stdout).unwrap()
-}
-
-/// Waits (bounded) until `n` requests wait for approval, and returns them.
-#[track_caller]
-fn wait_pending(lab: &Lab, n: usize) -> Vec<Value> {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let list = listed(lab);
-        let pending = list["pending"].as_array().cloned().unwrap_or_default();
-        if pending.len() == n {
-            return pending;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "expected {n} waiting, have {}",
-            pending.len()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// A POST with the echo alias in a header, sent by curl on a thread of its own.
@@ -112,7 +67,7 @@ fn request_id(response: &CurlResponse) -> String {
 fn a_held_request_is_sent_with_the_secret_once_approved_and_records_who_approved() {
     let lab = lab("60s", "", &[]);
     let agent = post_in_background(&lab, "/echo/write/issues");
-    let pending = wait_pending(&lab, 1);
+    let pending = wait_pending(&lab.home, 1);
     let view = &pending[0];
     // What the operator is shown: where it goes, what it does, which secret, which rule.
     assert_eq!(view["agent"], "mino");
@@ -126,7 +81,7 @@ fn a_held_request_is_sent_with_the_secret_once_approved_and_records_who_approved
     // Nothing left while it waits.
     assert_eq!(lab.forwarded(), 0);
     let id = view["id"].as_str().unwrap().to_owned();
-    let human = approvals(&lab, &["list"]);
+    let human = approvals(&lab.home, &["list"]);
     assert!(text(&human).contains(&id), "{}", text(&human));
     assert!(
         text(&human).contains(&format!(
@@ -137,7 +92,7 @@ fn a_held_request_is_sent_with_the_secret_once_approved_and_records_who_approved
         text(&human)
     );
 
-    let approved = approvals(&lab, &["approve", &id]);
+    let approved = approvals(&lab.home, &["approve", &id]);
     assert!(approved.status.success(), "{}", text(&approved));
     let response = agent.join().unwrap();
     assert_eq!(response.status, 200, "{}", response.body);
@@ -185,8 +140,11 @@ fn a_held_request_is_sent_with_the_secret_once_approved_and_records_who_approved
 fn a_denied_request_is_refused_and_nothing_is_sent() {
     let lab = lab("60s", "", &[]);
     let agent = post_in_background(&lab, "/echo/write/x");
-    let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
-    let denied = approvals(&lab, &["deny", &id]);
+    let id = wait_pending(&lab.home, 1)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let denied = approvals(&lab.home, &["deny", &id]);
     assert!(denied.status.success(), "{}", text(&denied));
     let response = agent.join().unwrap();
     assert_eq!(response.status, 403, "{}", response.body);
@@ -205,7 +163,7 @@ fn a_denied_request_is_refused_and_nothing_is_sent() {
     assert!(decisions[1]["approver"][0].as_str().is_some());
     assert_eq!(lab.broker.outcome_of(&rid)["outcome"], "denied");
     // Decided once: deciding again finds nothing (exit 1).
-    let again = approvals(&lab, &["approve", &id]);
+    let again = approvals(&lab.home, &["approve", &id]);
     assert_eq!(again.status.code(), Some(1), "{}", text(&again));
     assert_eq!(lab.forwarded(), 0);
     lab.assert_clean(response.everything());
@@ -225,7 +183,7 @@ fn no_decision_in_time_is_refused_and_a_late_approval_sends_nothing() {
         .as_str()
         .unwrap()
         .to_owned();
-    let late = approvals(&lab, &["approve", &id]);
+    let late = approvals(&lab.home, &["approve", &id]);
     assert_eq!(late.status.code(), Some(1), "{}", text(&late));
     assert_eq!(lab.forwarded(), 0);
     assert_eq!(lab.broker.decision_of(&rid)["decision"], "pending");
@@ -246,11 +204,14 @@ fn an_agent_that_leaves_while_waiting_is_audited_and_its_approval_sends_nothing(
         body.len()
     );
     stream.write_all(request.as_bytes()).unwrap();
-    let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
+    let id = wait_pending(&lab.home, 1)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     drop(stream);
     // The entry goes with the agent.
-    wait_pending(&lab, 0);
-    let late = approvals(&lab, &["approve", &id]);
+    wait_pending(&lab.home, 0);
+    let late = approvals(&lab.home, &["approve", &id]);
     assert_eq!(late.status.code(), Some(1), "{}", text(&late));
     assert_eq!(lab.forwarded(), 0);
     let records = lab.broker.audit_records();
@@ -299,7 +260,7 @@ fn the_thirty_third_waiting_request_is_refused_at_once_and_older_ones_are_still_
         }
     }
     let deadline = Instant::now() + Duration::from_secs(15);
-    while listed(&lab)["pending"].as_array().map_or(0, Vec::len) < 32 {
+    while listed(&lab.home)["pending"].as_array().map_or(0, Vec::len) < 32 {
         if Instant::now() > deadline || waiting.iter().any(JoinHandle::is_finished) {
             let done: Vec<String> = waiting
                 .into_iter()
@@ -310,7 +271,7 @@ fn the_thirty_third_waiting_request_is_refused_at_once_and_older_ones_are_still_
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let pending = wait_pending(&lab, 32);
+    let pending = wait_pending(&lab.home, 32);
     // The 33rd (a fifth agent) and a ninth of one agent are refused at once.
     for cap in [&caps[4], &caps[0]] {
         let started = Instant::now();
@@ -321,15 +282,15 @@ fn the_thirty_third_waiting_request_is_refused_at_once_and_older_ones_are_still_
         assert!(answer.contains("approval_queue_full"), "{answer}");
         assert!(started.elapsed() < Duration::from_secs(10));
     }
-    assert_eq!(wait_pending(&lab, 32).len(), 32);
+    assert_eq!(wait_pending(&lab.home, 32).len(), 32);
     // The oldest is decided normally.
     let oldest = pending[0]["id"].as_str().unwrap();
-    let approved = approvals(&lab, &["approve", oldest]);
+    let approved = approvals(&lab.home, &["approve", oldest]);
     assert!(approved.status.success(), "{}", text(&approved));
     let answers: Vec<String> = {
         // Deny the rest so every thread ends.
-        for view in wait_pending(&lab, 31) {
-            approvals(&lab, &["deny", view["id"].as_str().unwrap()]);
+        for view in wait_pending(&lab.home, 31) {
+            approvals(&lab.home, &["deny", view["id"].as_str().unwrap()]);
         }
         waiting.into_iter().map(|t| t.join().unwrap()).collect()
     };
@@ -355,8 +316,11 @@ fn the_thirty_third_waiting_request_is_refused_at_once_and_older_ones_are_still_
 fn a_grant_approves_the_same_call_until_revoked_and_never_another_path() {
     let lab = lab("60s", "", &[]);
     let first = post_in_background(&lab, "/echo/write/issues");
-    let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
-    let approved = approvals(&lab, &["approve", &id, "--for", "1m"]);
+    let id = wait_pending(&lab.home, 1)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let approved = approvals(&lab.home, &["approve", &id, "--for", "1m"]);
     assert!(approved.status.success(), "{}", text(&approved));
     let grant = text(&approved)
         .split_whitespace()
@@ -372,24 +336,30 @@ fn a_grant_approves_the_same_call_until_revoked_and_never_another_path() {
     let decision = lab.broker.decision_of(&request_id(&again));
     assert_eq!(decision["decision"], "allow");
     assert_eq!(decision["approval"], serde_json::json!([grant]));
-    let listed = listed(&lab);
+    let listed = listed(&lab.home);
     assert_eq!(listed["grants"][0]["id"], grant);
     assert_eq!(listed["grants"][0]["used"], 1);
     // Another path is asked about.
     let other = post_in_background(&lab, "/echo/write/other");
-    let other_id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
-    approvals(&lab, &["deny", &other_id]);
+    let other_id = wait_pending(&lab.home, 1)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    approvals(&lab.home, &["deny", &other_id]);
     assert_eq!(other.join().unwrap().status, 403);
     // Revoked: asked again.
-    let revoked = approvals(&lab, &["revoke", &grant]);
+    let revoked = approvals(&lab.home, &["revoke", &grant]);
     assert!(revoked.status.success(), "{}", text(&revoked));
     let third = post_in_background(&lab, "/echo/write/issues");
-    let third_id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
-    approvals(&lab, &["deny", &third_id]);
+    let third_id = wait_pending(&lab.home, 1)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    approvals(&lab.home, &["deny", &third_id]);
     assert_eq!(third.join().unwrap().status, 403);
     assert_eq!(lab.forwarded(), 2);
     // A grant longer than 8 h is refused by the CLI.
-    let long = approvals(&lab, &["approve", "ap-aaaaaaaa", "--for", "9h"]);
+    let long = approvals(&lab.home, &["approve", "ap-aaaaaaaa", "--for", "9h"]);
     assert_eq!(long.status.code(), Some(2), "{}", text(&long));
     lab.assert_clean(text(&approved));
 }
@@ -399,18 +369,27 @@ fn limits_are_consumed_only_by_approved_requests_that_are_sent() {
     let lab = lab("60s", "    limits:\n      - { max: 1, per: 1h }\n", &[]);
     // Denied: does not count.
     let denied = post_in_background(&lab, "/echo/write/1");
-    let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
-    approvals(&lab, &["deny", &id]);
+    let id = wait_pending(&lab.home, 1)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    approvals(&lab.home, &["deny", &id]);
     assert_eq!(denied.join().unwrap().status, 403);
     // Timed-out requests do not count either: see the timeout test; approved: counts.
     let approved = post_in_background(&lab, "/echo/write/2");
-    let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
-    approvals(&lab, &["approve", &id]);
+    let id = wait_pending(&lab.home, 1)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    approvals(&lab.home, &["approve", &id]);
     assert_eq!(approved.join().unwrap().status, 200);
     // The limit (1 per hour) is used up now: approved, then refused by the limit, unsent.
     let limited = post_in_background(&lab, "/echo/write/3");
-    let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
-    approvals(&lab, &["approve", &id]);
+    let id = wait_pending(&lab.home, 1)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    approvals(&lab.home, &["approve", &id]);
     let limited = limited.join().unwrap();
     assert_eq!(limited.status, 429, "{}", limited.body);
     let decision = lab.broker.records_of(&request_id(&limited))[1].clone();
@@ -423,7 +402,7 @@ fn limits_are_consumed_only_by_approved_requests_that_are_sent() {
 fn shutting_down_answers_a_waiting_request_503_and_sends_nothing() {
     let mut lab = lab("60s", "", &[]);
     let agent = post_in_background(&lab, "/echo/write/x");
-    wait_pending(&lab, 1);
+    wait_pending(&lab.home, 1);
     let started = Instant::now();
     let status = lab.broker.stop();
     assert!(status.success(), "{status:?}");
@@ -444,7 +423,10 @@ fn shutting_down_answers_a_waiting_request_503_and_sends_nothing() {
 fn the_proxy_port_takes_no_decision() {
     let lab = lab("60s", "", &[]);
     let agent = post_in_background(&lab, "/echo/write/x");
-    let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
+    let id = wait_pending(&lab.home, 1)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let base = lab.broker.base.clone();
     // Whatever an agent (with its capability) sends to the proxy port, nothing is decided.
     let forged = [
@@ -462,8 +444,8 @@ fn the_proxy_port_takes_no_decision() {
         ]);
         assert!(response.status >= 400, "{url}: {}", response.status);
     }
-    assert_eq!(wait_pending(&lab, 1)[0]["id"], id.as_str());
-    approvals(&lab, &["deny", &id]);
+    assert_eq!(wait_pending(&lab.home, 1)[0]["id"], id.as_str());
+    approvals(&lab.home, &["deny", &id]);
     assert_eq!(agent.join().unwrap().status, 403);
     assert_eq!(lab.forwarded(), 0);
 }
@@ -476,7 +458,10 @@ fn the_socket_refuses_a_process_of_another_user() {
     }
     let lab = lab("60s", "", &[]);
     let agent = post_in_background(&lab, "/echo/write/x");
-    let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
+    let id = wait_pending(&lab.home, 1)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     // Open the way on purpose (as a careless operator might): only the peer check is left.
     use std::os::unix::fs::PermissionsExt as _;
     let socket = lab.home.path().join("approvals.sock");
@@ -503,13 +488,13 @@ fn the_socket_refuses_a_process_of_another_user() {
     assert!(said.contains("serves only the user"), "{said}");
     std::fs::set_permissions(lab.home.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     // Still waiting, undecided.
-    assert_eq!(wait_pending(&lab, 1)[0]["id"], id.as_str());
+    assert_eq!(wait_pending(&lab.home, 1)[0]["id"], id.as_str());
     assert!(
         lab.broker
             .stderr()
             .contains("refused a process of another user")
     );
-    approvals(&lab, &["deny", &id]);
+    approvals(&lab.home, &["deny", &id]);
     assert_eq!(agent.join().unwrap().status, 403);
     assert_eq!(lab.forwarded(), 0);
 }
@@ -558,7 +543,10 @@ fn the_webhook_is_told_of_each_waiting_request_without_secrets_and_decides_nothi
         &["--approval-webhook", &url, "--resolve", &pin],
     );
     let agent = post_in_background(&lab, "/echo/write/x?state=open");
-    let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
+    let id = wait_pending(&lab.home, 1)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let deadline = Instant::now() + Duration::from_secs(15);
     let hook = loop {
         let seen = lab.peer.server.requests().snapshot();
@@ -584,8 +572,8 @@ fn the_webhook_is_told_of_each_waiting_request_without_secrets_and_decides_nothi
         "{said}"
     );
     // Still waiting: the webhook answered 200, which decides nothing.
-    assert_eq!(wait_pending(&lab, 1)[0]["id"], id.as_str());
-    approvals(&lab, &["deny", &id]);
+    assert_eq!(wait_pending(&lab.home, 1)[0]["id"], id.as_str());
+    approvals(&lab.home, &["deny", &id]);
     assert_eq!(agent.join().unwrap().status, 403);
     assert_eq!(
         lab.forwarded_paths()
@@ -612,14 +600,17 @@ fn a_webhook_that_cannot_be_reached_holds_the_request_all_the_same() {
         &["--approval-webhook", "https://localhost:9/hook"],
     );
     let agent = post_in_background(&lab, "/echo/write/x");
-    let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
+    let id = wait_pending(&lab.home, 1)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let deadline = Instant::now() + Duration::from_secs(15);
     while !lab.broker.stderr().contains("Approval webhook not reached") {
         assert!(Instant::now() < deadline, "{}", lab.broker.stderr());
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(wait_pending(&lab, 1)[0]["id"], id.as_str());
-    approvals(&lab, &["approve", &id]);
+    assert_eq!(wait_pending(&lab.home, 1)[0]["id"], id.as_str());
+    approvals(&lab.home, &["approve", &id]);
     assert_eq!(agent.join().unwrap().status, 200);
     // A plain-http webhook is refused at start.
     lab.broker.stop();
@@ -662,8 +653,11 @@ fn a_socket_left_by_a_killed_broker_is_replaced_and_a_file_in_its_way_is_not() {
     assert!(socket.exists());
     lab.broker = lab.home.serve(&lab.peer.ca_file, &[]);
     let agent = post_in_background(&lab, "/echo/write/x");
-    let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
-    approvals(&lab, &["approve", &id]);
+    let id = wait_pending(&lab.home, 1)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    approvals(&lab.home, &["approve", &id]);
     assert_eq!(agent.join().unwrap().status, 200);
     // Something that is not a socket where the socket goes: refused at start, left untouched.
     lab.broker.stop();
@@ -688,15 +682,21 @@ fn a_socket_left_by_a_killed_broker_is_replaced_and_a_file_in_its_way_is_not() {
 fn a_grant_ends_when_its_time_is_up() {
     let lab = lab("60s", "", &[]);
     let first = post_in_background(&lab, "/echo/write/issues");
-    let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
-    let approved = approvals(&lab, &["approve", &id, "--for", "1s"]);
+    let id = wait_pending(&lab.home, 1)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let approved = approvals(&lab.home, &["approve", &id, "--for", "1s"]);
     assert!(approved.status.success(), "{}", text(&approved));
     assert_eq!(first.join().unwrap().status, 200);
     std::thread::sleep(Duration::from_millis(1500));
-    assert!(listed(&lab)["grants"].as_array().unwrap().is_empty());
+    assert!(listed(&lab.home)["grants"].as_array().unwrap().is_empty());
     let again = post_in_background(&lab, "/echo/write/issues");
-    let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
-    approvals(&lab, &["deny", &id]);
+    let id = wait_pending(&lab.home, 1)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    approvals(&lab.home, &["deny", &id]);
     assert_eq!(again.join().unwrap().status, 403);
     assert_eq!(lab.forwarded(), 1);
 }
@@ -725,13 +725,19 @@ fn a_timed_out_request_consumes_no_limit() {
     let timed_out = post_in_background(&lab, "/echo/write/1").join().unwrap();
     assert_eq!(timed_out.json()["error"]["code"], "approval_timeout");
     let approved = post_in_background(&lab, "/echo/write/2");
-    let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
-    approvals(&lab, &["approve", &id]);
+    let id = wait_pending(&lab.home, 1)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    approvals(&lab.home, &["approve", &id]);
     assert_eq!(approved.join().unwrap().status, 200);
     // And that one did count: the next is refused by the limit once approved.
     let limited = post_in_background(&lab, "/echo/write/2");
-    let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
-    approvals(&lab, &["approve", &id]);
+    let id = wait_pending(&lab.home, 1)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    approvals(&lab.home, &["approve", &id]);
     assert_eq!(limited.join().unwrap().status, 429);
     assert_eq!(lab.forwarded(), 1);
 }
@@ -755,10 +761,13 @@ fn an_approval_sends_nothing_once_the_capability_is_revoked_or_a_deny_rule_added
     let lab = lab("60s", "", &[]);
     // Revoked while waiting: approved, then refused 401.
     let agent = post_in_background(&lab, "/echo/write/revoked");
-    let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
+    let id = wait_pending(&lab.home, 1)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     lab.home.revoke_capability(&lab.cap);
     std::thread::sleep(Duration::from_millis(400));
-    approvals(&lab, &["approve", &id]);
+    approvals(&lab.home, &["approve", &id]);
     let response = agent.join().unwrap();
     assert_eq!(response.status, 401, "{}", response.body);
     assert_eq!(lab.forwarded(), 0);
@@ -783,14 +792,17 @@ fn an_approval_sends_nothing_once_the_capability_is_revoked_or_a_deny_rule_added
             &url,
         ])
     });
-    let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
+    let id = wait_pending(&lab.home, 1)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let policy = std::fs::read_to_string(lab.home.path().join("policy.yaml")).unwrap();
     let kill_switch = "  - id: kill-switch\n    effect: deny\n    match:\n      host: [127.0.0.1]\n      path: [\"/echo/write/**\"]\n";
     lab.home
         .write_private("policy.yaml", &format!("{policy}{kill_switch}"));
     lab.broker.hangup();
     wait_stderr(&lab, "Policy and aliases reloaded");
-    approvals(&lab, &["approve", &id]);
+    approvals(&lab.home, &["approve", &id]);
     let response = agent.join().unwrap();
     assert_eq!(response.status, 403, "{}", response.body);
     assert_eq!(response.json()["error"]["code"], "policy_denied");
@@ -822,14 +834,17 @@ fn a_grant_given_without_a_secret_never_approves_a_request_with_one() {
         let (url, cap) = (url.clone(), cap.clone());
         std::thread::spawn(move || curl(&["-H", &cap, "--data", "{}", &url]))
     };
-    let id = wait_pending(&lab, 1)[0]["id"].as_str().unwrap().to_owned();
-    approvals(&lab, &["approve", &id, "--for", "1m"]);
+    let id = wait_pending(&lab.home, 1)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    approvals(&lab.home, &["approve", &id, "--for", "1m"]);
     assert_eq!(plain.join().unwrap().status, 200);
     // The same call with the secret: asked about, not approved by the grant.
     let with_secret = post_in_background(&lab, "/echo/write/x");
-    let view = wait_pending(&lab, 1)[0].clone();
+    let view = wait_pending(&lab.home, 1)[0].clone();
     assert_eq!(view["aliases"], serde_json::json!(["echo"]));
-    approvals(&lab, &["deny", view["id"].as_str().unwrap()]);
+    approvals(&lab.home, &["deny", view["id"].as_str().unwrap()]);
     assert_eq!(with_secret.join().unwrap().status, 403);
     assert_eq!(lab.forwarded(), 1);
 }

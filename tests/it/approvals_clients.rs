@@ -19,6 +19,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use mint_tests::approvals::{PATIENCE, approvals, decide, id_of, listed, text, wait_pending};
 use mint_tests::broker::{
     Broker, CA_VARIABLES, CurlResponse, MintHome, curl, mint_bin, parse_raw_answer, raw_http,
 };
@@ -34,69 +35,10 @@ const ECHO_CANARY: &str = "canary-EchoApprove-Hd4Kp8Vn3Ws6";
 const MARKER: &str = "[mint:redacted]";
 /// Mint's JSON-RPC error code for a refused call.
 const JSONRPC_REFUSED: i64 = -32001;
-/// How long any wait of these tests may last before it is a failure: generous, since the machine
-/// may be loaded; every wait polls a condition and ends as soon as it holds.
-const PATIENCE: Duration = Duration::from_secs(60);
 
 // ---------------------------------------------------------------------------------------------
 // The operator: `mint approvals` on the broker's socket
 // ---------------------------------------------------------------------------------------------
-
-/// Runs `mint approvals ARGS` against `home`'s broker.
-fn approvals(home: &MintHome, args: &[&str]) -> Output {
-    home.mint().arg("approvals").args(args).output().unwrap()
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
-/// `mint approvals ARGS`, which must succeed; returns what it printed.
-#[track_caller]
-fn decide(home: &MintHome, args: &[&str]) -> String {
-    let output = approvals(home, args);
-    assert!(output.status.success(), "{args:?}: {}", text(&output));
-    text(&output)
-}
-
-/// `mint approvals list --json`.
-#[track_caller]
-fn listed(home: &MintHome) -> Value {
-    let output = approvals(home, &["list", "--json"]);
-    assert!(output.status.success(), "{}", text(&output));
-    serde_json::from_slice(&output.stdout).unwrap()
-}
-
-/// Waits (bounded) until `n` requests wait for approval, and returns them, oldest first.
-#[track_caller]
-fn wait_pending(home: &MintHome, n: usize) -> Vec<Value> {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let pending = listed(home)["pending"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        if pending.len() == n {
-            return pending;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "expected {n} waiting, have {}: {pending:?}",
-            pending.len()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// The `id` of a listed approval.
-#[track_caller]
-fn id_of(view: &Value) -> String {
-    view["id"].as_str().unwrap().to_owned()
-}
 
 /// The audit records of `request_id`, once its outcome is written (the outcome may follow the
 /// answer by a moment).

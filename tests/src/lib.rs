@@ -8,6 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod approvals;
 pub mod broker;
 pub mod interception;
 pub mod lab;
