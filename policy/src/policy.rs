@@ -687,8 +687,8 @@ fn read_approval(node: &Node, path: &str, sink: &mut Sink<'_>) -> Approval {
                 n,
                 &p,
                 format!(
-                    "an approval timeout is a whole number with a unit s or m, from {}s to {}s, \
-                     such as `120s` or `2m`",
+                    "an approval timeout is a whole number with a unit (ms, s, m, h, d or w), \
+                     from {}s to {}s, such as `120s` or `2m`",
                     MIN_APPROVAL_TIMEOUT.as_secs(),
                     MAX_APPROVAL_TIMEOUT.as_secs()
                 ),
