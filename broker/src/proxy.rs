@@ -31,6 +31,7 @@
 //! and `pipeline`, which `mint policy explain` calls too: it decides a request with this code,
 //! so a change there changes both.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime};
@@ -53,6 +54,7 @@ use mint_policy::evaluate::AliasUse;
 use mint_policy::limits::{Charge, Limiter};
 use mint_policy::normalize::Target;
 use mint_policy::site::Site;
+use zeroize::Zeroizing;
 
 use crate::approval::webhook::Webhook;
 use crate::approval::{ApprovalBook, ApprovalBounds};
@@ -900,14 +902,16 @@ async fn forward(
         ),
         Mode::Route | Mode::Forward => None,
     };
-    let token = match &tunnel {
-        Some(tunnel) => Some(tunnel.token().to_owned()),
-        None => capability_token(&parts.headers, mode),
+    // Zeroized: a request held for approval keeps it (for the check after approval) for as long
+    // as the operator takes.
+    let token: Option<Zeroizing<String>> = match &tunnel {
+        Some(tunnel) => Some(Zeroizing::new(tunnel.token().to_owned())),
+        None => capability_token(&parts.headers, mode).map(Zeroizing::new),
     };
-    let grant = state.authenticate(token.as_deref(), mode)?;
+    let grant = state.authenticate(token.as_deref().map(String::as_str), mode)?;
     // The presented token must not travel on to the upstream (F6): checked in the target, the
     // forwarded headers and, while it is read, the body.
-    let outward = token.as_deref().map(OutwardToken::new);
+    let outward = token.as_deref().map(|token| OutwardToken::new(token));
     exchange.facts.agent = AgentName::new(grant.agent.as_str()).ok();
     exchange.facts.capability = CapabilityId::new(grant.id.as_str()).ok();
 
@@ -969,11 +973,19 @@ async fn forward(
         )?;
     }
     let body = read_body(body, declared, state.limits(), outward.as_ref()).await?;
-    drop(outward);
 
     // 3b. The body as a receiver decodes it: method overrides, then the MCP tools.
     let (tools, other_messages) = {
         let decoded = pipeline::decoded_body(&request_headers, &body)?;
+        // A gzip body is searched for the token once more, decoded: what the upstream (and,
+        // for a held call, the operator and the webhook) would read.
+        if let (Some(outward), Cow::Owned(inflated)) = (&outward, &decoded)
+            && outward.found_in(inflated)
+        {
+            return Err(ProxyError::CapabilityOutward {
+                part: "the body (decoded from gzip)".to_owned(),
+            });
+        }
         pipeline::check_encoded_body(&request_headers, &decoded, declarations.body_places())?;
         headers::check_override_params(
             &method,
@@ -992,6 +1004,7 @@ async fn forward(
         }
         (tools, other_messages)
     };
+    drop(outward);
     exchange.facts.mcp_tool = tools
         .first()
         .and_then(|tool| ToolName::new(tool.as_str()).ok());
@@ -1032,7 +1045,7 @@ async fn forward(
         // (a deny rule added, an alias rebound, a secret replaced): it is checked again against
         // what is in force now, as a request arriving now would be, and sent with the secrets
         // in force now.
-        let again = state.authenticate(token.as_deref(), mode)?;
+        let again = state.authenticate(token.as_deref().map(String::as_str), mode)?;
         if again.id != grant.id {
             return Err(ProxyError::CapabilityInvalid {
                 place: mode.token_place(),

@@ -668,8 +668,8 @@ fn issue_16_a_byte_order_mark_and_json_lines_are_read_as_json() {
 }
 
 /// Issue 16, F6: a request that carries the capability token it presented toward the upstream
-/// (another header, `Basic` credentials, the query, the body: a JSON value or deep in a large
-/// one) is refused with 403 `capability_token_outward` before anything is sent, and the token
+/// (another header, `Basic` credentials, the query, the body: a JSON value, deep in a large
+/// one, or in a gzip body) is refused with 403 `capability_token_outward` before anything is sent, and the token
 /// shows nowhere: not in the answer, the audit log or Mint's stderr.
 #[test]
 fn issue_16_the_presented_capability_token_is_never_forwarded() {
@@ -716,6 +716,25 @@ fn issue_16_the_presented_capability_token_is_never_forwarded() {
             assert_eq!(setup.peer.server.requests().len(), before, "{via}");
             setup.assert_clean(&response.everything());
         }
+        // In a gzip body: found once the body is decoded, as the upstream (and, for a held
+        // call, the operator) would read it.
+        let zipped =
+            mint_tests::broker::gzip(format!("{{\"note\":\"my token is {cap}\"}}").as_bytes());
+        let before = setup.peer.server.requests().len();
+        let response = setup.post(
+            via,
+            "/echo/v1/messages",
+            &["Content-Encoding: gzip"],
+            &zipped,
+        );
+        let (status, code) = setup.refusal(via, &response);
+        assert_eq!(
+            (status, code.as_str()),
+            (403, "capability_token_outward"),
+            "{via} gzip"
+        );
+        assert_eq!(setup.peer.server.requests().len(), before, "{via}");
+        setup.assert_clean(&response.everything());
         // The same request without the token passes.
         let response = setup.post(via, "/echo/v1/messages", &[], b"{\"note\":\"mint_cap_\"}");
         assert_eq!(response.status, 200, "{via}: {response:?}");

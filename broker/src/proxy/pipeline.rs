@@ -245,7 +245,8 @@ impl RawTarget {
         .into_iter()
         .flatten()
         .any(|part| {
-            token.found_in(part.as_bytes()) || token.found_in(&form_decode(part.as_bytes()))
+            token.found_in(part.as_bytes())
+                || token.found_in(&zeroize::Zeroizing::new(form_decode(part.as_bytes())))
         })
     }
 
@@ -260,15 +261,15 @@ impl RawTarget {
 /// The capability token the request presented (issue 16, F6): Mint consumes it and must never
 /// forward it to an upstream. Held zeroized; its `Debug` shows nothing of it.
 pub(crate) struct OutwardToken {
+    /// The only copy it keeps: a stored `memmem::Finder` would hold another, never wiped.
     token: zeroize::Zeroizing<Vec<u8>>,
-    finder: memchr::memmem::Finder<'static>,
 }
 
 impl OutwardToken {
     pub(crate) fn new(token: &str) -> OutwardToken {
-        let token = zeroize::Zeroizing::new(token.as_bytes().to_vec());
-        let finder = memchr::memmem::Finder::new(token.as_slice()).into_owned();
-        OutwardToken { token, finder }
+        OutwardToken {
+            token: zeroize::Zeroizing::new(token.as_bytes().to_vec()),
+        }
     }
 
     /// The token's length: a chunked search keeps this many bytes less one of overlap.
@@ -278,7 +279,7 @@ impl OutwardToken {
 
     /// Whether `haystack` holds the token as written.
     pub(crate) fn found_in(&self, haystack: &[u8]) -> bool {
-        !self.token.is_empty() && self.finder.find(haystack).is_some()
+        !self.token.is_empty() && memchr::memmem::find(haystack, &self.token).is_some()
     }
 
     /// The first header to be forwarded whose value holds the token, raw, percent-decoded or
@@ -300,7 +301,7 @@ impl OutwardToken {
                         .map(zeroize::Zeroizing::new)
                 });
             let carries = self.found_in(bytes)
-                || self.found_in(&form_decode(bytes))
+                || self.found_in(&zeroize::Zeroizing::new(form_decode(bytes)))
                 || basic.is_some_and(|decoded| self.found_in(&decoded));
             carries.then_some(name)
         })
