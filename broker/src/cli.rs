@@ -243,10 +243,12 @@ pub fn run(cli: Cli, paths: &Paths, out: &mut dyn Write) -> Result<ExitStatus, C
             init::run(&args, paths, out)?;
             Ok(ExitStatus::Success)
         }
-        Command::Alias(command) => {
-            alias::run(command, paths, &mut std::io::stdin().lock(), out)?;
-            Ok(ExitStatus::Success)
-        }
+        Command::Alias(command) => Ok(alias::run(
+            command,
+            paths,
+            &mut std::io::stdin().lock(),
+            out,
+        )?),
         Command::Cap(command) => {
             let now = std::time::SystemTime::now();
             cap::run(command, paths, now, out, &mut std::io::stderr().lock())?;

@@ -18,7 +18,7 @@ use mint_broker::secrets::credential_store::{
     CredentialStore, KeyringBackend, KeyringStore, StoreError,
 };
 use secrecy::ExposeSecret;
-use support::{fails, init, mint, mode, ok, reachable_keyring, run, service_of};
+use support::{fails, init, listed, mint, mode, ok, reachable_keyring, run, service_of};
 
 struct Home {
     dir: tempfile::TempDir,
@@ -57,7 +57,7 @@ impl Home {
 
     /// `mint alias list --json`, parsed.
     fn list(&self, cmd: &mut Command) -> Vec<serde_json::Value> {
-        let out = ok(cmd.args(["alias", "list", "--json"]));
+        let out = listed(cmd.args(["alias", "list", "--json"]));
         serde_json::from_str::<serde_json::Value>(&out.stdout)
             .unwrap()
             .as_array()
@@ -160,6 +160,23 @@ fn env_source_round_trip() {
         out.stdout
     );
     assert!(!out.stdout.contains("npm_canary_value"));
+
+    // Without the variable the table is still printed, and the exit status says a secret cannot
+    // be read (issue 23: scripts and `mint doctor`-style checks can rely on it).
+    let out = run(home.mint().args(["alias", "list"]).env_remove("NPM_TOKEN"));
+    assert_eq!(out.code, Some(1), "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.starts_with("NAME"), "{}", out.stdout);
+    assert!(out.stdout.contains("missing"), "{}", out.stdout);
+    assert!(
+        out.stdout.ends_with(
+            "error: 1 of 1 alias secret cannot be read here; `mint serve` would refuse to start\n"
+        ),
+        "{}",
+        out.stdout
+    );
+    let out = run(home.mint().args(["alias", "list", "--json"]).env_remove("NPM_TOKEN"));
+    assert_eq!(out.code, Some(1), "{}{}", out.stdout, out.stderr);
+    assert!(serde_json::from_str::<serde_json::Value>(&out.stdout).is_ok());
 
     let out = ok(home.mint().args(["alias", "rm", "npm"]));
     assert!(out.stdout.contains("left as it is"), "{}", out.stdout);
@@ -439,7 +456,7 @@ fn form_fields_are_declared_and_listed() {
         rows[0]["form"],
         serde_json::json!(["client_secret", "client id"])
     );
-    let table = ok(home.mint().args(["alias", "list"]));
+    let table = listed(home.mint().args(["alias", "list"]));
     assert!(
         table
             .stdout
@@ -1005,7 +1022,7 @@ fn issue_24_alias_list_prints_no_terminal_control_from_the_file() {
         serde_json::to_string(description).unwrap()
     );
     std::fs::write(home.aliases(), yaml).unwrap();
-    let table = ok(home.mint().args(["alias", "list"]));
+    let table = listed(home.mint().args(["alias", "list"]));
     for line in table.stdout.lines() {
         assert!(
             !line.chars().any(is_terminal_control),
@@ -1019,7 +1036,7 @@ fn issue_24_alias_list_prints_no_terminal_control_from_the_file() {
         "{:?}",
         table.stdout
     );
-    let json = ok(home.mint().args(["alias", "list", "--json"]));
+    let json = listed(home.mint().args(["alias", "list", "--json"]));
     assert!(
         !json
             .stdout
@@ -1045,7 +1062,7 @@ fn issue_24_alias_list_prints_a_host_list_of_any_length() {
     }
     yaml.push_str("  - name: next\n    source: env:NEXT_TOKEN\n    hosts: [api.example.com]\n");
     std::fs::write(home.aliases(), yaml).unwrap();
-    let table = ok(home.mint().args(["alias", "list"]));
+    let table = listed(home.mint().args(["alias", "list"]));
     // The table, then notes on the secrets' sources.
     let lines: Vec<&str> = table
         .stdout

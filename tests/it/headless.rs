@@ -177,8 +177,12 @@ fn issue_23_without_a_desktop_session_keyring_errors_name_the_ways_out() {
         "aliases.yaml",
         "aliases:\n  - name: github\n    hosts: [api.github.com]\n",
     );
-    let list = succeeds(&mint(&home, &service, &[], &["alias", "list"], ""));
+    let output = mint(&home, &service, &[], &["alias", "list"], "");
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let list = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(!list.contains(CANARY), "{list}");
     assert!(list.contains("unavailable"), "{list}");
+    assert!(list.contains("`mint serve` would refuse to start"), "{list}");
     names_the_ways_out(&list);
     let serve = ["serve", "--listen", "127.0.0.1:0"];
     let stderr = fails(&mint(&home, &service, &[], &serve, ""));

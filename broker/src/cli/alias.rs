@@ -19,10 +19,12 @@ use mint_policy::body::{FormField, FormFieldError, JsonPointer, PointerError};
 use mint_policy::host::{HostPattern, HostPatternError};
 use mint_policy::policy::is_alias_name;
 use mint_policy::site::{Site, SiteSet};
+use mint_policy::diagnostic::count_noun;
 use mint_policy::{Diagnostic, MAX_FILE_BYTES, Pos, Severity};
 use serde::Serialize;
 use zeroize::Zeroizing;
 
+use crate::cli::ExitStatus;
 use crate::cli::terminal::{json_for_terminal, printable, read_hidden};
 use crate::config::declaration_file::{ReadError, read_declaration_file};
 use crate::config::env::Paths;
@@ -43,6 +45,9 @@ pub enum AliasCommand {
     /// sources are filled by the operator: nothing is read.
     Add(AliasAddArgs),
     /// List the aliases and whether each secret is present (never the value).
+    ///
+    /// Exit status: 0 every secret is present, 1 one cannot be read here, 2 a file or setting
+    /// cannot be used.
     List(AliasListArgs),
     /// Remove an alias's declaration and its keyring item.
     Rm(AliasRmArgs),
@@ -223,7 +228,7 @@ pub enum AliasCommandError {
         hint: &'static str,
     },
     /// The alias file does not validate.
-    #[error("alias file `{}` has {count} error{}; the first: {first}", path.display(), plural(*count))]
+    #[error("alias file `{}` has {}; the first: {first}", path.display(), count_noun(*count, "error"))]
     InvalidFile {
         /// The file.
         path: PathBuf,
@@ -300,7 +305,7 @@ pub fn run(
     paths: &Paths,
     stdin: &mut dyn Read,
     out: &mut dyn Write,
-) -> Result<(), AliasCommandError> {
+) -> Result<ExitStatus, AliasCommandError> {
     let keyring = KeyringConfig::from_env()?;
     let sources = CredentialSources::system(&keyring);
     match command {
@@ -311,10 +316,21 @@ pub fn run(
             } else {
                 SecretInput::Terminal
             };
-            add(&paths.aliases, &sources, &keyring, args, input, out)
+            add(&paths.aliases, &sources, &keyring, args, input, out)?;
+            Ok(ExitStatus::Success)
         }
-        AliasCommand::List(args) => list(&paths.aliases, &sources, args.json, out),
-        AliasCommand::Rm(args) => remove(&paths.aliases, &sources, &keyring, &args.name, out),
+        AliasCommand::List(args) => {
+            let listed = list(&paths.aliases, &sources, args.json, out)?;
+            Ok(if listed.all_present() {
+                ExitStatus::Success
+            } else {
+                ExitStatus::Failure
+            })
+        }
+        AliasCommand::Rm(args) => {
+            remove(&paths.aliases, &sources, &keyring, &args.name, out)?;
+            Ok(ExitStatus::Success)
+        }
     }
 }
 
@@ -440,6 +456,22 @@ fn add_with(
     write_out(out, report.as_bytes())
 }
 
+/// What `mint alias list` found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Listed {
+    /// Aliases listed.
+    pub aliases: usize,
+    /// Aliases whose secret this process could not read (missing, unavailable or refused).
+    pub without_secret: usize,
+}
+
+impl Listed {
+    /// Whether every listed alias's secret could be read (`mint alias list` exits 1 otherwise).
+    pub fn all_present(self) -> bool {
+        self.without_secret == 0
+    }
+}
+
 /// `mint alias list`: every declaration and whether its secret is present, as the broker would
 /// load it (for `env:` sources: in this process's environment).
 pub fn list(
@@ -447,25 +479,33 @@ pub fn list(
     sources: &CredentialSources,
     json: bool,
     out: &mut dyn Write,
-) -> Result<(), AliasCommandError> {
+) -> Result<Listed, AliasCommandError> {
     let aliases = load_file(file)?;
     let rows: Vec<ListRow> = aliases
         .aliases
         .iter()
         .map(|alias| ListRow::new(alias, sources))
         .collect();
+    let listed = Listed {
+        aliases: rows.len(),
+        without_secret: rows
+            .iter()
+            .filter(|r| !matches!(r.secret, SecretStatus::Present))
+            .count(),
+    };
     if json {
         let text = serde_json::to_string_pretty(&rows)
             .map_err(|e| AliasCommandError::Output(io::Error::other(e.to_string())))?;
         let mut text = json_for_terminal(text);
         text.push('\n');
-        return write_out(out, text.as_bytes());
+        return write_out(out, text.as_bytes()).map(|()| listed);
     }
     if rows.is_empty() {
         return write_out(
             out,
             b"No aliases yet; add one with `mint alias add NAME --host HOST`.\n",
-        );
+        )
+        .map(|()| listed);
     }
     let table: Vec<[String; 7]> = rows
         .iter()
@@ -506,7 +546,14 @@ pub fn list(
              own\n",
         );
     }
-    write_out(out, text.as_bytes())
+    if !listed.all_present() {
+        text.push_str(&format!(
+            "error: {} of {} cannot be read here; `mint serve` would refuse to start\n",
+            listed.without_secret,
+            count_noun(listed.aliases, "alias secret")
+        ));
+    }
+    write_out(out, text.as_bytes()).map(|()| listed)
 }
 
 /// `mint alias rm`: removes the declaration, then the keyring item.
@@ -922,10 +969,6 @@ fn write_out(out: &mut dyn Write, bytes: &[u8]) -> Result<(), AliasCommandError>
     out.write_all(bytes)
         .and_then(|()| out.flush())
         .map_err(AliasCommandError::Output)
-}
-
-fn plural(n: usize) -> &'static str {
-    if n == 1 { "" } else { "s" }
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use mint_policy::aliases::{Alias, AliasFile, SecretSource};
+use mint_policy::diagnostic::count_noun;
 use mint_policy::site::Site;
 use secrecy::{ExposeSecret, SecretString};
 use zeroize::Zeroizing;
@@ -354,7 +355,7 @@ pub struct CredentialSetError {
 impl fmt::Display for CredentialSetError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.failures.len();
-        write!(f, "{n} alias secret{} cannot be loaded: ", plural(n))?;
+        write!(f, "{} cannot be loaded: ", count_noun(n, "alias secret"))?;
         for (i, failure) in self.failures.iter().enumerate() {
             if i > 0 {
                 f.write_str("; ")?;
@@ -375,10 +376,6 @@ fn check_shape(bytes: &[u8]) -> Result<(), ValueProblem> {
         return Err(ValueProblem::TooLarge);
     }
     Ok(())
-}
-
-fn plural(n: usize) -> &'static str {
-    if n == 1 { "" } else { "s" }
 }
 
 #[cfg(test)]

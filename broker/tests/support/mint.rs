@@ -71,6 +71,25 @@ pub(crate) fn run(cmd: &mut Command) -> Run {
     }
 }
 
+/// Runs `mint alias list [--json]` and asserts its exit code: 0 when every secret was read, 1
+/// when one was not (the table or JSON is printed either way; the table then ends with the count).
+#[track_caller]
+pub(crate) fn listed(cmd: &mut Command) -> Run {
+    let out = run(cmd);
+    let unread = ["\"missing\"", "\"unavailable\"", "\"refused\""]
+        .iter()
+        .any(|status| out.stdout.contains(status))
+        || out.stdout.contains("cannot be read here");
+    assert_eq!(
+        out.code,
+        Some(if unread { 1 } else { 0 }),
+        "stdout: {}\nstderr: {}",
+        out.stdout,
+        out.stderr
+    );
+    out
+}
+
 /// Runs `cmd` and asserts exit code 0.
 #[track_caller]
 pub(crate) fn ok(cmd: &mut Command) -> Run {

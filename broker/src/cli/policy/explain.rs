@@ -282,6 +282,20 @@ pub enum ExplainError {
         /// What went wrong.
         problem: ReadError,
     },
+    /// No `--aliases` was given and the default alias file cannot be read. A draft policy (given
+    /// with `--policy`) is explained against the home's aliases, so without them there is nothing
+    /// to bind placeholders to.
+    #[error(
+        "cannot read the alias file `{}` ({problem}); explain needs the aliases the broker would \
+         load: pass `--aliases FILE`, or set MINT_HOME to a home made by `mint init`",
+        path.display()
+    )]
+    AliasesNeeded {
+        /// The default alias file.
+        path: PathBuf,
+        /// What went wrong.
+        problem: ReadError,
+    },
     /// A policy or alias file that `mint serve` would refuse whatever it holds: another user
     /// could change it, by its own owner or mode or through a directory or link on its way.
     /// Explain reads both files exactly as the broker does, so it never describes what the broker
@@ -543,11 +557,15 @@ pub fn explain(
     let max_body = ProxyLimits::default().max_request_body;
     let request = args.request(max_body)?;
     let policy = load_policy_at(&paths.policy_or(args.policy.as_deref()))?;
-    let aliases_path = args
-        .aliases
-        .clone()
-        .unwrap_or_else(|| paths.aliases.clone());
-    let aliases = load_aliases_at(&aliases_path)?;
+    let aliases = match &args.aliases {
+        Some(path) => load_aliases_at(path)?,
+        None => match load_aliases_at(&paths.aliases) {
+            Err(ExplainError::Unreadable { path, problem, .. }) => {
+                return Err(ExplainError::AliasesNeeded { path, problem });
+            }
+            other => other?,
+        },
+    };
     let mut explanation = examine(&policy, &aliases, &request, max_body);
     let source = match explanation.longest_window() {
         None => BudgetSource::NotNeeded,
