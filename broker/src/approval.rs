@@ -214,7 +214,7 @@ pub enum DecideError {
     #[error("no live grant `{0}` (expired or revoked already?)")]
     NoSuchGrant(String),
     /// The grant asked for is zero or longer than [`MAX_GRANT`].
-    #[error("a grant lasts from 1 s to 8 h")]
+    #[error("a grant lasts from 1s to 8h")]
     GrantLength,
 }
 

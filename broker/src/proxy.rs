@@ -50,6 +50,7 @@ use mint_policy::audit::{
     AgentName, AliasName, ApprovalId, Approver, AuditDecision, CapabilityId, Outcome, ReasonCode,
     RequestId, RuleId, SkippedQuote, ToolName,
 };
+use mint_policy::duration::format_duration;
 use mint_policy::evaluate::AliasUse;
 use mint_policy::limits::{Charge, Limiter};
 use mint_policy::normalize::Target;
@@ -109,10 +110,19 @@ pub struct ProxyLimits {
     pub max_connections: usize,
 }
 
-/// A combination of limits that cannot work.
+/// A combination of limits that cannot work; both values are shown.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("the request timeout must be longer than the connect timeout")]
-pub struct LimitsError;
+#[error(
+    "the request timeout ({}) must be longer than the connect timeout ({})",
+    format_duration(*request_timeout),
+    format_duration(*connect_timeout)
+)]
+pub struct LimitsError {
+    /// The request timeout asked for.
+    pub request_timeout: Duration,
+    /// The connect timeout asked for.
+    pub connect_timeout: Duration,
+}
 
 // === impl ProxyLimits ===
 
@@ -121,7 +131,10 @@ impl ProxyLimits {
     /// times out must be reported as `failed` (nothing was sent), never as an `unknown` 504.
     pub fn check(&self) -> Result<(), LimitsError> {
         if self.request_timeout <= self.connect_timeout {
-            return Err(LimitsError);
+            return Err(LimitsError {
+                request_timeout: self.request_timeout,
+                connect_timeout: self.connect_timeout,
+            });
         }
         Ok(())
     }

@@ -174,7 +174,10 @@ fn env_source_round_trip() {
         "{}",
         out.stdout
     );
-    let out = run(home.mint().args(["alias", "list", "--json"]).env_remove("NPM_TOKEN"));
+    let out = run(home
+        .mint()
+        .args(["alias", "list", "--json"])
+        .env_remove("NPM_TOKEN"));
     assert_eq!(out.code, Some(1), "{}{}", out.stdout, out.stderr);
     assert!(serde_json::from_str::<serde_json::Value>(&out.stdout).is_ok());
 

@@ -569,6 +569,43 @@ fn missing_files_exit_two_and_name_the_path() {
     }
 }
 
+/// A draft policy (`--policy`) without `--aliases` is explained against the home's aliases; with
+/// no home, the error says so and names the ways out (issue 23).
+#[test]
+fn a_draft_policy_without_aliases_uses_the_home_or_says_what_it_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (policy, _) = write_limited(dir.path());
+    let out = run(mint(dir.path())
+        .args(["policy", "explain", "--agent", "bot", "--method", "GET"])
+        .args(["--url", "https://api.example.com/items/1", "--policy"])
+        .arg(&policy));
+    assert_eq!(out.code, Some(2), "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.is_empty(), "{}", out.stdout);
+    assert_eq!(
+        out.stderr,
+        "mint: cannot read the alias file `.mint/aliases.yaml` (no such file or directory); \
+         explain needs the aliases the broker would load: pass `--aliases FILE`, or set MINT_HOME \
+         to a home made by `mint init`\n"
+    );
+
+    // With a home holding the aliases, the draft is explained against them.
+    let home = dir.path().join("state");
+    std::fs::create_dir(&home).unwrap();
+    write_limited(&home);
+    let out = run(mint(dir.path())
+        .args(["policy", "explain", "--agent", "bot", "--method", "GET"])
+        .args([
+            "--url",
+            "https://api.example.com/items/1",
+            "--json",
+            "--policy",
+        ])
+        .arg(&policy)
+        .env("MINT_HOME", &home));
+    assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
+    assert_eq!(json(&out)["rules"], serde_json::json!(["read"]));
+}
+
 #[test]
 fn default_files_come_from_mint_home() {
     let dir = tempfile::tempdir().unwrap();

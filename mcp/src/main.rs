@@ -84,7 +84,8 @@ Environment (an empty value counts as unset):
   MINT_HOME               Mint's directory [default: .mint]
   MINT_ALIASES_PATH       alias_list's file [default: $MINT_HOME/aliases.yaml]
   MINT_AUDIT_LOG_PATH     audit_tail's file [default: $MINT_HOME/audit.log]
-  MINT_POLICY_PATH        the policy file [default: $MINT_HOME/policy.yaml]
+  MINT_POLICY_PATH        a policy policy_check may read wherever it is; not a default:
+                          policy_check requires `file` [default: $MINT_HOME/policy.yaml]
   MINT_CAPABILITIES_PATH  refused by every tool [default: $MINT_HOME/capabilities.yaml]
   MINT_LISTEN             the proxy address mint_usage shows [default: 127.0.0.1:8700]
   RUST_LOG                log filter, logs on stderr [default: mint_mcp=info]

@@ -41,9 +41,57 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
     (seconds > 0 && duration <= MAX_DURATION).then_some(duration)
 }
 
+/// Writes `duration` in the grammar [`parse_duration`] reads, with the largest unit that divides
+/// it exactly (`90s`, `2h`, `1w`, `1500ms`), so an error can show a value as the operator wrote it.
+/// A duration with a part smaller than a millisecond (never parsed, only computed) is written in
+/// milliseconds, rounded down, or as `0ms`.
+pub fn format_duration(duration: Duration) -> String {
+    let millis = duration.as_millis();
+    if millis == 0 || millis % 1_000 != 0 {
+        return format!("{millis}ms");
+    }
+    let seconds = millis / 1_000;
+    for (unit, length) in [("w", 604_800), ("d", 86_400), ("h", 3_600), ("m", 60)] {
+        if seconds % length == 0 {
+            return format!("{}{unit}", seconds / length);
+        }
+    }
+    format!("{seconds}s")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn formats_in_the_largest_exact_unit_and_reads_back() {
+        for (duration, text) in [
+            (Duration::from_millis(1), "1ms"),
+            (Duration::from_millis(1_500), "1500ms"),
+            (Duration::from_secs(1), "1s"),
+            (Duration::from_secs(90), "90s"),
+            (Duration::from_secs(120), "2m"),
+            (Duration::from_secs(5_400), "90m"),
+            (Duration::from_secs(7_200), "2h"),
+            (Duration::from_secs(86_400), "1d"),
+            (Duration::from_secs(604_800), "1w"),
+            (Duration::from_secs(10 * 86_400), "10d"),
+            (MAX_DURATION, "366d"),
+        ] {
+            assert_eq!(format_duration(duration), text);
+            assert_eq!(parse_duration(text), Some(duration), "{text}");
+        }
+        assert_eq!(format_duration(Duration::ZERO), "0ms");
+        assert_eq!(format_duration(Duration::from_micros(1_500)), "1ms");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_parsed_duration_formats_back_to_itself(millis in 1u64..=MAX_DURATION.as_millis() as u64) {
+            let duration = Duration::from_millis(millis);
+            proptest::prop_assert_eq!(parse_duration(&format_duration(duration)), Some(duration));
+        }
+    }
 
     #[test]
     fn parses_units() {

@@ -182,7 +182,10 @@ fn issue_23_without_a_desktop_session_keyring_errors_name_the_ways_out() {
     let list = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(!list.contains(CANARY), "{list}");
     assert!(list.contains("unavailable"), "{list}");
-    assert!(list.contains("`mint serve` would refuse to start"), "{list}");
+    assert!(
+        list.contains("`mint serve` would refuse to start"),
+        "{list}"
+    );
     names_the_ways_out(&list);
     let serve = ["serve", "--listen", "127.0.0.1:0"];
     let stderr = fails(&mint(&home, &service, &[], &serve, ""));

@@ -76,3 +76,38 @@ fn issue_23_a_size_flag_with_a_unit_is_enforced() {
     assert_eq!(lab.forwarded(), before);
     lab.assert_clean(format!("{}{}", fits.everything(), over.everything()));
 }
+
+/// Issue 23: an error about two values shows both, in the grammar the operator writes them in.
+#[test]
+fn issue_23_errors_about_two_values_show_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let output = std::process::Command::new(mint_tests::broker::mint_bin())
+            .args(args)
+            .current_dir(dir.path())
+            .env("MINT_HOME", dir.path().join("home"))
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{output:?}");
+        String::from_utf8(output.stderr).unwrap()
+    };
+    let stderr = run(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--connect-timeout",
+        "1m",
+        "--request-timeout",
+        "45s",
+    ]);
+    assert_eq!(
+        stderr,
+        "mint: the request timeout (45s) must be longer than the connect timeout (1m)\n"
+    );
+    let stderr = run(&["approvals", "approve", "some-id", "--for", "2d"]);
+    assert_eq!(
+        stderr,
+        "mint: a grant of 2d is too long: a grant lasts from 1s to 8h\n"
+    );
+}

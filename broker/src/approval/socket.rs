@@ -188,8 +188,7 @@ async fn serve_operator(stream: UnixStream, book: &ApprovalBook, me: u32) -> io:
             let grant = match grant_seconds {
                 None => None,
                 Some(seconds) if seconds == 0 || seconds > MAX_GRANT.as_secs() => {
-                    return send(&mut write, &Reply::refused("a grant lasts from 1 s to 8 h"))
-                        .await;
+                    return send(&mut write, &Reply::refused("a grant lasts from 1s to 8h")).await;
                 }
                 Some(seconds) => Some(Duration::from_secs(seconds)),
             };

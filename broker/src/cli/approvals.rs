@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Subcommand;
+use mint_policy::duration::format_duration;
 
 use crate::approval::display::inert;
 use crate::approval::protocol::{Command, Reply, SOCKET_NAME};
@@ -69,9 +70,9 @@ pub enum ApprovalsError {
     /// The broker refused the command.
     #[error("{0}")]
     Refused(String),
-    /// A grant longer than 8 h or of zero length.
-    #[error("a grant lasts from 1s to 8h")]
-    GrantLength,
+    /// A grant longer than 8 h (the duration grammar refuses zero).
+    #[error("a grant of {} is too long: a grant lasts from 1s to 8h", format_duration(*.0))]
+    GrantLength(Duration),
     /// `watch` needs a terminal.
     #[error("`mint approvals watch` reads answers from the controlling terminal (/dev/tty): {0}")]
     NoTerminal(#[source] std::io::Error),
@@ -125,7 +126,7 @@ pub fn run(
             ApprovalsCommand::Approve { id, grant } => {
                 let grant_seconds = match grant {
                     Some(length) if length.is_zero() || length > MAX_GRANT => {
-                        return Err(ApprovalsError::GrantLength);
+                        return Err(ApprovalsError::GrantLength(length));
                     }
                     Some(length) => Some(length.as_secs().max(1)),
                     None => None,
@@ -168,7 +169,7 @@ pub fn run(
             }
             ApprovalsCommand::Watch { grant_for } => {
                 if grant_for.is_zero() || grant_for > MAX_GRANT {
-                    return Err(ApprovalsError::GrantLength);
+                    return Err(ApprovalsError::GrantLength(grant_for));
                 }
                 watch(&socket, grant_for).await
             }
