@@ -1085,3 +1085,220 @@ fn issue_24_alias_list_prints_a_host_list_of_any_length() {
         &lines[2][..80.min(lines[2].len())]
     );
 }
+
+/// Issue 23: `mint alias edit` changes a declaration in place, each part given replacing that
+/// part; every refusal changes nothing.
+#[test]
+fn edit_changes_the_parts_given_and_refuses_without_change() {
+    let home = Home::new();
+    ok(home.mint().args([
+        "alias",
+        "add",
+        "npm",
+        "--host",
+        "registry.npmjs.org",
+        "--source",
+        "env:NPM_TOKEN",
+        "--description",
+        "npm token",
+        "--env",
+        "NPM_CONFIG_TOKEN",
+    ]));
+    let out = ok(home.mint().args([
+        "alias",
+        "edit",
+        "npm",
+        "--host",
+        "registry.example.org",
+        "--host",
+        "*.npm.example.org",
+        "--form",
+        "token",
+        "--description",
+        "",
+    ]));
+    assert!(
+        out.stdout.starts_with("Changed alias `npm` in "),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains(
+            "hosts registry.example.org, *.npm.example.org; sites form token; source \
+             env:NPM_TOKEN; env NPM_CONFIG_TOKEN (set by `mint run`)."
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("on SIGHUP"), "{}", out.stdout);
+    let rows = home.list(&mut home.mint());
+    assert_eq!(
+        rows[0]["hosts"],
+        serde_json::json!(["registry.example.org", "*.npm.example.org"])
+    );
+    assert_eq!(rows[0]["sites"], serde_json::json!(["body"]));
+    assert_eq!(rows[0]["form"], serde_json::json!(["token"]));
+    assert!(rows[0]["description"].is_null());
+    assert_eq!(rows[0]["env"], serde_json::json!(["NPM_CONFIG_TOKEN"]));
+
+    // A file source (checked as `add` checks it), and the env names cleared.
+    let token = home.secret_file("npm-token", "npm_edit_canary\n");
+    let out = ok(home
+        .mint()
+        .args(["alias", "edit", "npm", "--no-env", "--source"])
+        .arg(format!("file:{}", token.display())));
+    assert!(!out.stdout.contains("npm_edit_canary"));
+    let rows = home.list(&mut home.mint());
+    assert_eq!(rows[0]["secret"], "present");
+    assert_eq!(rows[0]["env"], serde_json::json!([]));
+
+    // Refusals: nothing changes.
+    let before = home.aliases_text();
+    for (args, message) in [
+        (&["edit", "npm"][..], "nothing to change"),
+        (
+            &["edit", "nope", "--host", "a.example"],
+            "unknown alias `nope`",
+        ),
+        (&["edit", "npm", "--host", "bad host"], "invalid --host #1"),
+        (
+            &["edit", "npm", "--source", "secret-value"],
+            "invalid --source",
+        ),
+        (
+            &["edit", "npm", "--description", "x", "--secret-stdin"],
+            "--secret-stdin applies when `--source keyring` moves",
+        ),
+        (
+            &["set-secret", "npm", "--secret-stdin"],
+            "reads its secret from `file:",
+        ),
+        (&["set-secret", "nope", "--secret-stdin"], "unknown alias"),
+    ] {
+        let out = fails(
+            home.mint()
+                .arg("alias")
+                .args(args)
+                .write_stdin("ignored_canary"),
+        );
+        assert!(out.stderr.contains(message), "{args:?}: {}", out.stderr);
+        assert!(!out.stderr.contains("canary"), "{}", out.stderr);
+        assert_eq!(home.aliases_text(), before, "{args:?}");
+    }
+    // An env name another alias declares: the loader's E057, nothing changed.
+    ok(home.mint().args([
+        "alias",
+        "add",
+        "gh",
+        "--host",
+        "api.github.com",
+        "--source",
+        "env:GH_TOKEN",
+        "--env",
+        "GITHUB_TOKEN",
+    ]));
+    let before = home.aliases_text();
+    let out = fails(
+        home.mint()
+            .args(["alias", "edit", "npm", "--env", "GITHUB_TOKEN"]),
+    );
+    assert!(out.stderr.contains("E057"), "{}", out.stderr);
+    assert_eq!(home.aliases_text(), before);
+}
+
+/// Issue 23: `set-secret` replaces a keyring secret in place; `edit --source` moves an alias into
+/// the keyring (storing the secret it reads) and out of it (deleting the item).
+fn keyring_edits(backend: KeyringBackend) {
+    let Some(store) = reachable_keyring(backend) else {
+        return;
+    };
+    let home = Home::new();
+    let add = [
+        "alias",
+        "add",
+        "github",
+        "--host",
+        "api.github.com",
+        "--secret-stdin",
+    ];
+    ok(home
+        .mint_with(&store)
+        .args(add)
+        .write_stdin("ghp_first_canary\n"));
+    let before = home.aliases_text();
+    let out = ok(home
+        .mint_with(&store)
+        .args(["alias", "set-secret", "github", "--secret-stdin"])
+        .write_stdin("ghp_second_canary\n"));
+    assert!(
+        out.stdout
+            .starts_with("Replaced the secret of alias `github` in the "),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("canary") && !out.stderr.contains("canary"));
+    assert_eq!(home.aliases_text(), before);
+    let value = store.read("github").unwrap();
+    assert_eq!(value.as_secret().expose_secret(), "ghp_second_canary");
+
+    // A refused value changes nothing.
+    let out = fails(
+        home.mint_with(&store)
+            .args(["alias", "set-secret", "github", "--secret-stdin"])
+            .write_stdin("two\nlines_canary"),
+    );
+    assert!(out.stderr.contains("control character"), "{}", out.stderr);
+    assert!(!out.stderr.contains("canary"));
+    let value = store.read("github").unwrap();
+    assert_eq!(value.as_secret().expose_secret(), "ghp_second_canary");
+
+    // Off the keyring: the item is deleted once the file names the new source.
+    let out =
+        ok(home
+            .mint_with(&store)
+            .args(["alias", "edit", "github", "--source", "env:GH_TOKEN"]));
+    assert!(
+        out.stdout.contains("Deleted its old secret from the "),
+        "{}",
+        out.stdout
+    );
+    assert!(matches!(store.read("github"), Err(StoreError::Missing)));
+    assert!(home.aliases_text().contains("env:GH_TOKEN"));
+
+    // Into the keyring: the secret is read and stored.
+    let out = ok(home
+        .mint_with(&store)
+        .args([
+            "alias",
+            "edit",
+            "github",
+            "--source",
+            "keyring",
+            "--secret-stdin",
+        ])
+        .write_stdin("ghp_third_canary"));
+    assert!(
+        out.stdout.contains("Stored its secret in the "),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("canary"));
+    let value = store.read("github").unwrap();
+    assert_eq!(value.as_secret().expose_secret(), "ghp_third_canary");
+    let rows = home.list(&mut home.mint_with(&store));
+    assert_eq!(rows[0]["source"], "keyring");
+    assert_eq!(rows[0]["secret"], "present");
+    assert!(!home.aliases_text().contains("canary"));
+    ok(home.mint_with(&store).args(["alias", "rm", "github"]));
+    assert!(matches!(store.read("github"), Err(StoreError::Missing)));
+}
+
+#[test]
+fn keyring_secret_service_edits() {
+    keyring_edits(KeyringBackend::SecretService);
+}
+
+#[test]
+fn keyring_keyutils_edits() {
+    keyring_edits(KeyringBackend::Keyutils);
+}

@@ -51,6 +51,14 @@ pub enum AliasCommand {
     List(AliasListArgs),
     /// Remove an alias's declaration and its keyring item.
     Rm(AliasRmArgs),
+    /// Change an alias's declaration in place: each part given replaces that part.
+    ///
+    /// `--host` replaces the hosts; any of `--site`, `--body` and `--form` replaces the sites;
+    /// `--source keyring` from another source reads and stores a secret as `add` does, and moving
+    /// off the keyring deletes the keyring item once the file is written.
+    Edit(AliasEditArgs),
+    /// Replace the secret of a keyring alias, read as `add` reads it; the declaration is kept.
+    SetSecret(AliasSetSecretArgs),
 }
 
 /// Arguments of `mint alias add`.
@@ -115,6 +123,53 @@ pub struct AliasListArgs {
 pub struct AliasRmArgs {
     /// The alias to remove.
     pub name: String,
+}
+
+/// Arguments of `mint alias edit`. Parts not given are kept.
+#[derive(Debug, Args)]
+pub struct AliasEditArgs {
+    /// The alias to change.
+    pub name: String,
+    /// The hosts the secret may be sent to, replacing the declared ones. Repeat for more.
+    #[arg(long = "host", value_name = "HOST")]
+    pub hosts: Vec<String>,
+    /// Where in a request the secret may sit. Any of --site, --body and --form replaces all of
+    /// the alias's sites, as `add` would set them.
+    #[arg(long = "site", value_name = "SITE", value_enum)]
+    pub sites: Vec<SiteArg>,
+    /// A JSON Pointer of a JSON body where the secret may sit (see `add`). Repeat for more.
+    #[arg(long = "body", value_name = "POINTER")]
+    pub body: Vec<String>,
+    /// A form field whose value the secret may sit in (see `add`). Repeat for more.
+    #[arg(long = "form", value_name = "FIELD")]
+    pub form: Vec<String>,
+    /// Where the broker reads the secret: `keyring`, `env:VAR` or `file:/absolute/path`.
+    #[arg(long, value_name = "SOURCE")]
+    pub source: Option<String>,
+    /// What the credential is (shown to the agent); an empty text removes it.
+    #[arg(long, value_name = "TEXT")]
+    pub description: Option<String>,
+    /// Environment variables `mint run` sets to the placeholder, replacing the declared ones.
+    /// Repeat for more.
+    #[arg(long = "env", value_name = "NAME")]
+    pub env: Vec<String>,
+    /// Remove every environment variable name of the alias.
+    #[arg(long, conflicts_with = "env")]
+    pub no_env: bool,
+    /// With `--source keyring` on an alias that was not in the keyring: read the secret from
+    /// stdin instead of the terminal.
+    #[arg(long)]
+    pub secret_stdin: bool,
+}
+
+/// Arguments of `mint alias set-secret`.
+#[derive(Debug, Args)]
+pub struct AliasSetSecretArgs {
+    /// The alias whose keyring secret to replace.
+    pub name: String,
+    /// Read the secret from stdin instead of the terminal (one trailing newline is dropped).
+    #[arg(long)]
+    pub secret_stdin: bool,
 }
 
 /// Where `mint alias add` reads a keyring secret from.
@@ -197,9 +252,37 @@ pub enum AliasCommandError {
          secrets"
     )]
     StdinWithoutKeyring,
+    /// `mint alias edit` with nothing to change.
+    #[error(
+        "nothing to change: give at least one of --host, --site, --body, --form, --source, \
+         --description, --env or --no-env (`mint alias set-secret` replaces a keyring secret)"
+    )]
+    NothingToEdit,
+    /// `--secret-stdin` on an edit that stores no secret.
+    #[error(
+        "--secret-stdin applies when `--source keyring` moves alias `{name}` into the keyring; \
+         `mint alias set-secret {name}` replaces a keyring secret"
+    )]
+    StdinWithoutNewSecret {
+        /// The alias.
+        name: String,
+    },
+    /// `mint alias set-secret` on an alias whose secret Mint does not store.
+    #[error(
+        "alias `{name}` reads its secret from `{from}`, which the operator fills: change the \
+         value there, or move the alias into the keyring with `mint alias edit {name} --source \
+         keyring`"
+    )]
+    NotInKeyring {
+        /// The alias.
+        name: String,
+        /// Its source.
+        from: SecretSource,
+    },
     /// An alias with this name is declared already.
     #[error(
-        "alias `{name}` already exists in `{}`; remove it first with `mint alias rm {name}`",
+        "alias `{name}` already exists in `{}`; change it with `mint alias edit {name}` or \
+         `mint alias set-secret {name}`, or remove it with `mint alias rm {name}`",
         file.display()
     )]
     Duplicate {
@@ -294,6 +377,22 @@ pub enum AliasCommandError {
         /// Why.
         problem: Box<StoreError>,
     },
+    /// The declaration moved off the keyring, but its keyring item could not be deleted.
+    #[error(
+        "changed alias `{name}` in `{}`, but its old keyring item could not be deleted \
+         ({problem}): remove it by hand (service `{service}`, account `{name}`)",
+        file.display()
+    )]
+    OldItemLeft {
+        /// The alias.
+        name: String,
+        /// The alias file.
+        file: PathBuf,
+        /// The keyring service.
+        service: String,
+        /// Why.
+        problem: Box<StoreError>,
+    },
     /// The result could not be written to the output.
     #[error("cannot write the output")]
     Output(#[source] io::Error),
@@ -310,12 +409,7 @@ pub fn run(
     let sources = CredentialSources::system(&keyring);
     match command {
         AliasCommand::Add(args) => {
-            // A terminal on stdin would echo the secret: read it through the hidden prompt then.
-            let input = if args.secret_stdin && !io::stdin().is_terminal() {
-                SecretInput::Stream(stdin)
-            } else {
-                SecretInput::Terminal
-            };
+            let input = secret_input(args.secret_stdin, stdin);
             add(&paths.aliases, &sources, &keyring, args, input, out)?;
             Ok(ExitStatus::Success)
         }
@@ -331,6 +425,26 @@ pub fn run(
             remove(&paths.aliases, &sources, &keyring, &args.name, out)?;
             Ok(ExitStatus::Success)
         }
+        AliasCommand::Edit(args) => {
+            let input = secret_input(args.secret_stdin, stdin);
+            edit(&paths.aliases, &sources, &keyring, args, input, out)?;
+            Ok(ExitStatus::Success)
+        }
+        AliasCommand::SetSecret(args) => {
+            let input = secret_input(args.secret_stdin, stdin);
+            set_secret(&paths.aliases, &sources, &keyring, &args.name, input, out)?;
+            Ok(ExitStatus::Success)
+        }
+    }
+}
+
+/// Where a command that takes a secret reads it: stdin with `--secret-stdin`, unless stdin is a
+/// terminal, which would echo it: the hidden prompt then.
+fn secret_input(secret_stdin: bool, stdin: &mut dyn Read) -> SecretInput<'_> {
+    if secret_stdin && !io::stdin().is_terminal() {
+        SecretInput::Stream(stdin)
+    } else {
+        SecretInput::Terminal
     }
 }
 
@@ -379,20 +493,7 @@ fn add_with(
 
     let mut notes = Vec::new();
     let value = if is_keyring {
-        // Find out that the keyring is unreachable before the operator types a secret.
-        sources
-            .keyring()
-            .probe()
-            .map_err(|problem| AliasCommandError::Store(CredentialError::new(&alias, problem)))?;
-        let value = read_secret(input, &alias.name)?;
-        check_value_for(&alias, &value).map_err(|e| AliasCommandError::Value {
-            name: alias.name.clone(),
-            problem: match e.problem {
-                StoreError::Value(problem) => problem,
-                _ => ValueProblem::ControlCharacter,
-            },
-        })?;
-        Some(value)
+        Some(read_keyring_value(sources, &alias, input)?)
     } else {
         notes.extend(check_operator_source(sources, &alias)?);
         None
@@ -422,20 +523,11 @@ fn add_with(
     }
     tracing::debug!(alias = %alias.name, alias.source = %alias.source, "Alias added");
 
-    let hosts: Vec<String> = alias.hosts.iter().map(HostPattern::as_text).collect();
-    let sites = sites_shown(&alias);
     let mut report = format!(
-        "Added alias `{}` to {}: hosts {}; sites {}; source {}{}.\n",
+        "Added alias `{}` to {}: {}.\n",
         alias.name,
         file.display(),
-        hosts.join(", "),
-        sites.join(", "),
-        alias.source,
-        if alias.env.is_empty() {
-            String::new()
-        } else {
-            format!("; env {} (set by `mint run`)", alias.env.join(", "))
-        }
+        summary(&alias)
     );
     if is_keyring {
         report.push_str(&format!(
@@ -454,6 +546,243 @@ fn add_with(
         alias.name
     ));
     write_out(out, report.as_bytes())
+}
+
+/// Asks for the secret of keyring alias `alias` and checks it, once the keyring has answered: an
+/// unreachable keyring is found before the operator types a secret.
+fn read_keyring_value(
+    sources: &CredentialSources,
+    alias: &Alias,
+    input: SecretInput<'_>,
+) -> Result<CredentialValue, AliasCommandError> {
+    sources
+        .keyring()
+        .probe()
+        .map_err(|problem| AliasCommandError::Store(CredentialError::new(alias, problem)))?;
+    let value = read_secret(input, &alias.name)?;
+    check_value_for(alias, &value).map_err(|e| AliasCommandError::Value {
+        name: alias.name.clone(),
+        problem: match e.problem {
+            StoreError::Value(problem) => problem,
+            _ => ValueProblem::ControlCharacter,
+        },
+    })?;
+    Ok(value)
+}
+
+/// `mint alias edit`: applies the parts given to the declaration, checks the whole file as
+/// `add` does, stores a secret first when the alias moves into the keyring, writes the file
+/// atomically, and deletes the keyring item when the alias moves out of it.
+pub fn edit(
+    file: &Path,
+    sources: &CredentialSources,
+    keyring: &KeyringConfig,
+    args: AliasEditArgs,
+    input: SecretInput<'_>,
+    out: &mut dyn Write,
+) -> Result<(), AliasCommandError> {
+    edit_with(file, sources, keyring, args, input, out, &write_atomic)
+}
+
+/// [`edit`] with the final file write given, so tests can make it fail.
+fn edit_with(
+    file: &Path,
+    sources: &CredentialSources,
+    keyring: &KeyringConfig,
+    args: AliasEditArgs,
+    input: SecretInput<'_>,
+    out: &mut dyn Write,
+    commit: &CommitFn,
+) -> Result<(), AliasCommandError> {
+    if !is_alias_name(&args.name) {
+        return Err(AliasCommandError::InvalidName);
+    }
+    let current = load_file(file)?;
+    let old = current
+        .find(&args.name)
+        .cloned()
+        .ok_or_else(|| AliasCommandError::Unknown {
+            name: args.name.clone(),
+        })?;
+    let alias = edited(&old, &args)?;
+    let into_keyring = alias.source == SecretSource::Keyring && old.source != SecretSource::Keyring;
+    let off_keyring = old.source == SecretSource::Keyring && alias.source != SecretSource::Keyring;
+    if args.secret_stdin && !into_keyring {
+        return Err(AliasCommandError::StdinWithoutNewSecret { name: old.name });
+    }
+    // Check everything that can be checked before asking for a secret.
+    let (_, warnings) = with_replaced(&current, file, &alias)?;
+    let mut notes = Vec::new();
+    let value = if into_keyring {
+        Some(read_keyring_value(sources, &alias, input)?)
+    } else {
+        if alias.source != SecretSource::Keyring && alias.source != old.source {
+            notes.extend(check_operator_source(sources, &alias)?);
+        }
+        if off_keyring {
+            // Make sure the keyring answers before the declaration changes, as `rm` does.
+            ensure_keyring_answers(sources, &old)?;
+        }
+        None
+    };
+
+    let _lock = DirLock::for_file(file).map_err(AliasCommandError::Insecure)?;
+    // Re-read under the lock: another command may have changed the file meanwhile.
+    let (text, _) = with_replaced(&load_file(file)?, file, &alias)?;
+    if let Some(value) = &value {
+        sources
+            .keyring()
+            .write(&alias.name, value)
+            .map_err(|problem| AliasCommandError::Store(CredentialError::new(&alias, problem)))?;
+    }
+    if let Err(write) = commit(file, text.as_bytes()) {
+        if value.is_some()
+            && let Err(cleanup) = sources.keyring().delete(&alias.name)
+        {
+            return Err(AliasCommandError::WriteAndCleanup {
+                name: alias.name.clone(),
+                service: keyring.service.clone(),
+                write: Box::new(write),
+                cleanup: Box::new(cleanup),
+            });
+        }
+        return Err(AliasCommandError::Write(write));
+    }
+    tracing::debug!(alias = %alias.name, alias.source = %alias.source, "Alias changed");
+
+    let mut report = format!(
+        "Changed alias `{}` in {}: {}.\n",
+        alias.name,
+        file.display(),
+        summary(&alias)
+    );
+    if value.is_some() {
+        report.push_str(&format!(
+            "Stored its secret in the {}, service `{}`, account `{}`.\n",
+            sources.keyring().name(),
+            keyring.service,
+            alias.name
+        ));
+    }
+    if off_keyring {
+        match sources.keyring().delete(&alias.name) {
+            Ok(()) => report.push_str(&format!(
+                "Deleted its old secret from the {}.\n",
+                sources.keyring().name()
+            )),
+            Err(StoreError::Missing) => report.push_str("The keyring held no secret for it.\n"),
+            Err(problem) => {
+                return Err(AliasCommandError::OldItemLeft {
+                    name: alias.name.clone(),
+                    file: file.to_path_buf(),
+                    service: keyring.service.clone(),
+                    problem: Box::new(problem),
+                });
+            }
+        }
+    }
+    for warning in warnings.iter().chain(&notes) {
+        report.push_str(&format!("warning: {warning}\n"));
+    }
+    report.push_str(RELOAD_NOTE);
+    write_out(out, report.as_bytes())
+}
+
+/// `old` with the parts `args` gives replaced.
+fn edited(old: &Alias, args: &AliasEditArgs) -> Result<Alias, AliasCommandError> {
+    let mut alias = old.clone();
+    let mut changed = false;
+    if !args.hosts.is_empty() {
+        alias.hosts = host_patterns(&args.hosts)?;
+        changed = true;
+    }
+    if !args.sites.is_empty() || !args.body.is_empty() || !args.form.is_empty() {
+        (alias.sites, alias.body, alias.form) = request_sites(&args.sites, &args.body, &args.form)?;
+        changed = true;
+    }
+    if let Some(text) = &args.source {
+        alias.source = SecretSource::parse(text).ok_or(AliasCommandError::InvalidSource)?;
+        changed = true;
+    }
+    if let Some(text) = &args.description {
+        alias.description = (!text.is_empty()).then(|| text.clone());
+        changed = true;
+    }
+    if !args.env.is_empty() {
+        alias.env = env_names(&args.env)?;
+        changed = true;
+    } else if args.no_env {
+        alias.env.clear();
+        changed = true;
+    }
+    if !changed {
+        return Err(AliasCommandError::NothingToEdit);
+    }
+    Ok(alias)
+}
+
+/// `mint alias set-secret`: replaces the keyring secret of an alias; the declaration is kept.
+pub fn set_secret(
+    file: &Path,
+    sources: &CredentialSources,
+    keyring: &KeyringConfig,
+    name: &str,
+    input: SecretInput<'_>,
+    out: &mut dyn Write,
+) -> Result<(), AliasCommandError> {
+    let keyring_alias = |aliases: &AliasFile| -> Result<Alias, AliasCommandError> {
+        let alias = aliases
+            .find(name)
+            .ok_or_else(|| AliasCommandError::Unknown {
+                name: name.to_owned(),
+            })?;
+        if alias.source != SecretSource::Keyring {
+            return Err(AliasCommandError::NotInKeyring {
+                name: alias.name.clone(),
+                from: alias.source.clone(),
+            });
+        }
+        Ok(alias.clone())
+    };
+    if !is_alias_name(name) {
+        return Err(AliasCommandError::InvalidName);
+    }
+    let alias = keyring_alias(&load_file(file)?)?;
+    let value = read_keyring_value(sources, &alias, input)?;
+    let _lock = DirLock::for_file(file).map_err(AliasCommandError::Insecure)?;
+    // Under the lock: the alias may have been removed or moved off the keyring meanwhile.
+    keyring_alias(&load_file(file)?)?;
+    sources
+        .keyring()
+        .write(name, &value)
+        .map_err(|problem| AliasCommandError::Store(CredentialError::new(&alias, problem)))?;
+    tracing::debug!(alias = %name, "Alias secret replaced");
+    let report = format!(
+        "Replaced the secret of alias `{name}` in the {}, service `{}`, account `{name}`.\n{}",
+        sources.keyring().name(),
+        keyring.service,
+        RELOAD_NOTE
+    );
+    write_out(out, report.as_bytes())
+}
+
+/// What a running broker does with a change made by `edit` or `set-secret`.
+const RELOAD_NOTE: &str = "A running broker loads the change when it reloads: at once when \
+     aliases.yaml changes, or on SIGHUP (a secret replaced in the keyring alone); until then it \
+     keeps the values it loaded.\n";
+
+/// Fails unless the keyring answers for `alias`'s item (present or missing alike), so a command
+/// that deletes the item later changes nothing when the keyring cannot be reached.
+fn ensure_keyring_answers(
+    sources: &CredentialSources,
+    alias: &Alias,
+) -> Result<(), AliasCommandError> {
+    match sources.keyring().read(&alias.name) {
+        Ok(_) | Err(StoreError::Missing | StoreError::Value(_)) => Ok(()),
+        Err(problem) => Err(AliasCommandError::Store(CredentialError::new(
+            alias, problem,
+        ))),
+    }
 }
 
 /// What `mint alias list` found.
@@ -583,14 +912,7 @@ pub fn remove(
     if is_keyring {
         // Make sure the keyring answers before the declaration goes, so an unreachable keyring
         // changes nothing.
-        match sources.keyring().read(name) {
-            Ok(_) | Err(StoreError::Missing | StoreError::Value(_)) => {}
-            Err(problem) => {
-                return Err(AliasCommandError::Store(CredentialError::new(
-                    &alias, problem,
-                )));
-            }
-        }
+        ensure_keyring_answers(sources, &alias)?;
     }
     let text = render_file(&aliases);
     write_atomic(file, text.as_bytes()).map_err(AliasCommandError::Write)?;
@@ -634,8 +956,26 @@ pub fn render_file(aliases: &AliasFile) -> String {
 /// The comment at the top of every alias file Mint writes.
 pub const ALIASES_HEADER: &str = "\
 # Mint alias declarations: each names one credential and where it may go; never a secret value.
-# Edit with `mint alias add` and `mint alias rm` (comments are not kept), or by hand.
+# Edit with `mint alias add`, `edit` and `rm` (comments are not kept), or by hand.
 ";
+
+/// `hosts H; sites S; source X[; env E (set by `mint run`)]`, as `add` and `edit` report it.
+fn summary(alias: &Alias) -> String {
+    let hosts: Vec<String> = alias.hosts.iter().map(HostPattern::as_text).collect();
+    let mut text = format!(
+        "hosts {}; sites {}; source {}",
+        hosts.join(", "),
+        sites_shown(alias).join(", "),
+        alias.source
+    );
+    if !alias.env.is_empty() {
+        text.push_str(&format!(
+            "; env {} (set by `mint run`)",
+            alias.env.join(", ")
+        ));
+    }
+    text
+}
 
 /// Builds the declaration from the command line, checking each part with `mint-policy`.
 fn declaration(
@@ -650,50 +990,8 @@ fn declaration(
     if !is_alias_name(&name) {
         return Err(AliasCommandError::InvalidName);
     }
-    let mut patterns = Vec::with_capacity(hosts.len());
-    for (i, host) in hosts.iter().enumerate() {
-        let pattern =
-            HostPattern::parse(host).map_err(|problem| AliasCommandError::InvalidHost {
-                index: i + 1,
-                problem,
-            })?;
-        if !patterns.contains(&pattern) {
-            patterns.push(pattern);
-        }
-    }
-    let mut pointers = Vec::with_capacity(body.len());
-    for (i, text) in body.iter().enumerate() {
-        let pointer =
-            JsonPointer::parse(text).map_err(|problem| AliasCommandError::InvalidPointer {
-                index: i + 1,
-                problem,
-            })?;
-        if !pointers.contains(&pointer) {
-            pointers.push(pointer);
-        }
-    }
-    let mut fields = Vec::with_capacity(form.len());
-    for (i, text) in form.iter().enumerate() {
-        let field =
-            FormField::parse(text).map_err(|problem| AliasCommandError::InvalidFormField {
-                index: i + 1,
-                problem,
-            })?;
-        if !fields.contains(&field) {
-            fields.push(field);
-        }
-    }
-    let mut sites = if sites.is_empty() && pointers.is_empty() && fields.is_empty() {
-        SiteSet::HEADER
-    } else {
-        SiteSet::of(sites.iter().map(|s| match s {
-            SiteArg::Header => Site::Header,
-            SiteArg::Query => Site::Query,
-        }))
-    };
-    if !pointers.is_empty() || !fields.is_empty() {
-        sites = sites.with(Site::Body);
-    }
+    let patterns = host_patterns(hosts)?;
+    let (sites, pointers, fields) = request_sites(sites, body, form)?;
     let source = match source {
         None => SecretSource::Keyring,
         Some(text) => SecretSource::parse(&text).ok_or(AliasCommandError::InvalidSource)?,
@@ -709,6 +1007,57 @@ fn declaration(
         env: Vec::new(),
         pos: Pos::START,
     })
+}
+
+/// The `--host` patterns, checked and without repeats.
+fn host_patterns(hosts: &[String]) -> Result<Vec<HostPattern>, AliasCommandError> {
+    parse_each(hosts, HostPattern::parse, |index, problem| {
+        AliasCommandError::InvalidHost { index, problem }
+    })
+}
+
+/// The sites of `--site`, `--body` and `--form`: header alone when none is given; `body` added
+/// when a pointer or a form field is.
+fn request_sites(
+    sites: &[SiteArg],
+    body: &[String],
+    form: &[String],
+) -> Result<(SiteSet, Vec<JsonPointer>, Vec<FormField>), AliasCommandError> {
+    let pointers = parse_each(body, JsonPointer::parse, |index, problem| {
+        AliasCommandError::InvalidPointer { index, problem }
+    })?;
+    let fields = parse_each(form, FormField::parse, |index, problem| {
+        AliasCommandError::InvalidFormField { index, problem }
+    })?;
+    let mut set = if sites.is_empty() && pointers.is_empty() && fields.is_empty() {
+        SiteSet::HEADER
+    } else {
+        SiteSet::of(sites.iter().map(|s| match s {
+            SiteArg::Header => Site::Header,
+            SiteArg::Query => Site::Query,
+        }))
+    };
+    if !pointers.is_empty() || !fields.is_empty() {
+        set = set.with(Site::Body);
+    }
+    Ok((set, pointers, fields))
+}
+
+/// Parses each of a repeated flag's values in order, keeping the first of equal ones; the first
+/// failure is reported with its place among the values (from 1), never its text.
+fn parse_each<T: PartialEq, E>(
+    texts: &[String],
+    parse: impl Fn(&str) -> Result<T, E>,
+    invalid: impl Fn(usize, E) -> AliasCommandError,
+) -> Result<Vec<T>, AliasCommandError> {
+    let mut parsed: Vec<T> = Vec::with_capacity(texts.len());
+    for (i, text) in texts.iter().enumerate() {
+        let value = parse(text).map_err(|problem| invalid(i + 1, problem))?;
+        if !parsed.contains(&value) {
+            parsed.push(value);
+        }
+    }
+    Ok(parsed)
 }
 
 /// The `--env` names, each checked against the variable grammar; the loader then checks that
@@ -777,7 +1126,36 @@ fn with_alias(
     }
     let mut next = aliases.clone();
     next.aliases.push(alias.clone());
-    let text = render_file(&next);
+    validated(&next, file, alias)
+}
+
+/// The file text with `alias` in place of the declaration of the same name, and the new
+/// declaration's warnings; refused if the alias is gone or the file would not validate.
+fn with_replaced(
+    aliases: &AliasFile,
+    file: &Path,
+    alias: &Alias,
+) -> Result<(String, Vec<String>), AliasCommandError> {
+    let mut next = aliases.clone();
+    let slot = next
+        .aliases
+        .iter_mut()
+        .find(|a| a.name == alias.name)
+        .ok_or_else(|| AliasCommandError::Unknown {
+            name: alias.name.clone(),
+        })?;
+    *slot = alias.clone();
+    validated(&next, file, alias)
+}
+
+/// Renders `next` and loads the text back as the broker would: the text, and the warnings about
+/// `alias`; an error is refused.
+fn validated(
+    next: &AliasFile,
+    file: &Path,
+    alias: &Alias,
+) -> Result<(String, Vec<String>), AliasCommandError> {
+    let text = render_file(next);
     let load = load_aliases(text.as_bytes(), &file.display().to_string());
     if let Some(error) = load.errors().next() {
         return Err(AliasCommandError::InvalidDeclaration {
