@@ -47,12 +47,12 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
 /// milliseconds, rounded down, or as `0ms`.
 pub fn format_duration(duration: Duration) -> String {
     let millis = duration.as_millis();
-    if millis == 0 || millis % 1_000 != 0 {
+    if millis == 0 || !millis.is_multiple_of(1_000) {
         return format!("{millis}ms");
     }
     let seconds = millis / 1_000;
     for (unit, length) in [("w", 604_800), ("d", 86_400), ("h", 3_600), ("m", 60)] {
-        if seconds % length == 0 {
+        if seconds.is_multiple_of(length) {
             return format!("{}{unit}", seconds / length);
         }
     }
