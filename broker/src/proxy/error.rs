@@ -454,6 +454,18 @@ impl ProxyError {
         }
     }
 
+    /// For a request no allow rule admits: the rule that came closest and each field that kept
+    /// it from matching, as `{"rule": ID, "reasons": [TEXT...]}` (the same words as the message).
+    pub fn closest_json(&self) -> Option<serde_json::Value> {
+        match self {
+            ProxyError::PolicyDenied {
+                closest: Some(near),
+                ..
+            } => Some(serde_json::json!({ "rule": near.rule, "reasons": near.reasons })),
+            _ => None,
+        }
+    }
+
     /// The JSON error answer, with `Mint-Request-Id`, `Mint-Outcome` and, for 429, `Retry-After`.
     pub fn to_response(&self, request_id: &str) -> Response {
         let mut body = error_body(self.code(), &self.to_string(), self.rules(), request_id);
@@ -461,6 +473,9 @@ impl ProxyError {
             (self, body.get_mut("error"))
         {
             error["retry_after"] = retry_after_secs(*retry_after).into();
+        }
+        if let (Some(closest), Some(error)) = (self.closest_json(), body.get_mut("error")) {
+            error["closest"] = closest;
         }
         let mut response = (self.status(), axum::Json(body)).into_response();
         let headers = response.headers_mut();

@@ -373,7 +373,7 @@ impl JsonRpcIds {
             id: &'a RawValue,
             error: &'a serde_json::Value,
         }
-        let object = serde_json::json!({
+        let mut object = serde_json::json!({
             "code": JSONRPC_REFUSED,
             "message": format!("refused by Mint: {error}"),
             "data": {
@@ -382,6 +382,9 @@ impl JsonRpcIds {
                 "request_id": request_id,
             },
         });
+        if let Some(closest) = error.closest_json() {
+            object["data"]["closest"] = closest;
+        }
         fn one<'a>(id: &'a RawValue, error: &'a serde_json::Value) -> Answer<'a> {
             Answer {
                 jsonrpc: "2.0",

@@ -192,6 +192,7 @@ pub(crate) fn json(explanation: &Explanation, source: &BudgetSource) -> String {
             Some(ProxyError::Limited { retry_after, .. }) => Some(retry_after.as_secs().max(1)),
             _ => None,
         },
+        closest: refusal.and_then(ProxyError::closest_json),
         approval: match &x.verdict {
             Verdict::Approve {
                 rules,
@@ -303,6 +304,7 @@ struct Report<'a> {
     rules: Option<&'a [String]>,
     by_default: bool,
     retry_after: Option<u64>,
+    closest: Option<serde_json::Value>,
     agent: &'a str,
     method: &'a str,
     target: Option<TargetReport<'a>>,
