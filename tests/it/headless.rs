@@ -473,4 +473,20 @@ fn issue_23_secret_service_item_added_from_another_session_is_loaded_on_reload()
     let list = succeeds(&on(&bus_a, &["alias", "list"], ""));
     assert_eq!(list.matches("present").count(), 2, "{list}");
     assert!(!list.contains(CANARY_A1) && !list.contains(CANARY_A2));
+
+    // `mint alias rm a2` there cannot delete an item its daemon serves no object for: refused up
+    // front, the declaration kept, with what to do. From the session that added it, it works.
+    let aliases_before = std::fs::read_to_string(home.path().join("aliases.yaml")).unwrap();
+    let stderr = fails(&on(&bus_a, &["alias", "rm", "a2"], ""));
+    assert!(stderr.contains("nothing was changed"), "{stderr}");
+    assert!(
+        stderr.contains("lists an item it does not serve"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(home.path().join("aliases.yaml")).unwrap(),
+        aliases_before
+    );
+    let removed = succeeds(&on(&bus_b, &["alias", "rm", "a2"], ""));
+    assert!(removed.contains("Deleted its secret"), "{removed}");
 }

@@ -771,18 +771,16 @@ const RELOAD_NOTE: &str = "A running broker loads the change when it reloads: at
      aliases.yaml changes, or on SIGHUP (a secret replaced in the keyring alone); until then it \
      keeps the values it loaded.\n";
 
-/// Fails unless the keyring answers for `alias`'s item (present or missing alike), so a command
-/// that deletes the item later changes nothing when the keyring cannot be reached.
+/// Fails unless the keyring can delete `alias`'s item (present or missing alike), so a command
+/// that deletes the item later changes nothing when it could not.
 fn ensure_keyring_answers(
     sources: &CredentialSources,
     alias: &Alias,
 ) -> Result<(), AliasCommandError> {
-    match sources.keyring().read(&alias.name) {
-        Ok(_) | Err(StoreError::Missing | StoreError::Value(_)) => Ok(()),
-        Err(problem) => Err(AliasCommandError::Store(CredentialError::new(
-            alias, problem,
-        ))),
-    }
+    sources
+        .keyring()
+        .check_delete(&alias.name)
+        .map_err(|problem| AliasCommandError::Store(CredentialError::new(alias, problem)))
 }
 
 /// What `mint alias list` found.

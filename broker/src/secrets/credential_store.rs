@@ -164,6 +164,16 @@ pub trait CredentialStore: Send + Sync + fmt::Debug {
     fn probe(&self) -> Result<(), StoreError> {
         Ok(())
     }
+
+    /// Checks, before anything is changed, that [`CredentialStore::delete`] of `key` can work:
+    /// the store answers for it, whether it holds a value or not (`mint alias rm` and `edit`
+    /// run it before they change the alias file, so a failure changes nothing).
+    fn check_delete(&self, key: &str) -> Result<(), StoreError> {
+        match self.read(key) {
+            Ok(_) | Err(StoreError::Missing | StoreError::Value(_)) => Ok(()),
+            Err(problem) => Err(problem),
+        }
+    }
 }
 
 /// The three stores an alias can name, and the mapping from an alias to its store and key.

@@ -234,6 +234,25 @@ impl CredentialStore for KeyringStore {
         self.reachable(deleted)
     }
 
+    /// As the trait says, but without the way around a Secret Service item listed with no
+    /// object behind it (changed from another D-Bus session): such an item can be read through
+    /// `GetSecrets` but not deleted, so it is refused here, before the alias file changes.
+    fn check_delete(&self, key: &str) -> Result<(), StoreError> {
+        let read = self
+            .entry(key)
+            .and_then(|entry| entry.get_secret().map_err(store_error))
+            .map(Zeroizing::new);
+        match read {
+            Err(StoreError::Unavailable { reason }) if is_stale_item(&reason) => {
+                Err(self.ways_out(StoreError::Unavailable { reason }))
+            }
+            other => match self.reachable(other) {
+                Ok(_) | Err(StoreError::Missing | StoreError::Value(_)) => Ok(()),
+                Err(problem) => Err(problem),
+            },
+        }
+    }
+
     /// Writes, reads back and deletes a probe item under an account no alias can have (alias
     /// names never start with `.`). Catches a keyutils session keyring the process does not
     /// possess, where writes succeed and reads find nothing.
