@@ -406,7 +406,8 @@ struct JsonRow<'a> {
     agent: &'a str,
     created: String,
     expires: String,
-    aliases: &'a [String],
+    /// The aliases the capability may use; `["*"]` for every alias, as the table's `*`.
+    aliases: Vec<&'a str>,
     revoked: bool,
     /// `active`, `expired` or `revoked`, as the table's STATUS column.
     status: &'static str,
@@ -419,7 +420,11 @@ impl<'a> JsonRow<'a> {
             agent: c.agent.as_str(),
             created: format_time(c.created),
             expires: format_time(c.expires),
-            aliases: &c.aliases,
+            aliases: if c.aliases.is_empty() {
+                vec!["*"]
+            } else {
+                c.aliases.iter().map(String::as_str).collect()
+            },
             revoked: c.revoked,
             status: c.status(now).as_str(),
         }
