@@ -23,8 +23,10 @@
 //!   otherwise. May carry `status`, `bytes_up`, `bytes_down`, `duration_ms`, `requests`, `ended`,
 //!   `reason`; `requests` and `ended` (a closed intercepted tunnel, reason `tunnel_closed`) come
 //!   together. Refuses `decision` and `rule`.
-//! - `event`: requires `reason`. Refuses `decision`, `rule`, `outcome`, `status`, `bytes_up`,
-//!   `bytes_down`, `duration_ms`, `requests` and `ended`.
+//! - `event`: requires `reason`. May carry `dropped` (how many records the broker could not copy
+//!   to its stdout, reason `audit_stdout_dropped`; no other phase carries it). Refuses
+//!   `decision`, `rule`, `outcome`, `status`, `bytes_up`, `bytes_down`, `duration_ms`,
+//!   `requests` and `ended`.
 //!
 //! Parsing is strict: one JSON object on one line (a CR or LF anywhere is refused, so a CRLF log
 //! must be converted first), no duplicate or unknown field, no `null`, every value of the type
@@ -126,6 +128,8 @@ pub enum Field {
     Requests,
     /// `ended`: how an intercepted tunnel ended.
     Ended,
+    /// `dropped`: how many records could not be copied to the broker's stdout.
+    Dropped,
     /// `reason`: a short stable code such as `policy_denied`.
     Reason,
     /// `prev`: the chain hash of the previous line.
@@ -136,7 +140,7 @@ pub enum Field {
 
 impl Field {
     /// Every field, in the order `to_line` writes them.
-    pub const ALL: [Field; 29] = [
+    pub const ALL: [Field; 30] = [
         Field::V,
         Field::Ts,
         Field::Id,
@@ -164,6 +168,7 @@ impl Field {
         Field::DurationMs,
         Field::Requests,
         Field::Ended,
+        Field::Dropped,
         Field::Reason,
         Field::Prev,
     ];
@@ -197,6 +202,7 @@ impl Field {
             Field::BytesDown => "bytes_down",
             Field::DurationMs => "duration_ms",
             Field::Requests => "requests",
+            Field::Dropped => "dropped",
             Field::Ended => "ended",
             Field::Reason => "reason",
             Field::Prev => "prev",
@@ -756,6 +762,10 @@ pub struct AuditRecord {
     /// How an intercepted tunnel ended (its `tunnel_closed` outcome only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ended: Option<TunnelEnd>,
+    /// How many records, since the last such event, the broker wrote to this log but could not
+    /// copy to its stdout (`--audit-stdout`; an `audit_stdout_dropped` event only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dropped: Option<u64>,
     /// A short stable code saying why.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<ReasonCode>,
@@ -824,6 +834,7 @@ impl AuditRecord {
             duration_ms: None,
             requests: None,
             ended: None,
+            dropped: None,
             reason: None,
             prev,
         }
@@ -875,6 +886,9 @@ impl AuditRecord {
             (Field::Requests, self.requests.is_some()),
             (Field::Ended, self.ended.is_some()),
         ];
+        if phase != Phase::Event && self.dropped.is_some() {
+            return refused(Field::Dropped);
+        }
         match phase {
             Phase::Decision => {
                 let Some(decision) = self.decision else {
@@ -1327,6 +1341,7 @@ impl Parser<'_> {
             Field::DurationMs => draft.duration_ms = Some(self.integer(field, Some)?),
             Field::Requests => draft.requests = Some(self.integer(field, Some)?),
             Field::Ended => draft.ended = Some(self.keyword(field, TunnelEnd::from_name)?),
+            Field::Dropped => draft.dropped = Some(self.integer(field, Some)?),
             Field::Reason => draft.reason = Some(self.text(field, ReasonCode::new)?),
             Field::Prev => draft.prev = Some(self.text(field, ChainHash::new)?),
         }
@@ -1639,6 +1654,7 @@ struct Draft {
     duration_ms: Option<u64>,
     requests: Option<u64>,
     ended: Option<TunnelEnd>,
+    dropped: Option<u64>,
     reason: Option<ReasonCode>,
     prev: Option<ChainHash>,
 }
@@ -1680,6 +1696,7 @@ impl Draft {
             duration_ms: self.duration_ms,
             requests: self.requests,
             ended: self.ended,
+            dropped: self.dropped,
             reason: self.reason,
             prev,
         };

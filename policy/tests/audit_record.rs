@@ -1333,3 +1333,50 @@ fn a_closed_tunnels_fields_are_checked() {
         );
     }
 }
+
+/// `dropped` (issue 18, `--audit-stdout`): an event's count of records the broker could not copy
+/// to its stdout; written before `reason`, parsed back, refused in any other phase and when it is
+/// not a whole number.
+#[test]
+fn a_dropped_count_belongs_to_events_only() {
+    let mut record = AuditRecord::event(
+        ts("2026-12-02T18:00:00.000Z"),
+        rid("evt-1"),
+        reason("audit_stdout_dropped"),
+        ChainHash::genesis(),
+    );
+    record.dropped = Some(42);
+    record.check().unwrap();
+    let line = record.to_line();
+    assert!(
+        line.contains(r#","dropped":42,"reason":"audit_stdout_dropped","#),
+        "{line}"
+    );
+    assert_eq!(parse_record(&line).unwrap(), record);
+    for bad in [r#""dropped":-1"#, r#""dropped":1.5"#, r#""dropped":"42""#] {
+        let bad = line.replace(r#""dropped":42"#, bad);
+        assert_eq!(
+            refused(&bad).kind(),
+            RecordErrorKind::InvalidValue {
+                field: Field::Dropped
+            },
+            "{bad}"
+        );
+    }
+    let mut outcome = tunnel_closed();
+    outcome.dropped = Some(1);
+    assert_eq!(
+        outcome.check(),
+        Err(ShapeError::NotAllowed {
+            field: Field::Dropped,
+            phase: Phase::Outcome
+        })
+    );
+    assert_eq!(
+        refused(&outcome.to_line()).kind(),
+        RecordErrorKind::FieldNotAllowed {
+            field: Field::Dropped,
+            phase: Phase::Outcome
+        }
+    );
+}
