@@ -43,6 +43,7 @@ pub mod facts;
 mod file;
 mod line;
 mod memory_sink;
+pub mod mirror;
 pub mod rotation;
 pub mod tail;
 pub mod verify;
@@ -338,6 +339,22 @@ impl AuditLog {
             shared,
             _flusher: Arc::new(flusher),
         })
+    }
+
+    /// Copies every line written from now on to `mirror` (`--audit-stdout`); see [`mirror`].
+    /// A log has at most one copy: a second call is ignored and returns `false`.
+    pub fn mirror_to(&self, mirror: Arc<mirror::Mirror>) -> bool {
+        self.shared.mirror.set(mirror).is_ok()
+    }
+
+    /// Records what the copy lost, then closes it and waits briefly for the copies still queued
+    /// (a clean shutdown, after [`AuditLog::sync`]).
+    pub fn finish_mirror(&self) {
+        if let Some(mirror) = self.shared.mirror.get() {
+            self.shared.record_mirror_report();
+            let _ = self.shared.write_pending();
+            mirror.finish();
+        }
     }
 
     /// Checks, without creating or writing anything, that [`AuditLog::open`] could open the log

@@ -15,6 +15,7 @@
 
 use std::future::Future;
 use std::io;
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -29,6 +30,7 @@ use tower::Service as _;
 
 use crate::approval::ApprovalBounds;
 use crate::approval::socket::{OperatorSocket, SocketError};
+use crate::audit::mirror::Mirror;
 use crate::audit::{AuditConfig, AuditConfigError, AuditError, AuditLog};
 use crate::capability::{CapabilityFileError, CapabilityStore};
 use crate::config::ca_files::{self, CaFileError};
@@ -102,6 +104,8 @@ pub struct ServeConfig {
     pub approvals: ApprovalBounds,
     /// Where newly held requests are notified.
     pub approval_webhook: Option<crate::approval::webhook::Webhook>,
+    /// `--audit-stdout`: copy every audit line to stdout, tagged with this broker id.
+    pub audit_stdout: Option<crate::audit::mirror::BrokerId>,
 }
 
 impl Default for ServeConfig {
@@ -114,6 +118,7 @@ impl Default for ServeConfig {
             audit: AuditConfig::default(),
             approvals: ApprovalBounds::default(),
             approval_webhook: None,
+            audit_stdout: None,
         }
     }
 }
@@ -137,6 +142,9 @@ pub enum ServeError {
     /// The audit log.
     #[error(transparent)]
     Audit(#[from] AuditError),
+    /// `--audit-stdout` could not start its copy.
+    #[error("cannot copy the audit log to stdout (--audit-stdout)")]
+    AuditStdout(#[source] io::Error),
     /// The upstream TLS configuration.
     #[error(transparent)]
     Tls(#[from] TlsConfigError),
@@ -198,6 +206,21 @@ pub fn load_state(paths: &Paths, config: &ServeConfig) -> Result<(AppState, Relo
     let declarations = reloader.load()?;
     let capabilities = CapabilityStore::open(&paths.capabilities)?;
     let audit = AuditLog::open(&paths.audit_log, config.audit)?;
+    if let Some(broker) = &config.audit_stdout {
+        // A descriptor of its own: the main thread may hold the lock of Rust's `Stdout`.
+        let stdout = io::stdout()
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(ServeError::AuditStdout)?;
+        let mirror = Mirror::start(
+            std::fs::File::from(stdout),
+            broker,
+            crate::audit::mirror::MIRROR_QUEUE_BATCHES,
+        )
+        .map_err(ServeError::AuditStdout)?;
+        audit.mirror_to(mirror);
+        tracing::info!(broker = %broker.as_str(), "Copying every audit record to stdout (--audit-stdout)");
+    }
     let counts = (
         declarations.policy().policy().rules.len(),
         declarations.aliases().aliases.len(),
@@ -389,6 +412,7 @@ pub async fn run(
         );
     }
     state.audit().sync().map_err(io::Error::other)?;
+    state.audit().finish_mirror();
     tracing::info!("Audit log synced; stopped");
     Ok(())
 }

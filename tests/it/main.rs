@@ -4,6 +4,7 @@ mod approvals;
 mod approvals_clients;
 mod audit_crash;
 mod audit_disk_full;
+mod audit_stdout;
 mod connection_framing;
 mod demo;
 mod doctor;

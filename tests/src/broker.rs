@@ -43,6 +43,8 @@ pub struct Broker {
     pub stderr_path: PathBuf,
     /// The audit log.
     pub audit_log: PathBuf,
+    /// With `--audit-stdout`: the file the broker's stdout (its audit lines) is copied to.
+    pub stdout_path: Option<PathBuf>,
 }
 
 // === impl MintHome ===
@@ -205,12 +207,55 @@ impl MintHome {
 
     /// Spawns `command` (a `mint serve`, possibly behind a wrapper, with its stderr going to
     /// `stderr_path` or piped) and waits until it listens.
+    /// With `--audit-stdout` among its arguments, stdout carries audit lines: they are copied to
+    /// `mint-serve.stdout` in the home ([`Broker::stdout_text`]), and the `listening on` line is
+    /// read from stderr.
     #[track_caller]
-    pub fn start_broker(&self, mut command: Command, stderr_path: PathBuf) -> Broker {
+    pub fn start_broker(&self, command: Command, stderr_path: PathBuf) -> Broker {
+        let audit_stdout = command.get_args().any(|arg| arg == "--audit-stdout");
+        self.start_broker_with(command, stderr_path, audit_stdout, false)
+    }
+
+    /// Starts `mint serve ... --audit-stdout [EXTRA...]` with a stdout nobody reads: the read end
+    /// of its pipe is closed before the broker starts, so its first write fails (`EPIPE`).
+    #[track_caller]
+    pub fn serve_with_closed_stdout(&self, upstream_ca: &Path, extra: &[&str]) -> Broker {
+        let stderr_path = self.path().join("mint-serve.stderr");
+        let stderr = std::fs::File::create(&stderr_path).unwrap();
+        let mut command = self.mint();
+        command
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--audit-stdout",
+                "--upstream-ca",
+            ])
+            .arg(upstream_ca)
+            .args(extra)
+            .stderr(stderr);
+        self.start_broker_with(command, stderr_path, true, true)
+    }
+
+    #[track_caller]
+    fn start_broker_with(
+        &self,
+        mut command: Command,
+        stderr_path: PathBuf,
+        audit_stdout: bool,
+        closed_stdout: bool,
+    ) -> Broker {
+        let stdout = if closed_stdout {
+            let (reader, writer) = std::io::pipe().unwrap();
+            drop(reader);
+            Stdio::from(writer)
+        } else {
+            Stdio::piped()
+        };
         let mut child = command
             .env("RUST_LOG", "mint_broker=debug")
             .stdin(Stdio::null())
-            .stdout(Stdio::piped())
+            .stdout(stdout)
             .spawn()
             .unwrap();
         if let Some(mut pipe) = child.stderr.take() {
@@ -223,6 +268,40 @@ impl MintHome {
                     }
                 }
             });
+        }
+        if audit_stdout {
+            let stdout_path = self.path().join("mint-serve.stdout");
+            let mut file = std::fs::File::create(&stdout_path).unwrap();
+            if let Some(mut pipe) = child.stdout.take() {
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut pipe, &mut file);
+                });
+            }
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            let base = loop {
+                let text = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+                if let Some(base) = text
+                    .lines()
+                    .find_map(|line| line.strip_prefix("listening on "))
+                {
+                    break base.to_owned();
+                }
+                if let Ok(Some(status)) = child.try_wait() {
+                    panic!("mint serve exited ({status}) before listening: {text}");
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "mint serve did not listen: {text}"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            };
+            return Broker {
+                child: Some(child),
+                base,
+                stderr_path,
+                audit_log: self.path().join("audit.log"),
+                stdout_path: Some(stdout_path),
+            };
         }
         let stdout = child.stdout.take().unwrap();
         let mut line = String::new();
@@ -244,6 +323,7 @@ impl MintHome {
             base,
             stderr_path,
             audit_log: self.path().join("audit.log"),
+            stdout_path: None,
         }
     }
 
@@ -273,6 +353,14 @@ impl Broker {
     /// What the broker wrote on stderr so far.
     pub fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    /// What the broker wrote on stdout so far (started with `--audit-stdout`).
+    pub fn stdout_text(&self) -> String {
+        self.stdout_path
+            .as_ref()
+            .map(|path| std::fs::read_to_string(path).unwrap_or_default())
+            .unwrap_or_default()
     }
 
     /// The audit log's text.

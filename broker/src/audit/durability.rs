@@ -119,6 +119,7 @@ pub(super) fn run_flusher(shared: &Shared) {
     loop {
         if state.shutdown {
             drop(state);
+            shared.record_mirror_report();
             // Nothing queued may be left behind: a line that cannot be written now is lost,
             // and Mint's log says how many.
             let _ = shared.write_pending();
@@ -149,6 +150,7 @@ pub(super) fn run_flusher(shared: &Shared) {
         let wanted = state.requested > state.synced && state.failure.is_none();
         let synced = state.synced;
         drop(state);
+        shared.record_mirror_report();
         // A failure is logged by the writer; the lines stay queued for the next attempt.
         let _ = shared.write_pending();
         shared.check_path();

@@ -104,6 +104,10 @@ pub(super) fn encode(record: &AuditRecord, prev: &str, out: &mut Vec<u8>) -> Ran
         }
     }
     optional(out, b",\"ended\":", record.ended.map(|v| v.as_str()));
+    if let Some(dropped) = record.dropped {
+        out.extend_from_slice(b",\"dropped\":");
+        number(out, dropped);
+    }
     optional(
         out,
         b",\"reason\":",
@@ -396,6 +400,8 @@ mod tests {
                 record.duration_ms = duration;
                 record.requests = tunnel.map(|(requests, _)| requests);
                 record.ended = tunnel.map(|(_, ended)| ended);
+                // Another independent optional count (an event's), in its place.
+                record.dropped = down.map(|n| n ^ 1);
                 record.reason = reason;
                 record
             },

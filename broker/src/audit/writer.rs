@@ -26,7 +26,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use mint_policy::audit::{AuditRecord, ChainHash, ReasonCode};
@@ -34,6 +34,7 @@ use mint_policy::audit::{AuditRecord, ChainHash, ReasonCode};
 use super::chain::{LineHash, read_last_line};
 use super::durability::{Durability, SyncFile, SyncState, mark_failed, mark_synced};
 use super::file;
+use super::mirror::{Mirror, MirrorReport};
 use super::rotation::{lock_path, rename_to_next, rotated_files, sync_dir, try_lock};
 use super::{AuditConfig, AuditError, PreparedLine, now};
 
@@ -52,6 +53,8 @@ pub(super) struct Shared {
     /// Wakes blocked waiters after an fsync.
     pub(super) durable: Condvar,
     events: AtomicU64,
+    /// `--audit-stdout`: where each batch goes once it is in the file.
+    pub(super) mirror: OnceLock<Arc<Mirror>>,
 }
 
 /// The file and the chain state. Only ever touched under `Shared::writer`.
@@ -172,6 +175,7 @@ impl Shared {
             flush_wanted: Condvar::new(),
             durable: Condvar::new(),
             events: shared_events,
+            mirror: OnceLock::new(),
         })
     }
 
@@ -225,6 +229,34 @@ impl Shared {
         let result = writer.write_batch(self, None).map(drop);
         self.written.store(writer.seq, Ordering::Release);
         result
+    }
+
+    /// Records what the copy to stdout lost since the last time (an `audit_stdout_dropped` or
+    /// `audit_stdout_closed` event with `dropped`), if anything; a report that cannot be written
+    /// is kept for the next call. Called by the flusher each tick and at shutdown.
+    pub(super) fn record_mirror_report(&self) {
+        let Some(mirror) = self.mirror.get() else {
+            return;
+        };
+        let Some(report) = mirror.take_report() else {
+            return;
+        };
+        let (reason, dropped) = match report {
+            MirrorReport::Dropped(n) => ("audit_stdout_dropped", n),
+            MirrorReport::Closed(n) => ("audit_stdout_closed", n),
+        };
+        let written = ReasonCode::new(reason)
+            .map_err(|_| AuditError::Internal)
+            .and_then(|reason| {
+                let id = super::event_id(self.next_event_number());
+                let mut record = AuditRecord::event(now(), id, reason, ChainHash::genesis());
+                record.dropped = Some(dropped);
+                PreparedLine::new(&record)
+            })
+            .and_then(|line| self.append(line));
+        if written.is_err() {
+            mirror.restore(report);
+        }
     }
 
     /// Drops whatever is still queued (the log is closing), saying how many records were lost.
@@ -360,6 +392,10 @@ impl Writer {
         let (size, seq) = (self.size, self.seq);
         let source = match self.write_lines(&mut lines) {
             Ok(done) => {
+                if let Some(mirror) = shared.mirror.get() {
+                    // The batch is in the file: only now may a copy go out.
+                    mirror.offer(&self.batch);
+                }
                 self.queue_stalled = false;
                 // Keep the queue's allocation for the next deferred lines.
                 lines.clear();

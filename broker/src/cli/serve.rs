@@ -11,6 +11,7 @@ use crate::approval::ApprovalBounds;
 use crate::approval::protocol::SOCKET_NAME;
 use crate::approval::webhook::{Webhook, WebhookFormat};
 use crate::audit::AuditConfig;
+use crate::audit::mirror::{BrokerId, BrokerIdError};
 use crate::config::declaration_file::ReadError;
 use crate::config::declarations::DeclarationsError;
 use crate::config::env::Paths;
@@ -99,6 +100,19 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value = "json")]
     pub approval_webhook_format: WebhookFormat,
 
+    /// Also write every audit record, as the audit file holds it, as one JSON line on stdout
+    /// (for journald, Vector, Fluent Bit, an OpenTelemetry collector), tagged with
+    /// `"broker":ID`. The file stays the record of truth and is written first; a slow or closed
+    /// stdout never holds up or fails a request, and what it lost is counted in the audit log.
+    /// The `listening on` line goes to stderr then.
+    #[arg(long)]
+    pub audit_stdout: bool,
+
+    /// The `broker` member of the lines --audit-stdout writes: 1-64 of A-Z a-z 0-9 . _ -
+    /// [default: the host name].
+    #[arg(long, value_name = "ID", value_parser = broker_id, requires = "audit_stdout")]
+    pub broker_id: Option<BrokerId>,
+
     /// The most requests of one agent waiting for approval at once.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub max_pending_approvals_per_agent: u32,
@@ -145,14 +159,24 @@ pub fn run(args: ServeArgs, paths: &Paths, out: &mut dyn Write) -> Result<(), Se
                 .max_pending_approvals_per_agent
                 .min(args.max_pending_approvals) as usize,
         },
+        audit_stdout: args
+            .audit_stdout
+            .then(|| args.broker_id.clone().unwrap_or_else(BrokerId::from_host)),
     };
     let socket = paths.home.join(SOCKET_NAME);
+    // With --audit-stdout, stdout carries audit lines only.
+    let mut stderr = std::io::stderr();
+    let out: &mut dyn Write = if args.audit_stdout { &mut stderr } else { out };
     serve_blocking(
         &args.listen,
         Some(&socket),
         || load_state(&paths, &config).map_err(|error| name_mint_init(error, &paths)),
         out,
     )
+}
+
+fn broker_id(text: &str) -> Result<BrokerId, BrokerIdError> {
+    BrokerId::new(text)
 }
 
 /// A policy or alias file missing where the home keeps it becomes
