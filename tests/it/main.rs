@@ -5,6 +5,7 @@ mod approvals_clients;
 mod audit_crash;
 mod audit_disk_full;
 mod audit_stdout;
+mod broker_kill;
 mod connection_framing;
 mod demo;
 mod doctor;

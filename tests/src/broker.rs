@@ -466,6 +466,15 @@ impl Broker {
         }
     }
 
+    /// Sends SIGKILL (no destructor, flush or fsync runs) and waits for the process to end.
+    #[track_caller]
+    pub fn kill(&mut self) {
+        let mut child = self.child.take().unwrap();
+        child.kill().unwrap();
+        let status = child.wait().unwrap();
+        assert!(!status.success(), "the broker exited before it was killed");
+    }
+
     /// Sends SIGTERM and waits for the exit status.
     #[track_caller]
     pub fn stop(&mut self) -> std::process::ExitStatus {
