@@ -11,6 +11,7 @@ mod demo;
 mod doctor;
 mod examples;
 mod headless;
+mod hostile_upstreams;
 mod inert_placeholders;
 mod interception;
 mod interception_clients;

@@ -263,11 +263,21 @@ fn unscrubbable() -> ProxyError {
 
 impl Decoder {
     /// Decodes one step of at most [`DECODE_STEP`] compressed bytes. Deflate expands at most
-    /// about 1,032 times, so one step's output stays under about 4 MiB.
+    /// about 1,032 times, so one step's output stays under about 4 MiB. Everything the step
+    /// decodes is returned now: flate2's writers keep decoded bytes in a buffer of their own
+    /// until the next write, so without the flush an answer's decoded bytes would come one step
+    /// late (a compressed event stream's event only with the next one, and an answer's head only
+    /// once a later step, perhaps a bomb's, had been decoded too).
     fn push(&mut self, step: &[u8]) -> Result<Vec<u8>, &'static str> {
         let written = match self {
-            Decoder::Gzip(d) => d.write_all(step).map(|()| std::mem::take(d.get_mut())),
-            Decoder::Zlib(d) => d.write_all(step).map(|()| std::mem::take(d.get_mut())),
+            Decoder::Gzip(d) => d
+                .write_all(step)
+                .and_then(|()| d.flush())
+                .map(|()| std::mem::take(d.get_mut())),
+            Decoder::Zlib(d) => d
+                .write_all(step)
+                .and_then(|()| d.flush())
+                .map(|()| std::mem::take(d.get_mut())),
         };
         written.map_err(|_| "undecodable_answer")
     }
@@ -522,5 +532,44 @@ impl std::fmt::Debug for AnswerBody {
             .field("received", &self.received)
             .field("sent", &self.sent)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+
+    use super::*;
+
+    fn gzip(bytes: &[u8]) -> Vec<u8> {
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        encoder.write_all(bytes).unwrap_or_default();
+        encoder.finish().unwrap_or_default()
+    }
+
+    /// A step's decoded bytes come out with that step, not with the next one (flate2's writers
+    /// buffer them until the next write unless flushed).
+    #[test]
+    fn a_step_returns_everything_it_decodes() {
+        for mut decoder in [
+            Decoder::Gzip(Box::new(MultiGzDecoder::new(Vec::new()))),
+            Decoder::Zlib(Box::new(ZlibDecoder::new(Vec::new()))),
+        ] {
+            let compressed = match decoder {
+                Decoder::Gzip(_) => gzip(b"data: first event\n\n"),
+                Decoder::Zlib(_) => {
+                    let mut encoder =
+                        flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+                    encoder.write_all(b"data: first event\n\n").unwrap_or_default();
+                    // A sync flush, as a server streaming events writes them: no end yet.
+                    encoder.flush().unwrap_or_default();
+                    encoder.get_ref().clone()
+                }
+            };
+            assert_eq!(
+                decoder.push(&compressed).as_deref(),
+                Ok(&b"data: first event\n\n"[..])
+            );
+        }
     }
 }
