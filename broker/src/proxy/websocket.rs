@@ -46,7 +46,7 @@ use std::pin::pin;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use http::StatusCode;
 use hyper::upgrade::{OnUpgrade, Upgraded};
 use hyper_util::rt::TokioIo;
@@ -56,7 +56,7 @@ use tokio::time::Instant;
 
 use super::AppState;
 use super::answer::OutcomeWriter;
-use crate::secrets::scrub::REDACTED;
+use crate::secrets::scrub::{REDACTED, Scrubber};
 use crate::serve::ConnectionSlot;
 
 pub(crate) mod frame;
@@ -156,9 +156,35 @@ struct Ledger {
 /// A data message from the upstream, in progress.
 struct Message {
     opcode: Opcode,
-    scrubber: crate::secrets::scrub::Scrubber,
+    scrubber: Scrubber,
     /// Whether a frame of it went to the agent (later ones are continuations).
     emitted: bool,
+}
+
+// === impl Message ===
+
+impl Message {
+    /// Appends to `out` the frame that relays one upstream data frame of this message (`fin`:
+    /// its last): the scrubber's output for `payload`, all of it in one frame, and at the last
+    /// frame the flushed rest. No frame when the scrubber released nothing and the message goes
+    /// on: how much it releases never depends on whether held bytes start a secret, so neither
+    /// do the frames.
+    fn reframe(&mut self, fin: bool, payload: &[u8], out: &mut Vec<u8>) {
+        let mut scrubbed = self.scrubber.push_slice(payload);
+        if fin {
+            scrubbed.extend_from_slice(&self.scrubber.finish_vec());
+        }
+        if scrubbed.is_empty() && !fin {
+            return;
+        }
+        let opcode = if self.emitted {
+            Opcode::Continuation
+        } else {
+            self.opcode
+        };
+        frame::write(out, fin, opcode, &scrubbed, None);
+        self.emitted = true;
+    }
 }
 
 // === impl Ending ===
@@ -534,19 +560,7 @@ async fn from_upstream(
                     },
                 };
                 let mut current = current;
-                let mut scrubbed = current.scrubber.push_slice(&payload);
-                if head.fin {
-                    scrubbed.extend_from_slice(&current.scrubber.finish_vec());
-                }
-                if !scrubbed.is_empty() || head.fin {
-                    let opcode = if current.emitted {
-                        Opcode::Continuation
-                    } else {
-                        current.opcode
-                    };
-                    frame::write(&mut out, head.fin, opcode, &scrubbed, None);
-                    current.emitted = true;
-                }
+                current.reframe(head.fin, &payload, &mut out);
                 if !head.fin {
                     message = Some(current);
                 }
@@ -555,7 +569,8 @@ async fn from_upstream(
                 if head.opcode == Opcode::Close {
                     shared.saw_close(Peer::Upstream);
                 }
-                let Some(control) = scrub_control(head.opcode, &payload, state) else {
+                let mut scrubber = state.declarations().scrubber();
+                let Some(control) = scrub_control(head.opcode, &payload, &mut scrubber) else {
                     return Stop::Protocol;
                 };
                 frame::write(&mut out, true, head.opcode, &control, None);
@@ -569,8 +584,7 @@ async fn from_upstream(
 
 /// A control frame's payload, scrubbed on its own; one that would grow past 125 bytes carries
 /// the marker alone (a close frame keeps its code). `None` for a close payload of one byte.
-fn scrub_control(opcode: Opcode, payload: &Bytes, state: &AppState) -> Option<Vec<u8>> {
-    let mut scrubber = state.declarations().scrubber();
+fn scrub_control(opcode: Opcode, payload: &[u8], scrubber: &mut Scrubber) -> Option<Vec<u8>> {
     let (code, text) = match opcode {
         Opcode::Close if payload.len() == 1 => return None,
         Opcode::Close if payload.len() >= 2 => payload.split_at(2),
@@ -591,6 +605,101 @@ mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
 
     use super::*;
+
+    const SECRET: &str = "canary-ws-unit-Hq3vT8xL5pZ2mR7wK9nB";
+
+    fn scrubber() -> Scrubber {
+        Scrubber::from_secrets([SECRET.as_bytes()]).unwrap()
+    }
+
+    /// Relays one message given as fragments; returns each frame Mint writes: (first byte,
+    /// payload).
+    fn relay(fragments: &[&[u8]]) -> Vec<(u8, Vec<u8>)> {
+        let mut message = Message {
+            opcode: Opcode::Text,
+            scrubber: scrubber(),
+            emitted: false,
+        };
+        let mut out = Vec::new();
+        for (i, fragment) in fragments.iter().enumerate() {
+            message.reframe(i + 1 == fragments.len(), fragment, &mut out);
+        }
+        let mut frames = Vec::new();
+        let mut rest = out.as_slice();
+        while !rest.is_empty() {
+            let head = Head::read(rest).unwrap().unwrap();
+            let end = head.size + head.len as usize;
+            frames.push((rest[0], rest[head.size..end].to_vec()));
+            rest = &rest[end..];
+        }
+        frames
+    }
+
+    /// A secret cut across fragments anywhere is redacted, the message arrives whole, and it
+    /// starts with its opcode and ends with FIN.
+    #[test]
+    fn a_secret_split_across_fragments_is_redacted() {
+        let text = format!("{}{SECRET} and after", "x".repeat(40));
+        let bytes = text.as_bytes();
+        for cut in 0..=bytes.len() {
+            let frames = relay(&[&bytes[..cut], &bytes[cut..]]);
+            let joined: Vec<u8> = frames.iter().flat_map(|(_, p)| p.clone()).collect();
+            let expected = format!("{}{REDACTED} and after", "x".repeat(40));
+            assert_eq!(joined, expected.as_bytes(), "cut {cut}");
+            assert_eq!(frames[0].0 & 0x0F, 0x1, "the first frame is text");
+            assert!(frames[1..].iter().all(|(first, _)| first & 0x0F == 0));
+            assert!(frames.last().unwrap().0 & 0x80 != 0, "FIN at the end");
+        }
+    }
+
+    /// The chunking side channel: the frames Mint writes for a message whose held bytes start
+    /// the secret have exactly the sizes and boundaries of those for a message with other bytes
+    /// there, wherever the fragments are cut.
+    #[test]
+    fn frame_boundaries_never_show_a_held_back_prefix() {
+        let filler = "y".repeat(700);
+        for prefix in [1, 5, 12, SECRET.len() - 1] {
+            let held = format!("{filler}{}", &SECRET[..prefix]);
+            let other = format!("{filler}{}", "z".repeat(prefix));
+            for cut in (0..held.len()).step_by(37) {
+                let tail = "q".repeat(200);
+                let shape = |text: &str| -> Vec<(u8, usize)> {
+                    relay(&[
+                        &text.as_bytes()[..cut],
+                        &text.as_bytes()[cut..],
+                        tail.as_bytes(),
+                    ])
+                    .into_iter()
+                    .map(|(first, payload)| (first, payload.len()))
+                    .collect()
+                };
+                assert_eq!(shape(&held), shape(&other), "prefix {prefix} cut {cut}");
+            }
+        }
+    }
+
+    #[test]
+    fn control_frames_are_scrubbed_and_stay_within_125_bytes() {
+        let ping = scrub_control(
+            Opcode::Ping,
+            format!("p {SECRET}").as_bytes(),
+            &mut scrubber(),
+        );
+        assert_eq!(ping.unwrap(), format!("p {REDACTED}").as_bytes());
+        let mut close = 4000u16.to_be_bytes().to_vec();
+        close.extend_from_slice(format!("bye {SECRET}").as_bytes());
+        let scrubbed = scrub_control(Opcode::Close, &close, &mut scrubber()).unwrap();
+        assert_eq!(&scrubbed[..2], &4000u16.to_be_bytes());
+        assert_eq!(&scrubbed[2..], format!("bye {REDACTED}").as_bytes());
+        // A short secret repeated: the marker is longer, so the payload would grow past 125.
+        let mut short = Scrubber::from_secrets([b"k3y9".as_slice()]).unwrap();
+        let mut close = 1000u16.to_be_bytes().to_vec();
+        close.extend_from_slice("k3y9 ".repeat(24).as_bytes());
+        let scrubbed = scrub_control(Opcode::Close, &close, &mut short).unwrap();
+        assert_eq!(&scrubbed[..2], &1000u16.to_be_bytes());
+        assert_eq!(&scrubbed[2..], REDACTED.as_bytes());
+        assert!(scrub_control(Opcode::Close, &[3], &mut scrubber()).is_none());
+    }
 
     #[test]
     fn data_frames_follow_the_message_in_progress_and_the_bound() {
