@@ -962,6 +962,7 @@ async fn forward(
                 .get::<crate::serve::ConnectionSlot>()
                 .cloned(),
             hold: parts.extensions.get::<websocket::RelayHold>().cloned(),
+            outward: token.as_deref().map(|token| OutwardToken::new(token)),
         })
     } else {
         None

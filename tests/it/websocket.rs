@@ -433,7 +433,14 @@ fn issue_26_refusals_come_before_anything_is_sent() {
 
     // A path no rule allows: 403 with the rule's verdict, nothing sent.
     let (result, printed) = python_client(
-        &[&lab.route("/other"), steps, "--header", &cap, "--header", auth],
+        &[
+            &lab.route("/other"),
+            steps,
+            "--header",
+            &cap,
+            "--header",
+            auth,
+        ],
         &[],
     );
     assert_eq!(result["status"], 403, "{printed}");
@@ -461,6 +468,28 @@ fn issue_26_refusals_come_before_anything_is_sent() {
     assert_eq!(outcome["outcome"], "unknown", "{outcome}");
     assert_eq!(outcome["reason"], "websocket_upstream_message_too_large");
     lab.assert_clean(&printed);
+
+    // The agent's capability token in a frame: that frame is not forwarded, the socket closes
+    // with 1008 (policy violation).
+    let leak = serde_json::to_string(&["echo:hi".to_owned(), format!("echo:{}", lab.cap)]).unwrap();
+    let (result, printed) = python_client(
+        &[
+            &lab.route("/socket"),
+            &leak,
+            "--header",
+            &cap,
+            "--header",
+            auth,
+        ],
+        &[],
+    );
+    assert_eq!(result["answers"], json!(["hi"]), "{printed}");
+    assert_eq!(result["close"]["code"], 1008, "{printed}");
+    let handshakes = upstream.wait_for_handshakes(2);
+    assert_eq!(handshakes[1]["received"], json!(["echo:hi"]));
+    let outcome = &lab.socket_outcomes(2)[1];
+    assert_eq!(outcome["reason"], "capability_token_outward", "{outcome}");
+    assert!(!lab.broker.audit_text().contains(&lab.cap));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -564,7 +593,11 @@ fn issue_26_extensions_compressed_frames_and_control_frames_from_the_upstream() 
     // An upstream that negotiates `permessage-deflate` though Mint offered none: refused, 502.
     let upstream = RawUpstream::start(|mut stream| {
         let head = read_head(&mut stream);
-        assert!(!head.to_ascii_lowercase().contains("sec-websocket-extensions"));
+        assert!(
+            !head
+                .to_ascii_lowercase()
+                .contains("sec-websocket-extensions")
+        );
         let answer = format!("{SWITCHING}Sec-WebSocket-Extensions: permessage-deflate\r\n\r\n");
         let _ = stream.write_all(answer.as_bytes());
         let _ = stream.read(&mut [0u8; 1]);
@@ -604,7 +637,9 @@ fn issue_26_extensions_compressed_frames_and_control_frames_from_the_upstream() 
     let (mut stream, answer) = raw_agent(&lab, "/socket");
     assert!(answer.starts_with("HTTP/1.1 101"), "{answer}");
     assert!(
-        !answer.to_ascii_lowercase().contains("sec-websocket-extensions"),
+        !answer
+            .to_ascii_lowercase()
+            .contains("sec-websocket-extensions"),
         "{answer}"
     );
     let (first, payload) = read_frame(&mut stream).unwrap();

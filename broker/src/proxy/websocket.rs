@@ -11,9 +11,13 @@
 //! that answers with one anyway is refused (`502`), and a frame with a reserved bit set closes the
 //! socket. HTTP/2 extended CONNECT (RFC 8441) is not served: agents speak HTTP/1.1 Upgrade.
 //!
-//! - **Agent to upstream**: frames are forwarded byte for byte, masked as the agent masked them;
-//!   only their heads are read (for the bounds and to see who closes). Placeholders in them are
-//!   inert text: nothing is substituted in a frame.
+//! - **Agent to upstream**: each frame is read whole (bounded) and forwarded byte for byte,
+//!   masked as the agent masked it; its head is read for the bounds and to see who closes, and
+//!   its payload, unmasked on the side, is searched for the capability token the handshake
+//!   presented (with the end of the frame before it): a frame holding it is not forwarded and
+//!   the socket closes with 1008 (`capability_token_outward`). A token cut across two frames is
+//!   caught at the second, after the first went. Placeholders in frames are inert text:
+//!   nothing is substituted in a frame.
 //! - **Upstream to agent**: each frame is read whole (bounded), its payload run through a
 //!   [`Scrubber`](crate::secrets::scrub::Scrubber), and written to the agent as a new frame with
 //!   the scrubbed payload's own length; frames are never patched in place. A data message
@@ -40,7 +44,7 @@
 //! `websocket_closed_by_agent` or `websocket_closed_by_upstream` (a close frame, outcome
 //! `completed`), `client_closed` (the agent went away without one, `completed`), and, outcome
 //! `unknown`, `upstream_reset`, `websocket_idle_timeout`, `websocket_shutdown`, or
-//! `websocket_{agent,upstream}_{message_too_large,protocol_error}`.
+//! `websocket_{agent,upstream}_{message_too_large,protocol_error}`, `capability_token_outward`.
 
 use std::pin::pin;
 use std::sync::{Mutex, PoisonError};
@@ -53,9 +57,11 @@ use hyper_util::rt::TokioIo;
 use mint_policy::audit::Outcome;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::time::Instant;
+use zeroize::Zeroizing;
 
 use super::AppState;
 use super::answer::OutcomeWriter;
+use super::pipeline::OutwardToken;
 use crate::secrets::scrub::{REDACTED, Scrubber};
 use crate::serve::ConnectionSlot;
 
@@ -74,6 +80,7 @@ const READ_SIZE: usize = 16 << 10;
 /// Close codes (RFC 6455 section 7.4.1).
 const GOING_AWAY: u16 = 1001;
 const PROTOCOL_ERROR: u16 = 1002;
+const POLICY_VIOLATION: u16 = 1008;
 const TOO_BIG: u16 = 1009;
 
 /// Held by a WebSocket relay for as long as it runs, so that an intercepted tunnel, whose
@@ -91,6 +98,8 @@ pub(crate) struct AgentSide {
     pub(crate) on_upgrade: OnUpgrade,
     pub(crate) slot: Option<ConnectionSlot>,
     pub(crate) hold: Option<RelayHold>,
+    /// The capability token the handshake presented, never to be forwarded in a frame.
+    pub(crate) outward: Option<OutwardToken>,
 }
 
 /// Which end of the socket.
@@ -113,6 +122,8 @@ enum Ending {
     Shutdown,
     TooLarge(Peer),
     Protocol(Peer),
+    /// The agent wrote its capability token into a frame, which was not forwarded.
+    TokenOutward,
 }
 
 /// Why a direction stopped relaying.
@@ -124,6 +135,8 @@ enum Stop {
     TooLarge,
     /// Its peer broke the protocol.
     Protocol,
+    /// The agent's frame held its capability token.
+    TokenOutward,
 }
 
 /// What ended the relay's first wait.
@@ -205,6 +218,7 @@ impl Ending {
             }
             Ending::Protocol(Agent) => (Outcome::Unknown, "websocket_agent_protocol_error"),
             Ending::Protocol(Upstream) => (Outcome::Unknown, "websocket_upstream_protocol_error"),
+            Ending::TokenOutward => (Outcome::Unknown, "capability_token_outward"),
         }
     }
 
@@ -216,6 +230,7 @@ impl Ending {
             Ending::Shutdown => Some((GOING_AWAY, "proxy shutting down")),
             Ending::TooLarge(_) => Some((TOO_BIG, "message too large")),
             Ending::Protocol(_) => Some((PROTOCOL_ERROR, "protocol error")),
+            Ending::TokenOutward => Some((POLICY_VIOLATION, "capability token in a frame")),
         }
     }
 }
@@ -274,6 +289,7 @@ pub(crate) async fn relay(
         on_upgrade,
         slot,
         hold,
+        outward,
     } = agent;
     let limits = *state.limits();
     let id = outcome.facts.id.clone();
@@ -326,7 +342,7 @@ pub(crate) async fn relay(
     let mut drain = slot.as_ref().map(|slot| slot.drain.clone());
     tracing::debug!(request.id = %id, "WebSocket open");
     let ending = {
-        let mut up = pin!(from_agent(&shared, agent_reader, max));
+        let mut up = pin!(from_agent(&shared, agent_reader, max, outward.as_ref()));
         let mut down = pin!(from_upstream(&shared, upstream_reader, max, &state));
         let drained = async {
             match drain.as_mut() {
@@ -345,6 +361,7 @@ pub(crate) async fn relay(
             First::Shutdown => Ending::Shutdown,
             First::Stopped(peer, Stop::TooLarge) => Ending::TooLarge(peer),
             First::Stopped(peer, Stop::Protocol) => Ending::Protocol(peer),
+            First::Stopped(_, Stop::TokenOutward) => Ending::TokenOutward,
             First::Stopped(peer, Stop::End) => {
                 // The other direction gets a moment to finish the close handshake, or to see
                 // the end of the stream Mint passed on.
@@ -427,38 +444,40 @@ async fn read_more(reader: &mut ReadHalf<TokioIo<Upgraded>>, buf: &mut BytesMut)
     matches!(reader.read_buf(buf).await, Ok(n) if n > 0)
 }
 
-/// Writes `bytes` to `side`; `false` when the stream is gone.
-async fn send(side: &tokio::sync::Mutex<Side>, bytes: &[u8], mid_frame: bool) -> bool {
+/// Writes the whole frames `bytes` to `side`; `false` when the stream is gone. Until they are
+/// out, the side is marked mid-frame (a write cut short leaves it so).
+async fn send(side: &tokio::sync::Mutex<Side>, bytes: &[u8]) -> bool {
     let mut side = side.lock().await;
     side.mid_frame = true;
     if side.writer.write_all(bytes).await.is_err() || side.writer.flush().await.is_err() {
         return false;
     }
     side.bytes += bytes.len() as u64;
-    side.mid_frame = mid_frame;
+    side.mid_frame = false;
     true
 }
 
-/// The agent's frames, forwarded byte for byte as they arrive; only their heads are read.
-async fn from_agent(shared: &Shared, mut reader: ReadHalf<TokioIo<Upgraded>>, max: u64) -> Stop {
+/// The agent's frames, each read whole (bounded) and forwarded byte for byte, masked as the
+/// agent masked it. A frame whose payload (unmasked, with the end of the frame before it)
+/// holds the capability token the handshake presented is not forwarded: the socket closes.
+async fn from_agent(
+    shared: &Shared,
+    mut reader: ReadHalf<TokioIo<Upgraded>>,
+    max: u64,
+    outward: Option<&OutwardToken>,
+) -> Stop {
     let mut buf = BytesMut::new();
-    // Payload bytes of the current frame still to forward.
-    let mut remaining: u64 = 0;
     // The size so far of the data message in progress.
     let mut message: Option<u64> = None;
+    // The last unmasked payload bytes, the token's length less one, for a token split
+    // between two frames; and the frame's payload unmasked.
+    let mut tail: Zeroizing<Vec<u8>> = Zeroizing::new(Vec::new());
+    let mut unmasked: Zeroizing<Vec<u8>> = Zeroizing::new(Vec::new());
     loop {
-        if remaining > 0 && !buf.is_empty() {
-            let take = usize::try_from(remaining).map_or(buf.len(), |r| r.min(buf.len()));
-            let chunk = buf.split_to(take);
-            remaining -= take as u64;
-            if !send(&shared.to_upstream, &chunk, remaining > 0).await {
-                return Stop::End;
-            }
-            continue;
-        }
         let head = match Head::read(&buf) {
             Err(_) => return Stop::Protocol,
-            Ok(Some(head)) if remaining == 0 => head,
+            Ok(Some(head)) if head.len > max => return Stop::TooLarge,
+            Ok(Some(head)) if (buf.len() - head.size) as u64 >= head.len => head,
             Ok(_) => {
                 if !read_more(&mut reader, &mut buf).await {
                     let mut side = shared.to_upstream.lock().await;
@@ -472,15 +491,27 @@ async fn from_agent(shared: &Shared, mut reader: ReadHalf<TokioIo<Upgraded>>, ma
         if let Some(stop) = check_frame(&head, &mut message, max) {
             return stop;
         }
+        // INVARIANT: the whole frame is in `buf` (checked above), so its length fits a `usize`.
+        let end = head.size + head.len as usize;
+        if let Some(outward) = outward {
+            let payload = buf.get(head.size..end).unwrap_or_default();
+            unmasked.clear();
+            unmasked.extend_from_slice(&tail);
+            let key = head.mask.unwrap_or([0; 4]);
+            unmasked.extend(payload.iter().zip(key.iter().cycle()).map(|(b, k)| b ^ k));
+            if outward.found_in(&unmasked) {
+                return Stop::TokenOutward;
+            }
+            let keep = outward.len().saturating_sub(1);
+            let from = unmasked.len().saturating_sub(keep);
+            tail.clear();
+            tail.extend_from_slice(unmasked.get(from..).unwrap_or_default());
+        }
         if head.opcode == Opcode::Close {
             shared.saw_close(Peer::Agent);
         }
-        let available = (buf.len() - head.size) as u64;
-        let payload_now = head.len.min(available);
-        // INVARIANT: `payload_now` is at most `buf.len() - head.size`.
-        let chunk = buf.split_to(head.size + payload_now as usize);
-        remaining = head.len - payload_now;
-        if !send(&shared.to_upstream, &chunk, remaining > 0).await {
+        let frame = buf.split_to(end);
+        if !send(&shared.to_upstream, &frame).await {
             return Stop::End;
         }
     }
@@ -576,7 +607,7 @@ async fn from_upstream(
                 frame::write(&mut out, true, head.opcode, &control, None);
             }
         }
-        if !out.is_empty() && !send(&shared.to_agent, &out, false).await {
+        if !out.is_empty() && !send(&shared.to_agent, &out).await {
             return Stop::End;
         }
     }
