@@ -696,3 +696,39 @@ fn issue_26_a_client_that_never_completes_the_handshake_or_goes_silent() {
     assert_eq!(handshake["authorization_ok"], true);
     lab.assert_clean(&answer);
 }
+
+#[test]
+fn issue_26_an_open_socket_holds_its_connection_slot_and_closes_at_shutdown() {
+    let upstream = WsUpstream::start(false);
+    let mut lab = Lab::start(
+        upstream.port,
+        &upstream.ca,
+        false,
+        &["--max-connections", "1"],
+    );
+    let (mut stream, answer) = raw_agent(&lab, "/socket");
+    assert!(answer.starts_with("HTTP/1.1 101"), "{answer}");
+    // The socket holds the only slot: another connection waits in the backlog, unanswered.
+    let mut other = TcpStream::connect(lab.broker.addr()).unwrap();
+    other
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    other
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: mint\r\n\r\n")
+        .unwrap();
+    let mut byte = [0u8; 1];
+    assert!(
+        !matches!(other.read(&mut byte), Ok(n) if n > 0),
+        "answered while the socket held the only slot"
+    );
+    // Shutdown: the socket closes with 1001 on the agent's side, its outcome is recorded
+    // before the audit log is synced, and the broker exits 0.
+    let status = lab.broker.stop();
+    assert!(status.success(), "{status:?}");
+    let (first, payload) = read_frame(&mut stream).unwrap();
+    assert_eq!(first, 0x88);
+    assert_eq!(&payload[..2], &1001u16.to_be_bytes());
+    let outcome = &lab.socket_outcomes(1)[0];
+    assert_eq!(outcome["reason"], "websocket_shutdown", "{outcome}");
+    lab.assert_clean(&answer);
+}

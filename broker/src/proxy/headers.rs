@@ -753,6 +753,62 @@ mod tests {
     }
 
     #[test]
+    fn only_a_well_formed_websocket_handshake_may_upgrade() {
+        let handshake = [
+            ("upgrade", "websocket"),
+            ("connection", "keep-alive, Upgrade"),
+            ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
+            ("sec-websocket-version", "13"),
+            ("sec-websocket-extensions", "permessage-deflate"),
+        ];
+        assert!(check_request(&Method::GET, &headers(&handshake)).is_ok());
+        assert!(check_request(&Method::POST, &headers(&handshake)).is_err());
+        let without = |name: &str| -> Vec<(&str, &str)> {
+            handshake
+                .iter()
+                .copied()
+                .filter(|(n, _)| *n != name)
+                .collect()
+        };
+        for name in ["connection", "sec-websocket-key", "sec-websocket-version"] {
+            assert!(
+                check_request(&Method::GET, &headers(&without(name))).is_err(),
+                "{name}"
+            );
+        }
+        for (name, value) in [
+            ("upgrade", "h2c"),
+            ("sec-websocket-version", "8"),
+            ("content-length", "5"),
+            ("transfer-encoding", "chunked"),
+        ] {
+            let mut pairs = without(name);
+            pairs.push((name, value));
+            assert!(
+                check_request(&Method::GET, &headers(&pairs)).is_err(),
+                "{name}"
+            );
+        }
+        let mut twice = handshake.to_vec();
+        twice.push(("upgrade", "websocket"));
+        assert!(check_request(&Method::GET, &headers(&twice)).is_err());
+
+        // Forwarded: the upgrade restored, the extension offer gone in every spelling.
+        let mut forwarded = headers(&handshake);
+        forwarded.insert(
+            HeaderName::from_static("sec_websocket_extensions"),
+            HeaderValue::from_static("x"),
+        );
+        strip_request(&mut forwarded);
+        restore_websocket_upgrade(&mut forwarded);
+        assert_eq!(forwarded["upgrade"], "websocket");
+        assert_eq!(forwarded["connection"], "Upgrade");
+        assert_eq!(forwarded["sec-websocket-key"], "dGhlIHNhbXBsZSBub25jZQ==");
+        assert!(!forwarded.contains_key("sec-websocket-extensions"));
+        assert!(!forwarded.contains_key("sec_websocket_extensions"));
+    }
+
+    #[test]
     fn framing_verdicts_on_raw_heads() {
         assert!(
             FramingWatch::of_head(["Host", "content-length"])
