@@ -619,7 +619,7 @@ fn scrub_control(opcode: Opcode, payload: &[u8], scrubber: &mut Scrubber) -> Opt
     let (code, text) = match opcode {
         Opcode::Close if payload.len() == 1 => return None,
         Opcode::Close if payload.len() >= 2 => payload.split_at(2),
-        _ => (&[][..], &payload[..]),
+        _ => (&[][..], payload),
     };
     let mut scrubbed = scrubber.push_slice(text);
     scrubbed.extend_from_slice(&scrubber.finish_vec());
