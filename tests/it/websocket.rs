@@ -615,12 +615,14 @@ fn issue_26_extensions_compressed_frames_and_control_frames_from_the_upstream() 
     drop(upstream);
     lab.assert_clean(&answer);
 
-    // An upstream that pings with the secret, then sends it compressed (RSV1 set): the ping
-    // reaches the agent redacted, the compressed frame never does; the socket closes with 1002.
+    // An upstream that echoes the secret in its `101`, pings with it, then sends it compressed
+    // (RSV1 set): the head and the ping reach the agent redacted, the compressed frame never
+    // does; the socket closes with 1002.
     let upstream = RawUpstream::start(|mut stream| {
         let head = read_head(&mut stream);
         assert!(head.contains(&format!("Bearer {SECRET}")), "{head}");
-        let mut out = format!("{SWITCHING}\r\n").into_bytes();
+        // The `101` echoes the secret in a header: scrubbed like any answer's head.
+        let mut out = format!("{SWITCHING}X-Echo: Bearer {SECRET}\r\n\r\n").into_bytes();
         out.extend(server_frame(0x89, format!("ping {SECRET}").as_bytes()));
         let mut deflate =
             flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
@@ -640,6 +642,12 @@ fn issue_26_extensions_compressed_frames_and_control_frames_from_the_upstream() 
         !answer
             .to_ascii_lowercase()
             .contains("sec-websocket-extensions"),
+        "{answer}"
+    );
+    assert!(
+        answer
+            .to_ascii_lowercase()
+            .contains(&format!("x-echo: bearer {REDACTED}")),
         "{answer}"
     );
     let (first, payload) = read_frame(&mut stream).unwrap();
