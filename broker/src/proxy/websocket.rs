@@ -23,7 +23,8 @@
 //!   the scrubbed payload's own length; frames are never patched in place. A data message
 //!   (text or binary, fragmented or not) is one scrubbing stream, so a secret split across
 //!   fragments is caught; at its last fragment the scrubber flushes, so each message reaches the
-//!   agent whole when it ends. Control frames (ping, pong, close) are scrubbed on their own;
+//!   agent whole when it ends. A reload's new secrets are scrubbed from the next fragment on (the
+//!   new declarations keep the old secrets), as in an answer's body. Control frames (ping, pong, close) are scrubbed on their own;
 //!   one that would grow past 125 bytes carries the marker alone (a close keeps its code).
 //! - **Chunking**: Mint emits one frame per upstream frame, holding the concatenated pieces the
 //!   scrubber released for it (none when it released nothing), and ends the message with the
@@ -47,7 +48,7 @@
 //! `websocket_{agent,upstream}_{message_too_large,protocol_error}`, `capability_token_outward`.
 
 use std::pin::pin;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -62,6 +63,7 @@ use zeroize::Zeroizing;
 use super::AppState;
 use super::answer::OutcomeWriter;
 use super::pipeline::OutwardToken;
+use crate::config::declarations::Declarations;
 use crate::secrets::scrub::{REDACTED, Scrubber};
 use crate::serve::ConnectionSlot;
 
@@ -547,6 +549,8 @@ async fn from_upstream(
 ) -> Stop {
     let mut buf = BytesMut::new();
     let mut message: Option<Message> = None;
+    // The declarations the message's scrubber was last built from or adopted.
+    let mut built_from: Arc<Declarations> = state.declarations();
     let mut size: Option<u64> = None;
     loop {
         let head = match Head::read(&buf) {
@@ -582,15 +586,24 @@ async fn from_upstream(
         let mut out = Vec::new();
         match head.opcode {
             Opcode::Text | Opcode::Binary | Opcode::Continuation => {
-                let current = match message.take() {
-                    Some(current) => current,
+                // The declarations in force now: a message still streaming when a reload brings
+                // a new secret hides that one too from its next fragment on (the new
+                // declarations keep the old secrets), as an answer's body does.
+                let latest = state.declarations();
+                let mut current = match message.take() {
+                    Some(mut current) => {
+                        if !Arc::ptr_eq(&latest, &built_from) {
+                            current.scrubber.adopt(latest.scrubber());
+                        }
+                        current
+                    }
                     None => Message {
                         opcode: head.opcode,
-                        scrubber: state.declarations().scrubber(),
+                        scrubber: latest.scrubber(),
                         emitted: false,
                     },
                 };
-                let mut current = current;
+                built_from = latest;
                 current.reframe(head.fin, &payload, &mut out);
                 if !head.fin {
                     message = Some(current);
