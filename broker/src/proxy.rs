@@ -74,6 +74,7 @@ mod error;
 pub(crate) mod headers;
 pub mod mcp_call;
 pub(crate) mod pipeline;
+pub(crate) mod websocket;
 
 pub use error::{Fault, Invalid, OUTCOME_HEADER, ProxyError, REQUEST_ID_HEADER, TokenPlace};
 pub use headers::FramingWatch;
@@ -108,6 +109,8 @@ pub struct ProxyLimits {
     pub shutdown_grace: Duration,
     /// The most agent connections served at once.
     pub max_connections: usize,
+    /// The largest WebSocket message (and so frame), either way, before any decoding.
+    pub max_websocket_message: u64,
 }
 
 /// A combination of limits that cannot work; both values are shown.
@@ -151,6 +154,7 @@ impl Default for ProxyLimits {
             header_read_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(10),
             max_connections: 1024,
+            max_websocket_message: 16 << 20,
         }
     }
 }
@@ -492,6 +496,7 @@ pub(crate) async fn proxy_shortcut(state: &AppState, mode: Mode, request: Reques
     // (hyper's HTTP/1 server drops it anyway; its HTTP/2 server would send it).
     use hyper::body::Body as _;
     if !response.headers().contains_key(header::CONTENT_LENGTH)
+        && response.status() != StatusCode::SWITCHING_PROTOCOLS
         && let Some(length) = response.body().size_hint().exact()
     {
         response
@@ -899,7 +904,7 @@ async fn forward(
     mode: Mode,
     request: Request,
 ) -> Result<Response, ProxyError> {
-    let (parts, body) = request.into_parts();
+    let (mut parts, body) = request.into_parts();
     let method = parts.method;
 
     // 1. Authenticate (inside a tunnel: the `CONNECT`'s capability, checked again now).
@@ -953,9 +958,34 @@ async fn forward(
         framing.take()?;
     }
     headers::check_request(&method, &parts.headers)?;
+    // A WebSocket opening handshake (`check_request` refused every other upgrade): the agent's
+    // connection is taken over once the upstream has answered `101` (`websocket.rs`).
+    let websocket = if parts.headers.contains_key(header::UPGRADE) {
+        let on_upgrade = parts
+            .extensions
+            .remove::<hyper::upgrade::OnUpgrade>()
+            .filter(|_| parts.version == Version::HTTP_11)
+            .ok_or(Invalid::Header(
+                "a WebSocket opening handshake must be an HTTP/1.1 `Upgrade` (HTTP/2 extended CONNECT is not supported)",
+            ))?;
+        Some(websocket::AgentSide {
+            on_upgrade,
+            slot: parts
+                .extensions
+                .get::<crate::serve::ConnectionSlot>()
+                .cloned(),
+            hold: parts.extensions.get::<websocket::RelayHold>().cloned(),
+            outward: token.as_deref().map(|token| OutwardToken::new(token)),
+        })
+    } else {
+        None
+    };
     let declared = headers::content_length(&parts.headers);
     let mut request_headers = parts.headers;
     headers::strip_request(&mut request_headers);
+    if websocket.is_some() {
+        headers::restore_websocket_upgrade(&mut request_headers);
+    }
     if let Some(name) = outward
         .as_ref()
         .and_then(|outward| outward.header_carrying(&request_headers))
@@ -1085,6 +1115,7 @@ async fn forward(
         uses,
         headers: request_headers,
         body,
+        websocket,
     };
     let sent = send(state, exchange, &declarations, admitted, outgoing).await;
     if let Err(error) = &sent
@@ -1193,6 +1224,8 @@ struct Outgoing {
     uses: Vec<AliasUse>,
     headers: http::HeaderMap,
     body: Bytes,
+    /// The agent's side of a WebSocket opening handshake.
+    websocket: Option<websocket::AgentSide>,
 }
 
 /// The pipeline from the decision record to the answer's head.
@@ -1209,6 +1242,7 @@ async fn send(
         uses,
         headers: mut request_headers,
         body,
+        websocket,
     } = outgoing;
 
     // 5. The decision record, before anything leaves.
@@ -1223,10 +1257,12 @@ async fn send(
     inject::headers(&mut request_headers, &secrets).map_err(inject_error)?;
     let uri = inject::uri(&target, &secrets).map_err(inject_error)?;
     drop(secrets);
-    request_headers.insert(
-        header::ACCEPT_ENCODING,
-        HeaderValue::from_static("identity"),
-    );
+    if websocket.is_none() {
+        request_headers.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+    }
     exchange.bytes_up = Some(body.len() as u64);
     let mut upstream_request = http::Request::new(Full::new(body));
     *upstream_request.method_mut() = method;
@@ -1235,6 +1271,17 @@ async fn send(
     *upstream_request.headers_mut() = request_headers;
 
     let limits = *state.limits();
+    if let Some(agent) = websocket {
+        return open_websocket(
+            state,
+            exchange,
+            declarations,
+            admitted.allow_private,
+            upstream_request,
+            agent,
+        )
+        .await;
+    }
     let sent = tokio::time::timeout(
         limits.request_timeout,
         state
@@ -1248,6 +1295,18 @@ async fn send(
         Ok(Err(error)) => return Err(upstream_error(&error)),
         Ok(Ok(response)) => response,
     };
+    answer_upstream(state, exchange, declarations, response).await
+}
+
+/// The upstream's answer on its way to the agent, scrubbed and streamed (`answer`); the body
+/// writes the outcome record when it ends.
+async fn answer_upstream(
+    state: &AppState,
+    exchange: &mut Exchange,
+    declarations: &Arc<Declarations>,
+    response: http::Response<hyper::body::Incoming>,
+) -> Result<Response, ProxyError> {
+    let limits = *state.limits();
     tracing::debug!(request.id = %exchange.facts.id, status = response.status().as_u16(), "Upstream answered");
     let id = exchange.facts.id.clone();
     // Only once the answer is accepted does the body take over the outcome, and with it the
@@ -1278,6 +1337,92 @@ async fn send(
         Ok(response) => Ok(response.map(Body::new)),
         Err(error) => Err(error),
     }
+}
+
+/// Sends a WebSocket opening handshake upstream on a connection of its own. An answer other
+/// than `101` goes back as any answer does; a `101` is checked (`Upgrade: websocket`, no
+/// extension, since none was offered), its head cleaned and scrubbed, and the socket relayed on
+/// a task of its own (`websocket::relay`), which writes the outcome record when it closes.
+async fn open_websocket(
+    state: &AppState,
+    exchange: &mut Exchange,
+    declarations: &Arc<Declarations>,
+    allow_private: bool,
+    request: http::Request<Full<Bytes>>,
+    agent: websocket::AgentSide,
+) -> Result<Response, ProxyError> {
+    use crate::net::upstream::UpgradeError;
+    let limits = *state.limits();
+    let sent = tokio::time::timeout(
+        limits.request_timeout,
+        state.inner.upstream.open_upgrade(request, allow_private),
+    )
+    .await;
+    let mut response = match sent {
+        Err(_) => return Err(ProxyError::UpstreamTimeout(limits.request_timeout)),
+        Ok(Err(UpgradeError::Connect(ConnectError::Refused(refused)))) => {
+            return Err(ProxyError::AddressRefused(refused));
+        }
+        Ok(Err(UpgradeError::Connect(other))) => {
+            return Err(ProxyError::UpstreamFailed(other.to_string()));
+        }
+        Ok(Err(UpgradeError::Broken(_))) => {
+            return Err(ProxyError::UpstreamUnknown(
+                "the upstream connection broke before the answer's head".to_owned(),
+            ));
+        }
+        Ok(Ok(response)) => response,
+    };
+    if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+        return answer_upstream(state, exchange, declarations, response).await;
+    }
+    let answered = response.headers();
+    let websocket = answered.get_all(header::UPGRADE).iter().count() == 1
+        && answered
+            .get(header::UPGRADE)
+            .is_some_and(|v| v.as_bytes().trim_ascii().eq_ignore_ascii_case(b"websocket"));
+    if !websocket {
+        return Err(ProxyError::UpstreamUnknown(
+            "the upstream switched to another protocol than WebSocket".to_owned(),
+        ));
+    }
+    if answered
+        .keys()
+        .any(|name| headers::reads_as(name.as_str(), "sec-websocket-extensions"))
+    {
+        // Mint offered none: a compressed frame would pass the scrubber unread.
+        return Err(ProxyError::UpstreamUnknown(
+            "the upstream negotiated a WebSocket extension that Mint did not offer".to_owned(),
+        ));
+    }
+    let upstream = hyper::upgrade::on(&mut response);
+    let (mut parts, _) = response.into_parts();
+    parts.extensions = http::Extensions::new();
+    headers::strip_response(&mut parts.headers);
+    // The declarations in force now, as for any answer's head.
+    state
+        .declarations()
+        .scrubber()
+        .scrub_headers(&mut parts.headers);
+    parts
+        .headers
+        .insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    parts
+        .headers
+        .insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    if let Ok(value) = HeaderValue::from_str(exchange.facts.id.as_str()) {
+        parts.headers.insert(REQUEST_ID_HEADER, value);
+    }
+    tracing::debug!(request.id = %exchange.facts.id, "Upstream accepted the WebSocket");
+    exchange.outcome_written = true;
+    let outcome = OutcomeWriter {
+        audit: state.audit().clone(),
+        facts: exchange.facts.take(),
+        received: exchange.received,
+        bytes_up: 0,
+    };
+    tokio::spawn(websocket::relay(state.clone(), agent, upstream, outcome));
+    Ok(Response::from_parts(parts, Body::empty()))
 }
 
 /// What the policy and the limits admitted.

@@ -548,8 +548,10 @@ where
             let mut response = answer.await;
             let heads = ticket.map(|(heads, last)| {
                 heads.responded();
-                // A tunnel opened: hyper hands the connection over, nothing is read after it.
-                let tunnel = connect && response.status().is_success();
+                // A tunnel or a WebSocket opened: hyper hands the connection over, nothing is
+                // read after it (and `Connection: close` would refuse the upgrade).
+                let tunnel = (connect && response.status().is_success())
+                    || response.status() == http::StatusCode::SWITCHING_PROTOCOLS;
                 if last && !tunnel {
                     // No later request of this connection is followed for its framing: hyper
                     // reads none after this answer.

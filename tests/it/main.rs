@@ -30,3 +30,4 @@ mod proxy_outcomes;
 mod proxy_reload;
 mod request_body;
 mod scrub_oracle;
+mod websocket;

@@ -1054,7 +1054,8 @@ fn json_body_site_needs_json_and_the_rule() {
 /// that `Connection` names are stripped from the forwarded request (over plain HTTP/1.1, where
 /// hyper's HTTP/2 client would not strip connection headers for Mint); `Accept-Encoding` becomes
 /// `identity`; the agent's `Host` is replaced by the target's; the capability token appears
-/// nowhere. An `Upgrade` is refused.
+/// nowhere. An `Upgrade` that is not a whole WebSocket handshake is refused (websocket.rs has
+/// the handshakes that are not).
 #[test]
 fn capability_proxy_and_hop_by_hop_headers_are_stripped() {
     let lab = Lab::start(

@@ -70,6 +70,11 @@ pub struct ServeArgs {
     #[arg(long, value_parser = crate::cli::quantity::size, default_value = "64MiB")]
     pub max_response_body: u64,
 
+    /// The largest WebSocket message (or frame), either way: bytes, or a size such as `16MiB`.
+    /// A larger one closes the socket (1009).
+    #[arg(long, value_parser = crate::cli::quantity::size, default_value = "16MiB")]
+    pub max_websocket_message: u64,
+
     /// The most agent connections served at once; more wait in the listen backlog.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_connections: u32,
@@ -146,6 +151,7 @@ pub fn run(args: ServeArgs, paths: &Paths, out: &mut dyn Write) -> Result<(), Se
             header_read_timeout: args.header_read_timeout,
             shutdown_grace: args.shutdown_grace,
             max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
+            max_websocket_message: args.max_websocket_message,
         },
         audit,
         approval_webhook: args

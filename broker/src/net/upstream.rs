@@ -56,6 +56,22 @@ pub struct UpstreamClient {
     public_only: Client<Connector, UpstreamBody>,
     private_ok: Client<Connector, UpstreamBody>,
     pins: Arc<ResolvePins>,
+    /// The TLS configuration of WebSocket connections: HTTP/1.1 only by ALPN, since the
+    /// opening handshake is an HTTP/1.1 `Upgrade`.
+    http1_tls: Arc<ClientConfig>,
+    connect_timeout: Duration,
+}
+
+/// Why a WebSocket opening handshake got no answer from the upstream.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum UpgradeError {
+    /// No connection was made: nothing was sent.
+    #[error(transparent)]
+    Connect(ConnectError),
+    /// The connection broke once the request may have been sent.
+    #[error("the upstream connection broke before the answer's head")]
+    Broken(#[source] hyper::Error),
 }
 
 /// The operator's `--resolve HOST:PORT:ADDRESS[,ADDRESS...]` pins (curl's syntax): requests to
@@ -219,11 +235,70 @@ impl UpstreamClient {
                 .timer(TokioTimer::new())
                 .build(connector)
         };
+        let mut http1 = (*tls).clone();
+        http1.alpn_protocols = vec![b"http/1.1".to_vec()];
         UpstreamClient {
             public_only: build(false),
             private_ok: build(true),
             pins,
+            http1_tls: Arc::new(http1),
+            connect_timeout,
         }
+    }
+
+    /// Sends a WebSocket opening handshake (`request`: absolute URI, canonical authority) on a
+    /// connection of its own, never pooled, HTTP/1.1 (by ALPN), with the same address checks
+    /// and TLS verification as [`UpstreamClient::send`]; returns the answer's head. A `101`
+    /// answer's connection is taken over with `hyper::upgrade::on`.
+    pub async fn open_upgrade(
+        &self,
+        mut request: http::Request<UpstreamBody>,
+        allow_private: bool,
+    ) -> Result<http::Response<hyper::body::Incoming>, UpgradeError> {
+        let connector = Connector {
+            tls: TlsConnector::from(Arc::clone(&self.http1_tls)),
+            allow_private,
+            connect_timeout: self.connect_timeout,
+            pins: Arc::clone(&self.pins),
+        };
+        let uri = request.uri().clone();
+        let io = connector
+            .connect(uri.clone())
+            .await
+            .map_err(UpgradeError::Connect)?;
+        // As the pooled client writes it: origin-form, and `Host` without a default port.
+        let default_port = if uri.scheme_str() == Some("https") {
+            443
+        } else {
+            80
+        };
+        let host = match (uri.host(), uri.port_u16()) {
+            (Some(host), Some(port)) if port != default_port => format!("{host}:{port}"),
+            (Some(host), _) => host.to_owned(),
+            (None, _) => return Err(UpgradeError::Connect(ConnectError::InvalidUri)),
+        };
+        let host = http::HeaderValue::from_str(&host)
+            .map_err(|_| UpgradeError::Connect(ConnectError::InvalidUri))?;
+        request.headers_mut().insert(http::header::HOST, host);
+        let origin_form = uri
+            .path_and_query()
+            .map_or("/", http::uri::PathAndQuery::as_str)
+            .parse::<Uri>()
+            .map_err(|_| UpgradeError::Connect(ConnectError::InvalidUri))?;
+        *request.uri_mut() = origin_form;
+        let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
+            .handshake(io)
+            .await
+            .map_err(UpgradeError::Broken)?;
+        tokio::spawn(async move {
+            if let Err(error) = connection.with_upgrades().await {
+                tracing::debug!(error = %error, "WebSocket upstream connection ended with an error");
+            }
+        });
+        sender
+            .send_request(request)
+            .await
+            .map_err(UpgradeError::Broken)
     }
 
     /// Resolves `host:port` (pins first) and checks its addresses as a request with

@@ -2,7 +2,9 @@
 //! copied across the proxy.
 //!
 //! Request: ambiguous framing (Content-Length with Transfer-Encoding, several Content-Length or
-//! Host headers) is refused; upgrades are refused; a method-override header must repeat the method
+//! Host headers) is refused; upgrades are refused, except a WebSocket opening handshake (which
+//! keeps `Upgrade: websocket` and `Connection: Upgrade` on its way upstream, and loses any
+//! `Sec-WebSocket-Extensions` offer: see `websocket.rs`); a method-override header must repeat the method
 //! (otherwise `POST` + `X-HTTP-Method-Override: DELETE` would slip past a rule on `DELETE`). Then
 //! the capability, every `Mint-*` and `Proxy-*` header, every hop-by-hop header (and every header
 //! `Connection` names), `Host`, `Content-Length`, `Expect` and `Accept-Encoding` are removed: Mint
@@ -61,8 +63,9 @@ pub(crate) fn check_method(method: &Method) -> Result<(), Invalid> {
     Ok(())
 }
 
-/// Refuses ambiguous framing, transfer codings other than `chunked`, upgrades and method
-/// overrides that differ from the method.
+/// Refuses ambiguous framing, transfer codings other than `chunked`, upgrades other than a
+/// well-formed WebSocket opening handshake ([`check_websocket_offer`]) and method overrides that
+/// differ from the method.
 pub(crate) fn check_request(method: &Method, headers: &HeaderMap) -> Result<(), Invalid> {
     let lengths = headers.get_all(header::CONTENT_LENGTH).iter().count();
     if lengths > 1 {
@@ -105,9 +108,7 @@ pub(crate) fn check_request(method: &Method, headers: &HeaderMap) -> Result<(), 
         ));
     }
     if headers.contains_key(header::UPGRADE) {
-        return Err(Invalid::Header(
-            "protocol upgrades (WebSocket, h2c) are not supported through Mint",
-        ));
+        check_websocket_offer(method, headers)?;
     }
     for (name, value) in headers {
         if is_override_header(name.as_str()) && value.as_bytes() != method.as_str().as_bytes() {
@@ -117,6 +118,83 @@ pub(crate) fn check_request(method: &Method, headers: &HeaderMap) -> Result<(), 
         }
     }
     Ok(())
+}
+
+/// Refuses an `Upgrade` request that is not a WebSocket opening handshake as RFC 6455 section
+/// 4.1 writes it: `GET`, one `Upgrade: websocket`, `Connection` naming `upgrade`, one
+/// `Sec-WebSocket-Key`, `Sec-WebSocket-Version: 13`, and no body. Other upgrades (h2c, TLS) are
+/// refused: Mint would relay bytes it cannot examine.
+pub(crate) fn check_websocket_offer(method: &Method, headers: &HeaderMap) -> Result<(), Invalid> {
+    let mut upgrades = headers.get_all(header::UPGRADE).iter();
+    let websocket = match (upgrades.next(), upgrades.next()) {
+        (Some(value), None) => value
+            .as_bytes()
+            .trim_ascii()
+            .eq_ignore_ascii_case(b"websocket"),
+        _ => false,
+    };
+    if !websocket {
+        return Err(Invalid::Header(
+            "protocol upgrades other than WebSocket (h2c, TLS) are not supported through Mint",
+        ));
+    }
+    if method != Method::GET {
+        return Err(Invalid::Header(
+            "a WebSocket opening handshake must be a `GET`",
+        ));
+    }
+    let connection_upgrade = headers.get_all(header::CONNECTION).iter().any(|value| {
+        value
+            .as_bytes()
+            .split(|&b| b == b',')
+            .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"upgrade"))
+    });
+    let single = |name: header::HeaderName| {
+        let mut values = headers.get_all(name).iter();
+        match (values.next(), values.next()) {
+            (Some(value), None) => Some(value.as_bytes().trim_ascii().to_vec()),
+            _ => None,
+        }
+    };
+    let version = single(header::SEC_WEBSOCKET_VERSION);
+    if !connection_upgrade
+        || single(header::SEC_WEBSOCKET_KEY).is_none_or(|key| key.is_empty())
+        || version.as_deref() != Some(b"13".as_slice())
+    {
+        return Err(Invalid::Header(
+            "a WebSocket opening handshake needs `Connection: Upgrade`, one `Sec-WebSocket-Key` and `Sec-WebSocket-Version: 13`",
+        ));
+    }
+    let empty_length = headers
+        .get(header::CONTENT_LENGTH)
+        .is_none_or(|length| length.as_bytes() == b"0");
+    if headers.contains_key(header::TRANSFER_ENCODING) || !empty_length {
+        return Err(Invalid::Header("a WebSocket opening handshake has no body"));
+    }
+    Ok(())
+}
+
+/// The forwarded headers of a WebSocket opening handshake, after [`strip_request`] removed the
+/// hop-by-hop ones: `Upgrade: websocket` and `Connection: Upgrade` again (the upgrade is the
+/// request), and no `Sec-WebSocket-Extensions` in any spelling, so the upstream negotiates no
+/// extension (`permessage-deflate` would compress frames past the scrubber).
+pub(crate) fn restore_websocket_upgrade(headers: &mut HeaderMap) {
+    let offers: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| reads_as(name.as_str(), "sec-websocket-extensions"))
+        .cloned()
+        .collect();
+    for name in offers {
+        headers.remove(name);
+    }
+    headers.insert(
+        header::UPGRADE,
+        header::HeaderValue::from_static("websocket"),
+    );
+    headers.insert(
+        header::CONNECTION,
+        header::HeaderValue::from_static("Upgrade"),
+    );
 }
 
 /// Whether a header name is a method-override header as some receiver reads it ([`reads_as`]).
@@ -672,6 +750,62 @@ mod tests {
         }
         assert!(check_request(&get, &headers(&[("x-http-method", "GET")])).is_ok());
         assert!(check_request(&get, &headers(&[("content-length", "12")])).is_ok());
+    }
+
+    #[test]
+    fn only_a_well_formed_websocket_handshake_may_upgrade() {
+        let handshake = [
+            ("upgrade", "websocket"),
+            ("connection", "keep-alive, Upgrade"),
+            ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
+            ("sec-websocket-version", "13"),
+            ("sec-websocket-extensions", "permessage-deflate"),
+        ];
+        assert!(check_request(&Method::GET, &headers(&handshake)).is_ok());
+        assert!(check_request(&Method::POST, &headers(&handshake)).is_err());
+        let without = |name: &str| -> Vec<(&str, &str)> {
+            handshake
+                .iter()
+                .copied()
+                .filter(|(n, _)| *n != name)
+                .collect()
+        };
+        for name in ["connection", "sec-websocket-key", "sec-websocket-version"] {
+            assert!(
+                check_request(&Method::GET, &headers(&without(name))).is_err(),
+                "{name}"
+            );
+        }
+        for (name, value) in [
+            ("upgrade", "h2c"),
+            ("sec-websocket-version", "8"),
+            ("content-length", "5"),
+            ("transfer-encoding", "chunked"),
+        ] {
+            let mut pairs = without(name);
+            pairs.push((name, value));
+            assert!(
+                check_request(&Method::GET, &headers(&pairs)).is_err(),
+                "{name}"
+            );
+        }
+        let mut twice = handshake.to_vec();
+        twice.push(("upgrade", "websocket"));
+        assert!(check_request(&Method::GET, &headers(&twice)).is_err());
+
+        // Forwarded: the upgrade restored, the extension offer gone in every spelling.
+        let mut forwarded = headers(&handshake);
+        forwarded.insert(
+            HeaderName::from_static("sec_websocket_extensions"),
+            HeaderValue::from_static("x"),
+        );
+        strip_request(&mut forwarded);
+        restore_websocket_upgrade(&mut forwarded);
+        assert_eq!(forwarded["upgrade"], "websocket");
+        assert_eq!(forwarded["connection"], "Upgrade");
+        assert_eq!(forwarded["sec-websocket-key"], "dGhlIHNhbXBsZSBub25jZQ==");
+        assert!(!forwarded.contains_key("sec-websocket-extensions"));
+        assert!(!forwarded.contains_key("sec_websocket_extensions"));
     }
 
     #[test]

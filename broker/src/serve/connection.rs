@@ -39,6 +39,9 @@
 //!   `invalid` outcome with reason `malformed_http2` and no status, which is what the agent got.
 //!   The pipeline records nothing for such a request (`proxy.rs`), so each has one pair.
 //!
+//! - **Switching protocols.** Once a WebSocket's `101` is written, the connection carries
+//!   frames: nothing written is taken for hyper's answers any more.
+//!
 //! Before any of that, [`peer_has_closed`] lets the accept loop drop a connection whose agent has
 //! already closed its end (one that waited in the listen backlog while its client gave up).
 //!
@@ -119,6 +122,9 @@ pub(crate) struct ConnectionIo<S = TcpStream> {
     h2: H2Watch,
     /// How many bytes were read from the agent.
     bytes_read: u64,
+    /// The connection switched protocols (a WebSocket's `101` went out): what follows are
+    /// frames, passed through untouched both ways.
+    switched: bool,
 }
 
 impl<S> std::fmt::Debug for ConnectionIo<S> {
@@ -177,6 +183,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ConnectionIo<S> {
             expired: Arc::default(),
             h2: H2Watch::default(),
             bytes_read: 0,
+            switched: false,
         }
     }
 
@@ -410,6 +417,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ConnectionIo<S> {
     ) -> Option<Poll<io::Result<usize>>> {
         if self.ended {
             return Some(Poll::Ready(Ok(total)));
+        }
+        if self.switched {
+            return None;
+        }
+        // The `101` of a WebSocket's opening handshake (the last head followed): from here on
+        // the bytes written are frames, which must never be taken for hyper's own answers.
+        if self.stream.is_untracked() && !self.stream.is_h2() && first.starts_with(b"HTTP/1.1 101 ")
+        {
+            self.switched = true;
+            return None;
         }
         self.intercept(first, total);
         self.poll_replacement(cx)

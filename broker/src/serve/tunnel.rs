@@ -42,6 +42,7 @@ use super::connection::ConnectionIo;
 use super::{ConnectionSlot, Drain, agent_builder, agent_service};
 use crate::net::ca::LeafCache;
 use crate::proxy::connect::{Tunnel, TunnelSummary, audit_tunnel_closed, audit_tunnel_refusal};
+use crate::proxy::websocket::RelayHold;
 use crate::proxy::{self, AppState};
 
 /// Serves the tunnel `tunnel` once hyper hands over its connection; holds `slot` (the agent
@@ -56,7 +57,15 @@ pub(crate) async fn serve(
 ) {
     let mut drain = slot.as_ref().map(|slot| slot.drain.clone());
     let counts = Arc::new(Counts::default());
-    let ended = run(&state, &tunnel, &leaves, on_upgrade, &mut drain, &counts).await;
+    let ended = run(
+        &state,
+        &tunnel,
+        &leaves,
+        on_upgrade,
+        (&mut drain, slot.as_ref()),
+        &counts,
+    )
+    .await;
     let summary = TunnelSummary {
         from_agent: counts.from_agent.load(Ordering::Acquire),
         to_agent: counts.to_agent.load(Ordering::Acquire),
@@ -76,7 +85,7 @@ async fn run(
     tunnel: &Arc<Tunnel>,
     leaves: &LeafCache,
     on_upgrade: OnUpgrade,
-    drain: &mut Option<Drain>,
+    (drain, slot): (&mut Option<Drain>, Option<&ConnectionSlot>),
     counts: &Arc<Counts>,
 ) -> TunnelEnd {
     let upgraded = match until_drain(drain, on_upgrade).await {
@@ -148,30 +157,44 @@ async fn run(
     let expired = io.expired();
     let heads = io.heads();
     let id_slot = io.id_slot();
+    // A WebSocket opened inside the tunnel outlives hyper's connection (hyper hands it over at
+    // the upgrade): it holds the connection's slot and a `RelayHold`, and the tunnel waits for
+    // every hold before its `tunnel_closed` record.
+    let (relays, hold) = tokio::sync::watch::channel(());
     let service = {
         let (state, tunnel, counts) = (state.clone(), Arc::clone(tunnel), Arc::clone(counts));
-        agent_service(heads, id_slot, move |request: http::Request<Body>| {
+        let slot = slot.cloned();
+        agent_service(heads, id_slot, move |mut request: http::Request<Body>| {
+            if let Some(slot) = &slot {
+                request.extensions_mut().insert(slot.clone());
+            }
+            request.extensions_mut().insert(RelayHold(hold.clone()));
             counts.requests.fetch_add(1, Ordering::AcqRel);
             let (state, tunnel) = (state.clone(), Arc::clone(&tunnel));
             async move { proxy::intercepted(&state, &tunnel, request).await }
         })
     };
-    let builder = agent_builder(&limits);
-    let connection = builder.serve_connection(TokioIo::new(io), service);
-    tokio::pin!(connection);
-    let (served, drained) = match until_drain(drain, connection.as_mut()).await {
-        Some(served) => (served, false),
-        None => {
-            // As for the listener's connections: the request in flight finishes, an idle
-            // tunnel closes (HTTP/2: GOAWAY, then the open streams finish).
-            tracing::debug!(connect.id = %tunnel.connect_id, "Shutting down: draining the tunnel");
-            connection.as_mut().graceful_shutdown();
-            (connection.await, true)
+    let (served, drained) = {
+        let builder = agent_builder(&limits);
+        let connection = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+        tokio::pin!(connection);
+        match until_drain(drain, connection.as_mut()).await {
+            Some(served) => (served, false),
+            None => {
+                // As for the listener's connections: the request in flight finishes, an idle
+                // tunnel closes (HTTP/2: GOAWAY, then the open streams finish).
+                tracing::debug!(connect.id = %tunnel.connect_id, "Shutting down: draining the tunnel");
+                connection.as_mut().graceful_shutdown();
+                (connection.await, true)
+            }
         }
     };
     if let Err(problem) = &served {
         tracing::debug!(connect.id = %tunnel.connect_id, error = %problem, "Tunnel ended with an error");
     }
+    // The connection (and its service's hold) is gone; a WebSocket still open in the tunnel
+    // ends on its own, at shutdown too (it watches the drain).
+    relays.closed().await;
     match served {
         _ if drained => TunnelEnd::Shutdown,
         _ if expired.load(Ordering::Acquire) => TunnelEnd::Timeout,

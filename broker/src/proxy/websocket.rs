@@ -1,0 +1,790 @@
+//! WebSocket connections through Mint, once the opening handshake has been decided, recorded and
+//! answered `101` by the upstream: frames relayed both ways until the socket closes, and the
+//! request's `outcome` record written then.
+//!
+//! The opening handshake is an ordinary request of the pipeline (`proxy.rs`): HTTP/1.1 `GET`
+//! with `Upgrade: websocket`, on the `/v1/proxy/` route, in forward-proxy mode or inside an
+//! intercepted `CONNECT` tunnel; its capability, target, placeholders (headers and query,
+//! substituted as for any request), policy (method `GET` and the handshake's path), limits and
+//! decision record come before anything is sent. `Sec-WebSocket-Extensions` is removed from
+//! what goes upstream, so no extension (`permessage-deflate`) is ever negotiated: an upstream
+//! that answers with one anyway is refused (`502`), and a frame with a reserved bit set closes the
+//! socket. HTTP/2 extended CONNECT (RFC 8441) is not served: agents speak HTTP/1.1 Upgrade.
+//!
+//! - **Agent to upstream**: each frame is read whole (bounded) and forwarded byte for byte,
+//!   masked as the agent masked it; its head is read for the bounds and to see who closes, and
+//!   its payload, unmasked on the side, is searched for the capability token the handshake
+//!   presented (with the end of the frame before it): a frame holding it is not forwarded and
+//!   the socket closes with 1008 (`capability_token_outward`). A token cut across two frames is
+//!   caught at the second, after the first went. Placeholders in frames are inert text:
+//!   nothing is substituted in a frame.
+//! - **Upstream to agent**: each frame is read whole (bounded), its payload run through a
+//!   [`Scrubber`](crate::secrets::scrub::Scrubber), and written to the agent as a new frame with
+//!   the scrubbed payload's own length; frames are never patched in place. A data message
+//!   (text or binary, fragmented or not) is one scrubbing stream, so a secret split across
+//!   fragments is caught; at its last fragment the scrubber flushes, so each message reaches the
+//!   agent whole when it ends. A reload's new secrets are scrubbed from the next fragment on (the
+//!   new declarations keep the old secrets), as in an answer's body. Control frames (ping, pong, close) are scrubbed on their own;
+//!   one that would grow past 125 bytes carries the marker alone (a close keeps its code).
+//! - **Chunking**: Mint emits one frame per upstream frame, holding the concatenated pieces the
+//!   scrubber released for it (none when it released nothing), and ends the message with the
+//!   frame that carries the flushed rest. How much the scrubber releases depends only on its
+//!   fixed hold, the newline rule and where markers are (see `scrub.rs`), never on whether held
+//!   bytes start a secret; so neither the frames' sizes nor their boundaries reveal a held-back
+//!   partial match. A frame that is split mid-message (continuation frames) may split a UTF-8
+//!   character of a text message, which RFC 6455 allows.
+//!
+//! Bounds: a frame or message larger than `max_websocket_message` (either way) closes the
+//! socket with 1009; a socket with no frame either way for the idle timeout closes with 1001;
+//! the socket holds its agent connection's `--max-connections` slot until it closes, and at
+//! shutdown closes with 1001. A peer that breaks the protocol gets 1002. Mint's own close frames
+//! to the upstream are masked, as a client's must be.
+//!
+//! The outcome record: status 101, `bytes_up` and `bytes_down` the frame bytes relayed each way
+//! (heads included), `duration_ms` to the close, and `reason` for who closed it:
+//! `websocket_closed_by_agent` or `websocket_closed_by_upstream` (a close frame, outcome
+//! `completed`), `client_closed` (the agent went away without one, `completed`), and, outcome
+//! `unknown`, `upstream_reset`, `websocket_idle_timeout`, `websocket_shutdown`, or
+//! `websocket_{agent,upstream}_{message_too_large,protocol_error}`, `capability_token_outward`.
+
+use std::pin::pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use http::StatusCode;
+use hyper::upgrade::{OnUpgrade, Upgraded};
+use hyper_util::rt::TokioIo;
+use mint_policy::audit::Outcome;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::time::Instant;
+use zeroize::Zeroizing;
+
+use super::AppState;
+use super::answer::OutcomeWriter;
+use super::pipeline::OutwardToken;
+use crate::config::declarations::Declarations;
+use crate::secrets::scrub::{REDACTED, Scrubber};
+use crate::serve::ConnectionSlot;
+
+pub(crate) mod frame;
+
+use frame::{FrameError, Head, MAX_CONTROL, Opcode};
+
+/// How long the other direction may take to end once one has (a close handshake finishing, or
+/// the peer seeing the end of the stream Mint passed on), and how long Mint's own close frames
+/// may take to go out.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+/// How much is read at a time.
+const READ_SIZE: usize = 16 << 10;
+
+/// Close codes (RFC 6455 section 7.4.1).
+const GOING_AWAY: u16 = 1001;
+const PROTOCOL_ERROR: u16 = 1002;
+const POLICY_VIOLATION: u16 = 1008;
+const TOO_BIG: u16 = 1009;
+
+/// Held by a WebSocket relay for as long as it runs, so that an intercepted tunnel, whose
+/// connection hyper hands over at the upgrade, waits for the socket before it writes its own
+/// `tunnel_closed` record (`serve/tunnel.rs`). In the extensions of the tunnel's requests.
+#[derive(Clone, Debug)]
+pub(crate) struct RelayHold(
+    #[expect(dead_code, reason = "held for its drop")] pub(crate) tokio::sync::watch::Receiver<()>,
+);
+
+/// The agent's side of an accepted opening handshake: its connection, once hyper has written
+/// the `101`, and what the socket holds while it lives.
+#[derive(Debug)]
+pub(crate) struct AgentSide {
+    pub(crate) on_upgrade: OnUpgrade,
+    pub(crate) slot: Option<ConnectionSlot>,
+    pub(crate) hold: Option<RelayHold>,
+    /// The capability token the handshake presented, never to be forwarded in a frame.
+    pub(crate) outward: Option<OutwardToken>,
+}
+
+/// Which end of the socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Peer {
+    Agent,
+    Upstream,
+}
+
+/// How a socket ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ending {
+    /// A close frame came first from this peer, and both directions ended.
+    Closed(Peer),
+    /// The agent's stream ended (or broke) without a close frame.
+    AgentGone,
+    /// The upstream's stream ended (or broke) without a close frame.
+    UpstreamGone,
+    Idle,
+    Shutdown,
+    TooLarge(Peer),
+    Protocol(Peer),
+    /// The agent wrote its capability token into a frame, which was not forwarded.
+    TokenOutward,
+}
+
+/// Why a direction stopped relaying.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    /// Its reader reached the end of its stream (or broke).
+    End,
+    /// Its peer sent a frame or message over the bound.
+    TooLarge,
+    /// Its peer broke the protocol.
+    Protocol,
+    /// The agent's frame held its capability token.
+    TokenOutward,
+}
+
+/// What ended the relay's first wait.
+enum First {
+    Stopped(Peer, Stop),
+    Idle,
+    Shutdown,
+}
+
+/// One direction's writer and what it knows about the stream it writes.
+struct Side {
+    writer: WriteHalf<TokioIo<Upgraded>>,
+    /// A frame is partly written: Mint cannot add a close frame of its own.
+    mid_frame: bool,
+    bytes: u64,
+}
+
+/// What both directions share.
+struct Shared {
+    to_agent: tokio::sync::Mutex<Side>,
+    to_upstream: tokio::sync::Mutex<Side>,
+    ledger: Mutex<Ledger>,
+}
+
+struct Ledger {
+    first_close: Option<Peer>,
+    last_activity: Instant,
+}
+
+/// A data message from the upstream, in progress.
+struct Message {
+    opcode: Opcode,
+    scrubber: Scrubber,
+    /// Whether a frame of it went to the agent (later ones are continuations).
+    emitted: bool,
+}
+
+// === impl Message ===
+
+impl Message {
+    /// Appends to `out` the frame that relays one upstream data frame of this message (`fin`:
+    /// its last): the scrubber's output for `payload`, all of it in one frame, and at the last
+    /// frame the flushed rest. No frame when the scrubber released nothing and the message goes
+    /// on: how much it releases never depends on whether held bytes start a secret, so neither
+    /// do the frames.
+    fn reframe(&mut self, fin: bool, payload: &[u8], out: &mut Vec<u8>) {
+        let mut scrubbed = self.scrubber.push_slice(payload);
+        if fin {
+            scrubbed.extend_from_slice(&self.scrubber.finish_vec());
+        }
+        if scrubbed.is_empty() && !fin {
+            return;
+        }
+        let opcode = if self.emitted {
+            Opcode::Continuation
+        } else {
+            self.opcode
+        };
+        frame::write(out, fin, opcode, &scrubbed, None);
+        self.emitted = true;
+    }
+}
+
+// === impl Ending ===
+
+impl Ending {
+    fn outcome(self) -> (Outcome, &'static str) {
+        use Peer::{Agent, Upstream};
+        match self {
+            Ending::Closed(Agent) => (Outcome::Completed, "websocket_closed_by_agent"),
+            Ending::Closed(Upstream) => (Outcome::Completed, "websocket_closed_by_upstream"),
+            Ending::AgentGone => (Outcome::Completed, "client_closed"),
+            Ending::UpstreamGone => (Outcome::Unknown, "upstream_reset"),
+            Ending::Idle => (Outcome::Unknown, "websocket_idle_timeout"),
+            Ending::Shutdown => (Outcome::Unknown, "websocket_shutdown"),
+            Ending::TooLarge(Agent) => (Outcome::Unknown, "websocket_agent_message_too_large"),
+            Ending::TooLarge(Upstream) => {
+                (Outcome::Unknown, "websocket_upstream_message_too_large")
+            }
+            Ending::Protocol(Agent) => (Outcome::Unknown, "websocket_agent_protocol_error"),
+            Ending::Protocol(Upstream) => (Outcome::Unknown, "websocket_upstream_protocol_error"),
+            Ending::TokenOutward => (Outcome::Unknown, "capability_token_outward"),
+        }
+    }
+
+    /// The close frame Mint sends both ends, when Mint ends the socket.
+    fn close_frame(self) -> Option<(u16, &'static str)> {
+        match self {
+            Ending::Closed(_) | Ending::AgentGone | Ending::UpstreamGone => None,
+            Ending::Idle => Some((GOING_AWAY, "idle timeout")),
+            Ending::Shutdown => Some((GOING_AWAY, "proxy shutting down")),
+            Ending::TooLarge(_) => Some((TOO_BIG, "message too large")),
+            Ending::Protocol(_) => Some((PROTOCOL_ERROR, "protocol error")),
+            Ending::TokenOutward => Some((POLICY_VIOLATION, "capability token in a frame")),
+        }
+    }
+}
+
+// === impl Shared ===
+
+impl Shared {
+    fn touch(&self) {
+        self.ledger
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .last_activity = Instant::now();
+    }
+
+    fn saw_close(&self, peer: Peer) {
+        self.ledger
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .first_close
+            .get_or_insert(peer);
+    }
+
+    fn first_close(&self) -> Option<Peer> {
+        self.ledger
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .first_close
+    }
+
+    /// Completes once neither direction has read anything for `idle`.
+    async fn idle(&self, idle: Duration) {
+        loop {
+            let last = self
+                .ledger
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .last_activity;
+            let deadline = last + idle;
+            if Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep_until(deadline).await;
+        }
+    }
+}
+
+/// Relays the socket whose upstream answered `101` (`upstream`: its connection once taken
+/// over) until it closes, then writes `outcome` (status 101). Runs on a task of its own.
+pub(crate) async fn relay(
+    state: AppState,
+    agent: AgentSide,
+    upstream: OnUpgrade,
+    outcome: OutcomeWriter,
+) {
+    let AgentSide {
+        on_upgrade,
+        slot,
+        hold,
+        outward,
+    } = agent;
+    let limits = *state.limits();
+    let id = outcome.facts.id.clone();
+    let taken = tokio::time::timeout(limits.request_timeout, async {
+        tokio::join!(on_upgrade, upstream)
+    })
+    .await;
+    let (agent_io, upstream_io) = match taken {
+        Ok((Ok(agent_io), Ok(upstream_io))) => (agent_io, upstream_io),
+        Ok((Err(_), _)) | Err(_) => {
+            tracing::info!(request.id = %id, "Agent went away before its WebSocket opened");
+            outcome.write(
+                Outcome::Completed,
+                Some(StatusCode::SWITCHING_PROTOCOLS),
+                Some(0),
+                Some("client_closed"),
+            );
+            return;
+        }
+        Ok((Ok(_), Err(_))) => {
+            tracing::info!(request.id = %id, "Upstream connection broke as its WebSocket opened");
+            outcome.write(
+                Outcome::Unknown,
+                Some(StatusCode::SWITCHING_PROTOCOLS),
+                Some(0),
+                Some("upstream_reset"),
+            );
+            return;
+        }
+    };
+    let (agent_reader, agent_writer) = tokio::io::split(TokioIo::new(agent_io));
+    let (upstream_reader, upstream_writer) = tokio::io::split(TokioIo::new(upstream_io));
+    let shared = Shared {
+        to_agent: tokio::sync::Mutex::new(Side {
+            writer: agent_writer,
+            mid_frame: false,
+            bytes: 0,
+        }),
+        to_upstream: tokio::sync::Mutex::new(Side {
+            writer: upstream_writer,
+            mid_frame: false,
+            bytes: 0,
+        }),
+        ledger: Mutex::new(Ledger {
+            first_close: None,
+            last_activity: Instant::now(),
+        }),
+    };
+    let max = limits.max_websocket_message;
+    let mut drain = slot.as_ref().map(|slot| slot.drain.clone());
+    tracing::debug!(request.id = %id, "WebSocket open");
+    let ending = {
+        let mut up = pin!(from_agent(&shared, agent_reader, max, outward.as_ref()));
+        let mut down = pin!(from_upstream(&shared, upstream_reader, max, &state));
+        let drained = async {
+            match drain.as_mut() {
+                Some(drain) => drain.started().await,
+                None => std::future::pending().await,
+            }
+        };
+        let first = tokio::select! {
+            stop = &mut up => First::Stopped(Peer::Agent, stop),
+            stop = &mut down => First::Stopped(Peer::Upstream, stop),
+            () = shared.idle(limits.idle_timeout) => First::Idle,
+            () = drained => First::Shutdown,
+        };
+        match first {
+            First::Idle => Ending::Idle,
+            First::Shutdown => Ending::Shutdown,
+            First::Stopped(peer, Stop::TooLarge) => Ending::TooLarge(peer),
+            First::Stopped(peer, Stop::Protocol) => Ending::Protocol(peer),
+            First::Stopped(_, Stop::TokenOutward) => Ending::TokenOutward,
+            First::Stopped(peer, Stop::End) => {
+                // The other direction gets a moment to finish the close handshake, or to see
+                // the end of the stream Mint passed on.
+                match peer {
+                    Peer::Agent => {
+                        let _ = tokio::time::timeout(CLOSE_GRACE, &mut down).await;
+                    }
+                    Peer::Upstream => {
+                        let _ = tokio::time::timeout(CLOSE_GRACE, &mut up).await;
+                    }
+                }
+                match (shared.first_close(), peer) {
+                    (Some(closer), _) => Ending::Closed(closer),
+                    (None, Peer::Agent) => Ending::AgentGone,
+                    (None, Peer::Upstream) => Ending::UpstreamGone,
+                }
+            }
+        }
+    };
+    if let Some((code, text)) = ending.close_frame() {
+        let closing = async {
+            close(&shared.to_agent, code, text, None).await;
+            close(&shared.to_upstream, code, text, Some(mask_key())).await;
+        };
+        let _ = tokio::time::timeout(CLOSE_GRACE, closing).await;
+    }
+    let bytes_up = shared.to_upstream.lock().await.bytes;
+    let bytes_down = shared.to_agent.lock().await.bytes;
+    let (result, reason) = ending.outcome();
+    tracing::info!(request.id = %id, reason, bytes_up, bytes_down, "WebSocket closed");
+    let outcome = OutcomeWriter {
+        bytes_up,
+        ..outcome
+    };
+    outcome.write(
+        result,
+        Some(StatusCode::SWITCHING_PROTOCOLS),
+        Some(bytes_down),
+        Some(reason),
+    );
+    // The slot and the hold go last: the record is queued before a shutdown's sync, and before
+    // an intercepted tunnel writes its own.
+    drop(drain);
+    drop(slot);
+    drop(hold);
+}
+
+/// Writes Mint's close frame with `code` and `text` (masked with `mask` toward the upstream)
+/// unless a frame is partly written, then ends the stream.
+async fn close(side: &tokio::sync::Mutex<Side>, code: u16, text: &str, mask: Option<[u8; 4]>) {
+    let mut side = side.lock().await;
+    if !side.mid_frame {
+        let mut out = Vec::new();
+        frame::write(
+            &mut out,
+            true,
+            Opcode::Close,
+            &frame::close_payload(code, text),
+            mask,
+        );
+        if side.writer.write_all(&out).await.is_ok() {
+            side.bytes += out.len() as u64;
+        }
+    }
+    let _ = side.writer.shutdown().await;
+}
+
+/// A masking key for Mint's own frames to the upstream.
+fn mask_key() -> [u8; 4] {
+    let mut key = [0u8; 4];
+    // A key that stays zero after a failed random read only masks with zeros; nothing Mint
+    // writes with it is secret.
+    let _ = getrandom::fill(&mut key);
+    key
+}
+
+/// Reads at least one more byte into `buf`; `false` at the end of the stream or on an error.
+async fn read_more(reader: &mut ReadHalf<TokioIo<Upgraded>>, buf: &mut BytesMut) -> bool {
+    buf.reserve(READ_SIZE);
+    matches!(reader.read_buf(buf).await, Ok(n) if n > 0)
+}
+
+/// Writes the whole frames `bytes` to `side`; `false` when the stream is gone. Until they are
+/// out, the side is marked mid-frame (a write cut short leaves it so).
+async fn send(side: &tokio::sync::Mutex<Side>, bytes: &[u8]) -> bool {
+    let mut side = side.lock().await;
+    side.mid_frame = true;
+    if side.writer.write_all(bytes).await.is_err() || side.writer.flush().await.is_err() {
+        return false;
+    }
+    side.bytes += bytes.len() as u64;
+    side.mid_frame = false;
+    true
+}
+
+/// The agent's frames, each read whole (bounded) and forwarded byte for byte, masked as the
+/// agent masked it. A frame whose payload (unmasked, with the end of the frame before it)
+/// holds the capability token the handshake presented is not forwarded: the socket closes.
+async fn from_agent(
+    shared: &Shared,
+    mut reader: ReadHalf<TokioIo<Upgraded>>,
+    max: u64,
+    outward: Option<&OutwardToken>,
+) -> Stop {
+    let mut buf = BytesMut::new();
+    // The size so far of the data message in progress.
+    let mut message: Option<u64> = None;
+    // The last unmasked payload bytes, the token's length less one, for a token split
+    // between two frames; and the frame's payload unmasked.
+    let mut tail: Zeroizing<Vec<u8>> = Zeroizing::new(Vec::new());
+    let mut unmasked: Zeroizing<Vec<u8>> = Zeroizing::new(Vec::new());
+    loop {
+        let head = match Head::read(&buf) {
+            Err(_) => return Stop::Protocol,
+            Ok(Some(head)) if head.len > max => return Stop::TooLarge,
+            Ok(Some(head)) if (buf.len() - head.size) as u64 >= head.len => head,
+            Ok(_) => {
+                if !read_more(&mut reader, &mut buf).await {
+                    let mut side = shared.to_upstream.lock().await;
+                    let _ = side.writer.shutdown().await;
+                    return Stop::End;
+                }
+                shared.touch();
+                continue;
+            }
+        };
+        if let Some(stop) = check_frame(&head, &mut message, max) {
+            return stop;
+        }
+        // INVARIANT: the whole frame is in `buf` (checked above), so its length fits a `usize`.
+        let end = head.size + head.len as usize;
+        if let Some(outward) = outward {
+            let payload = buf.get(head.size..end).unwrap_or_default();
+            unmasked.clear();
+            unmasked.extend_from_slice(&tail);
+            let key = head.mask.unwrap_or([0; 4]);
+            unmasked.extend(payload.iter().zip(key.iter().cycle()).map(|(b, k)| b ^ k));
+            if outward.found_in(&unmasked) {
+                return Stop::TokenOutward;
+            }
+            let keep = outward.len().saturating_sub(1);
+            let from = unmasked.len().saturating_sub(keep);
+            tail.clear();
+            tail.extend_from_slice(unmasked.get(from..).unwrap_or_default());
+        }
+        if head.opcode == Opcode::Close {
+            shared.saw_close(Peer::Agent);
+        }
+        let frame = buf.split_to(end);
+        if !send(&shared.to_upstream, &frame).await {
+            return Stop::End;
+        }
+    }
+}
+
+/// Checks a frame's head against the message in progress and the bound; `Some` stops the
+/// direction. Counts a data frame into `message`.
+fn check_frame(head: &Head, message: &mut Option<u64>, max: u64) -> Option<Stop> {
+    if head.len > max {
+        return Some(Stop::TooLarge);
+    }
+    match head.opcode {
+        Opcode::Text | Opcode::Binary if message.is_some() => return Some(Stop::Protocol),
+        Opcode::Continuation if message.is_none() => return Some(Stop::Protocol),
+        Opcode::Text | Opcode::Binary | Opcode::Continuation => {
+            let size = message.unwrap_or(0).saturating_add(head.len);
+            if size > max {
+                return Some(Stop::TooLarge);
+            }
+            *message = (!head.fin).then_some(size);
+        }
+        Opcode::Close | Opcode::Ping | Opcode::Pong => {}
+    }
+    None
+}
+
+/// The upstream's frames, each read whole, scrubbed and written to the agent anew.
+async fn from_upstream(
+    shared: &Shared,
+    mut reader: ReadHalf<TokioIo<Upgraded>>,
+    max: u64,
+    state: &AppState,
+) -> Stop {
+    let mut buf = BytesMut::new();
+    let mut message: Option<Message> = None;
+    // The declarations the message's scrubber was last built from or adopted.
+    let mut built_from: Arc<Declarations> = state.declarations();
+    let mut size: Option<u64> = None;
+    loop {
+        let head = match Head::read(&buf) {
+            Err(FrameError::Reserved) => {
+                // A compressed frame (`permessage-deflate` sets RSV1), though none was offered:
+                // never relayed, scrubbed or not.
+                tracing::info!("Upstream sent a WebSocket frame with a reserved bit set");
+                return Stop::Protocol;
+            }
+            Err(_) => return Stop::Protocol,
+            Ok(Some(head)) if head.len > max => return Stop::TooLarge,
+            Ok(Some(head)) if (buf.len() - head.size) as u64 >= head.len => head,
+            Ok(_) => {
+                if !read_more(&mut reader, &mut buf).await {
+                    let mut side = shared.to_agent.lock().await;
+                    let _ = side.writer.shutdown().await;
+                    return Stop::End;
+                }
+                shared.touch();
+                continue;
+            }
+        };
+        // A server never masks its frames (RFC 6455 section 5.1).
+        if head.mask.is_some() {
+            return Stop::Protocol;
+        }
+        if let Some(stop) = check_frame(&head, &mut size, max) {
+            return stop;
+        }
+        // INVARIANT: the whole frame is in `buf` (checked above), so its length fits a `usize`.
+        let whole = buf.split_to(head.size + head.len as usize).freeze();
+        let payload = whole.slice(head.size..);
+        let mut out = Vec::new();
+        match head.opcode {
+            Opcode::Text | Opcode::Binary | Opcode::Continuation => {
+                // The declarations in force now: a message still streaming when a reload brings
+                // a new secret hides that one too from its next fragment on (the new
+                // declarations keep the old secrets), as an answer's body does.
+                let latest = state.declarations();
+                let mut current = match message.take() {
+                    Some(mut current) => {
+                        if !Arc::ptr_eq(&latest, &built_from) {
+                            current.scrubber.adopt(latest.scrubber());
+                        }
+                        current
+                    }
+                    None => Message {
+                        opcode: head.opcode,
+                        scrubber: latest.scrubber(),
+                        emitted: false,
+                    },
+                };
+                built_from = latest;
+                current.reframe(head.fin, &payload, &mut out);
+                if !head.fin {
+                    message = Some(current);
+                }
+            }
+            Opcode::Close | Opcode::Ping | Opcode::Pong => {
+                if head.opcode == Opcode::Close {
+                    shared.saw_close(Peer::Upstream);
+                }
+                let mut scrubber = state.declarations().scrubber();
+                let Some(control) = scrub_control(head.opcode, &payload, &mut scrubber) else {
+                    return Stop::Protocol;
+                };
+                frame::write(&mut out, true, head.opcode, &control, None);
+            }
+        }
+        if !out.is_empty() && !send(&shared.to_agent, &out).await {
+            return Stop::End;
+        }
+    }
+}
+
+/// A control frame's payload, scrubbed on its own; one that would grow past 125 bytes carries
+/// the marker alone (a close frame keeps its code). `None` for a close payload of one byte.
+fn scrub_control(opcode: Opcode, payload: &[u8], scrubber: &mut Scrubber) -> Option<Vec<u8>> {
+    let (code, text) = match opcode {
+        Opcode::Close if payload.len() == 1 => return None,
+        Opcode::Close if payload.len() >= 2 => payload.split_at(2),
+        _ => (&[][..], payload),
+    };
+    let mut scrubbed = scrubber.push_slice(text);
+    scrubbed.extend_from_slice(&scrubber.finish_vec());
+    if code.len() + scrubbed.len() > MAX_CONTROL {
+        scrubbed = REDACTED.as_bytes().to_vec();
+    }
+    let mut out = code.to_vec();
+    out.extend_from_slice(&scrubbed);
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    const SECRET: &str = "canary-ws-unit-Hq3vT8xL5pZ2mR7wK9nB";
+
+    fn scrubber() -> Scrubber {
+        Scrubber::from_secrets([SECRET.as_bytes()]).unwrap()
+    }
+
+    /// Relays one message given as fragments; returns each frame Mint writes: (first byte,
+    /// payload).
+    fn relay(fragments: &[&[u8]]) -> Vec<(u8, Vec<u8>)> {
+        let mut message = Message {
+            opcode: Opcode::Text,
+            scrubber: scrubber(),
+            emitted: false,
+        };
+        let mut out = Vec::new();
+        for (i, fragment) in fragments.iter().enumerate() {
+            message.reframe(i + 1 == fragments.len(), fragment, &mut out);
+        }
+        let mut frames = Vec::new();
+        let mut rest = out.as_slice();
+        while !rest.is_empty() {
+            let head = Head::read(rest).unwrap().unwrap();
+            let end = head.size + head.len as usize;
+            frames.push((rest[0], rest[head.size..end].to_vec()));
+            rest = &rest[end..];
+        }
+        frames
+    }
+
+    /// A secret cut across fragments anywhere is redacted, the message arrives whole, and it
+    /// starts with its opcode and ends with FIN.
+    #[test]
+    fn a_secret_split_across_fragments_is_redacted() {
+        let text = format!("{}{SECRET} and after", "x".repeat(40));
+        let bytes = text.as_bytes();
+        for cut in 0..=bytes.len() {
+            let frames = relay(&[&bytes[..cut], &bytes[cut..]]);
+            let joined: Vec<u8> = frames.iter().flat_map(|(_, p)| p.clone()).collect();
+            let expected = format!("{}{REDACTED} and after", "x".repeat(40));
+            assert_eq!(joined, expected.as_bytes(), "cut {cut}");
+            assert_eq!(frames[0].0 & 0x0F, 0x1, "the first frame is text");
+            assert!(frames[1..].iter().all(|(first, _)| first & 0x0F == 0));
+            assert!(frames.last().unwrap().0 & 0x80 != 0, "FIN at the end");
+        }
+    }
+
+    /// The chunking side channel: the frames Mint writes for a message whose held bytes start
+    /// the secret have exactly the sizes and boundaries of those for a message with other bytes
+    /// there, wherever the fragments are cut.
+    #[test]
+    fn frame_boundaries_never_show_a_held_back_prefix() {
+        let filler = "y".repeat(700);
+        for prefix in [1, 5, 12, SECRET.len() - 1] {
+            let held = format!("{filler}{}", &SECRET[..prefix]);
+            let other = format!("{filler}{}", "z".repeat(prefix));
+            for cut in (0..held.len()).step_by(37) {
+                let tail = "q".repeat(200);
+                let shape = |text: &str| -> Vec<(u8, usize)> {
+                    relay(&[
+                        &text.as_bytes()[..cut],
+                        &text.as_bytes()[cut..],
+                        tail.as_bytes(),
+                    ])
+                    .into_iter()
+                    .map(|(first, payload)| (first, payload.len()))
+                    .collect()
+                };
+                assert_eq!(shape(&held), shape(&other), "prefix {prefix} cut {cut}");
+            }
+        }
+    }
+
+    #[test]
+    fn control_frames_are_scrubbed_and_stay_within_125_bytes() {
+        let ping = scrub_control(
+            Opcode::Ping,
+            format!("p {SECRET}").as_bytes(),
+            &mut scrubber(),
+        );
+        assert_eq!(ping.unwrap(), format!("p {REDACTED}").as_bytes());
+        let mut close = 4000u16.to_be_bytes().to_vec();
+        close.extend_from_slice(format!("bye {SECRET}").as_bytes());
+        let scrubbed = scrub_control(Opcode::Close, &close, &mut scrubber()).unwrap();
+        assert_eq!(&scrubbed[..2], &4000u16.to_be_bytes());
+        assert_eq!(&scrubbed[2..], format!("bye {REDACTED}").as_bytes());
+        // A short secret repeated: the marker is longer, so the payload would grow past 125.
+        let mut short = Scrubber::from_secrets([b"k3y9".as_slice()]).unwrap();
+        let mut close = 1000u16.to_be_bytes().to_vec();
+        close.extend_from_slice("k3y9 ".repeat(24).as_bytes());
+        let scrubbed = scrub_control(Opcode::Close, &close, &mut short).unwrap();
+        assert_eq!(&scrubbed[..2], &1000u16.to_be_bytes());
+        assert_eq!(&scrubbed[2..], REDACTED.as_bytes());
+        assert!(scrub_control(Opcode::Close, &[3], &mut scrubber()).is_none());
+    }
+
+    #[test]
+    fn data_frames_follow_the_message_in_progress_and_the_bound() {
+        let head = |fin, opcode, len| Head {
+            fin,
+            opcode,
+            mask: None,
+            len,
+            size: 2,
+        };
+        let mut message = None;
+        assert_eq!(
+            check_frame(&head(false, Opcode::Text, 10), &mut message, 25),
+            None
+        );
+        assert_eq!(message, Some(10));
+        assert_eq!(
+            check_frame(&head(true, Opcode::Ping, 3), &mut message, 25),
+            None
+        );
+        assert_eq!(
+            check_frame(&head(true, Opcode::Binary, 1), &mut message, 25),
+            Some(Stop::Protocol)
+        );
+        assert_eq!(
+            check_frame(&head(true, Opcode::Continuation, 16), &mut message, 25),
+            Some(Stop::TooLarge)
+        );
+        let mut message = Some(10);
+        assert_eq!(
+            check_frame(&head(true, Opcode::Continuation, 15), &mut message, 25),
+            None
+        );
+        assert_eq!(message, None);
+        assert_eq!(
+            check_frame(&head(true, Opcode::Continuation, 1), &mut message, 25),
+            Some(Stop::Protocol)
+        );
+        assert_eq!(
+            check_frame(&head(true, Opcode::Text, 26), &mut None, 25),
+            Some(Stop::TooLarge)
+        );
+    }
+}
