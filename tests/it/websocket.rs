@@ -1,4 +1,4 @@
-//! WebSocket through Mint (issue 26, part 1): real clients and servers on every entry, the
+//! WebSocket through Mint (Issue 21, part 1): real clients and servers on every entry, the
 //! route, forward-proxy mode and an intercepted `CONNECT` tunnel.
 //!
 //! The upstream is Python's `websockets` (tests/python/websocket_upstream.py), which echoes and,
@@ -296,7 +296,7 @@ fn assert_socket_records(lab: &Lab, outcome: &Value, reason: &str) {
 }
 
 #[test]
-fn issue_26_python_websockets_and_node_ws_through_the_route() {
+fn issue_21_python_websockets_and_node_ws_through_the_route() {
     let upstream = WsUpstream::start(false);
     let lab = Lab::start(upstream.port, &upstream.ca, false, &[]);
     let url = lab.route("/socket");
@@ -337,7 +337,7 @@ fn issue_26_python_websockets_and_node_ws_through_the_route() {
 }
 
 #[test]
-fn issue_26_forward_proxy_and_intercepted_tunnels() {
+fn issue_21_forward_proxy_and_intercepted_tunnels() {
     // Forward-proxy mode: the handshake in absolute form with `Proxy-Authorization`.
     let upstream = WsUpstream::start(false);
     let lab = Lab::start(upstream.port, &upstream.ca, false, &[]);
@@ -419,7 +419,7 @@ fn issue_26_forward_proxy_and_intercepted_tunnels() {
 }
 
 #[test]
-fn issue_26_refusals_come_before_anything_is_sent() {
+fn issue_21_refusals_come_before_anything_is_sent() {
     let upstream = WsUpstream::start(false);
     let lab = Lab::start(
         upstream.port,
@@ -589,7 +589,7 @@ fn read_frame(stream: &mut TcpStream) -> Option<(u8, Vec<u8>)> {
 }
 
 #[test]
-fn issue_26_extensions_compressed_frames_and_control_frames_from_the_upstream() {
+fn issue_21_extensions_compressed_frames_and_control_frames_from_the_upstream() {
     // An upstream that negotiates `permessage-deflate` though Mint offered none: refused, 502.
     let upstream = RawUpstream::start(|mut stream| {
         let head = read_head(&mut stream);
@@ -665,7 +665,7 @@ fn issue_26_extensions_compressed_frames_and_control_frames_from_the_upstream() 
 }
 
 #[test]
-fn issue_26_a_client_that_never_completes_the_handshake_or_goes_silent() {
+fn issue_21_a_client_that_never_completes_the_handshake_or_goes_silent() {
     let upstream = WsUpstream::start(false);
     let lab = Lab::start(
         upstream.port,
@@ -706,7 +706,7 @@ fn issue_26_a_client_that_never_completes_the_handshake_or_goes_silent() {
 }
 
 #[test]
-fn issue_26_an_open_socket_holds_its_connection_slot_and_closes_at_shutdown() {
+fn issue_21_an_open_socket_holds_its_connection_slot_and_closes_at_shutdown() {
     let upstream = WsUpstream::start(false);
     let mut lab = Lab::start(
         upstream.port,
