@@ -1,4 +1,4 @@
-//! WebSocket through Mint (Issue 21, part 1): real clients and servers on every entry, the
+//! WebSocket through Mint (issue 21, part 1): real clients and servers on every entry, the
 //! route, forward-proxy mode and an intercepted `CONNECT` tunnel.
 //!
 //! The upstream is Python's `websockets` (tests/python/websocket_upstream.py), which echoes and,
