@@ -490,3 +490,76 @@ fn issue_23_secret_service_item_added_from_another_session_is_loaded_on_reload()
     let removed = succeeds(&on(&bus_b, &["alias", "rm", "a2"], ""));
     assert!(removed.contains("Deleted its secret"), "{removed}");
 }
+
+/// Issue 23: in a container whose seccomp profile forbids the kernel key system calls (Docker's
+/// default does), the keyutils backend says so and names the ways that work there, instead of
+/// advising a session keyring; nothing is changed, no secret shown. The filter is installed by
+/// `tests/python/no_keyctl.py` (x86_64; elsewhere the test has nothing to check).
+#[test]
+fn issue_23_a_seccomp_forbidden_kernel_keyring_names_the_ways_that_work() {
+    let home = MintHome::bare();
+    let service = unique_service();
+    succeeds(&mint(&home, &service, &[], &["init"], ""));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/no_keyctl.py");
+    let keyutils = [("MINT_KEYRING_BACKEND", "keyutils")];
+    let forbidden = |args: &[&str], input: &str| {
+        let mut command = headless(Path::new("python3"), &home, &service, &keyutils);
+        command.arg(&script).arg(mint_bin()).args(args);
+        run(&mut command, input)
+    };
+    let probe = forbidden(&["--version"], "");
+    if probe.status.code() == Some(125) {
+        eprintln!("note: no seccomp filter on this machine; nothing to check");
+        return;
+    }
+    let aliases_before = std::fs::read_to_string(home.path().join("aliases.yaml")).unwrap();
+    let add = [
+        "alias",
+        "add",
+        "github",
+        "--host",
+        "api.github.com",
+        "--secret-stdin",
+    ];
+    let stderr = fails(&forbidden(&add, CANARY));
+    for needle in [
+        "refused the keyring system calls",
+        "seccomp",
+        "--source env:VAR",
+        "nothing was changed",
+    ] {
+        assert!(stderr.contains(needle), "{needle}: {stderr}");
+    }
+    assert!(!stderr.contains("keyctl session -"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(home.path().join("aliases.yaml")).unwrap(),
+        aliases_before
+    );
+
+    // Declared by hand: list, doctor and serve say the same.
+    home.write_private(
+        "aliases.yaml",
+        "aliases:\n  - name: github\n    hosts: [api.github.com]\n",
+    );
+    let list = forbidden(&["alias", "list"], "");
+    assert_eq!(list.status.code(), Some(1), "{list:?}");
+    let text = String::from_utf8_lossy(&list.stdout);
+    assert!(text.contains("refused the keyring system calls"), "{text}");
+    let doctor = forbidden(&["doctor"], "");
+    let text = String::from_utf8_lossy(&doctor.stdout);
+    assert_eq!(doctor.status.code(), Some(1), "{text}");
+    assert!(text.contains("forbidden here (seccomp)"), "{text}");
+    let stderr = fails(&forbidden(&["serve", "--listen", "127.0.0.1:0"], ""));
+    assert!(
+        stderr.contains("refused the keyring system calls"),
+        "{stderr}"
+    );
+    // `rm` cannot delete what it cannot reach: refused, the declaration kept.
+    let stderr = fails(&forbidden(&["alias", "rm", "github"], ""));
+    assert!(stderr.contains("nothing was changed"), "{stderr}");
+    assert!(
+        std::fs::read_to_string(home.path().join("aliases.yaml"))
+            .unwrap()
+            .contains("github")
+    );
+}

@@ -446,6 +446,15 @@ fn check_keyring(
                     "run Mint in a D-Bus session with an unlocked keyring (GNOME Keyring, \
                      KWallet, KeePassXC), or set MINT_KEYRING_BACKEND=keyutils"
                 }
+                KeyringBackend::Keyutils
+                    if problem
+                        .to_string()
+                        .contains("refused the keyring system calls") =>
+                {
+                    "the kernel keyring is forbidden here (seccomp): give each keyring alias an \
+                     `env:` or `file:` source (`mint alias edit NAME --source ...`), or set \
+                     MINT_KEYRING_BACKEND=secret-service"
+                }
                 KeyringBackend::Keyutils => {
                     "run Mint inside a session keyring (`keyctl session - mint ...`), or set \
                      MINT_KEYRING_BACKEND=secret-service"

@@ -560,7 +560,9 @@ mod tests {
                 Decoder::Zlib(_) => {
                     let mut encoder =
                         flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
-                    encoder.write_all(b"data: first event\n\n").unwrap_or_default();
+                    encoder
+                        .write_all(b"data: first event\n\n")
+                        .unwrap_or_default();
                     // A sync flush, as a server streaming events writes them: no end yet.
                     encoder.flush().unwrap_or_default();
                     encoder.get_ref().clone()

@@ -350,6 +350,9 @@ impl KeyringStore {
         };
         let ways_out = match self.config.backend {
             KeyringBackend::SecretService if is_stale_item(&reason) => STALE_ITEM_WAYS_OUT,
+            KeyringBackend::Keyutils if is_forbidden_syscall(&reason) => {
+                WAYS_OUT_KEYUTILS_FORBIDDEN
+            }
             KeyringBackend::Keyutils => WAYS_OUT_KEYUTILS,
             KeyringBackend::SecretService => WAYS_OUT_SECRET_SERVICE,
         };
@@ -451,6 +454,28 @@ const WAYS_OUT_KEYUTILS: &str = "run every `mint` command that touches the keyri
      session keyring (start `keyctl session - bash`, then run them in it), or give the alias a \
      source the operator fills (`--source env:VAR` or `--source file:/path`); see \
      \"Choosing a secret source\" in docs/credentials.md";
+
+/// What to do when the kernel refuses the key system calls themselves (`EPERM` from a seccomp
+/// filter, as Docker's default profile has, or `ENOSYS` from a kernel built without keys): no
+/// session keyring can help there.
+const WAYS_OUT_KEYUTILS_FORBIDDEN: &str = "the kernel refused the keyring system calls to this \
+     process (a container's seccomp profile, such as Docker's default, forbids `keyctl`; or the \
+     kernel has no key support), so no session keyring can help: give the alias a source the \
+     operator fills (`--source env:VAR` or `--source file:/path`, such as a mounted secret), or \
+     use the Secret Service; see \"Choosing a secret source\" in docs/credentials.md";
+
+/// Whether a keyutils failure is the system call being refused rather than a key or keyring
+/// missing: `EPERM` (a seccomp filter) or `ENOSYS`, as `linux-keyutils` words them.
+fn is_forbidden_syscall(reason: &str) -> bool {
+    [
+        "PermissionDenied",
+        "Operation not permitted",
+        "not implemented",
+        "NotSupported",
+    ]
+    .iter()
+    .any(|word| reason.contains(word))
+}
 
 /// What to do when the Secret Service cannot be reached: the usual case on a server, in a
 /// container or in CI, where no desktop session runs a D-Bus session bus and a keyring.
