@@ -933,7 +933,7 @@ async fn forward(
             part: "the target".to_owned(),
         });
     }
-    let (target, target_facts) = raw.canonicalize()?;
+    let (target, target_facts) = raw.canonicalize(state.declarations().shaped())?;
     exchange.facts.target = Some(target_facts);
     headers::check_method(&method)?;
     if let Some(framing) = parts.extensions.get::<FramingWatch>() {
@@ -958,8 +958,13 @@ async fn forward(
     // refused unread, so it costs no body-sized memory.
     use hyper::body::Body as _;
     if declared != Some(0) && !body.is_end_stream() {
-        let found =
-            pipeline::find_placeholders(&raw, &request_headers, &[], declarations.body_places())?;
+        let found = pipeline::find_placeholders(
+            &raw,
+            &request_headers,
+            &[],
+            declarations.body_places(),
+            declarations.shaped(),
+        )?;
         exchange.facts.aliases = audit_aliases(&found);
         pipeline::check_placeholders(&found, declarations.aliases())?;
         let uses = found.alias_uses();
@@ -986,7 +991,12 @@ async fn forward(
                 part: "the body (decoded from gzip)".to_owned(),
             });
         }
-        pipeline::check_encoded_body(&request_headers, &decoded, declarations.body_places())?;
+        pipeline::check_encoded_body(
+            &request_headers,
+            &decoded,
+            declarations.body_places(),
+            declarations.shaped(),
+        )?;
         headers::check_override_params(
             &method,
             target.query.as_deref(),
@@ -1109,6 +1119,7 @@ impl Checked<'_> {
             self.headers,
             self.body,
             declarations.body_places(),
+            declarations.shaped(),
         )?;
         exchange.facts.aliases = audit_aliases(&found);
         (exchange.facts.skipped, exchange.facts.skipped_count) = audit_skipped(&found);
