@@ -1,5 +1,6 @@
 //! Mint's end-to-end tests: one test binary, one module per area.
 
+mod accept_encoding;
 mod approvals;
 mod approvals_clients;
 mod audit_crash;
