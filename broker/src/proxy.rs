@@ -532,7 +532,12 @@ async fn list_aliases(State(state): State<AppState>, request: Request) -> Respon
                 "sites": alias.sites.iter().map(Site::as_str).collect::<Vec<_>>(),
                 "body": alias.body.iter().map(|p| p.as_str()).collect::<Vec<_>>(),
                 "form": alias.form.iter().map(|f| f.as_str()).collect::<Vec<_>>(),
-                "placeholder": format!("{{{{mint:{}}}}}", alias.name),
+                // The value-shaped placeholder when the alias declares a shape (public, like
+                // the template, which keeps working).
+                "placeholder": declarations.shaped().value(&alias.name).map_or_else(
+                    || format!("{{{{mint:{}}}}}", alias.name),
+                    str::to_owned,
+                ),
             })
         })
         .collect();

@@ -231,6 +231,20 @@ fn a_shaped_placeholder_is_refused_where_the_template_is() {
         let (body, status) = text.rsplit_once('\n').unwrap();
         (status.to_owned(), body.to_owned(), printed)
     };
+    // `GET /v1/aliases` names the shaped value as the text to write.
+    let listed = client_command("curl", &[])
+        .args(["-sS", "-H", &format!("Mint-Capability: {}", setup.cap)])
+        .arg(format!("{}/v1/aliases", setup.broker.base))
+        .output()
+        .unwrap();
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let echo = listed["aliases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "echo")
+        .unwrap();
+    assert_eq!(echo["placeholder"], value.as_str(), "{listed}");
     let before = setup.peer.server.requests().len();
     for template in ["{{mint:echo}}", value.as_str()] {
         let encoded: String = template.bytes().map(|b| format!("%{b:02X}")).collect();
