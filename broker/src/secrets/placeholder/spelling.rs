@@ -8,8 +8,8 @@
 use std::collections::VecDeque;
 use std::ops::Range;
 
-use aho_corasick::Anchored;
 use aho_corasick::automaton::Automaton as _;
+use aho_corasick::{Anchored, Input};
 use mint_policy::policy::is_alias_name;
 
 use super::shaped::ShapedPlaceholders;
@@ -143,6 +143,13 @@ fn automaton(
     let Some((dfa, longest)) = shaped.automaton() else {
         return braces(raw, layer, on_event);
     };
+    let escaped = match layer {
+        Layer::Percent => memchr::memchr(b'%', raw).is_some(),
+        Layer::JsonPercent => memchr::memchr2(b'%', b'\\', raw).is_some(),
+    };
+    if !escaped {
+        return unescaped(raw, layer, shaped, on_event);
+    }
     // INVARIANT: the automaton is built with unanchored starts (`shaped::from_values`).
     let Ok(start_state) = dfa.start_state(Anchored::No) else {
         return braces(raw, layer, on_event);
@@ -201,6 +208,57 @@ fn automaton(
             }
         }
         pos = after;
+    }
+    Ok(())
+}
+
+/// [`automaton`] over a text without any escape: every unit is one byte (a byte outside ASCII
+/// reads as [`NON_ASCII`], which no pattern holds), so the automaton searches the bytes
+/// themselves, skipping ahead with its prefilter, and every hit is raw. The same events, in the
+/// same order, as stepping unit by unit.
+fn unescaped(
+    raw: &[u8],
+    layer: Layer,
+    shaped: &ShapedPlaceholders,
+    mut on_event: impl FnMut(Event) -> Result<(), PlaceholderError>,
+) -> Result<(), PlaceholderError> {
+    let Some((dfa, _)) = shaped.automaton() else {
+        return braces(raw, layer, on_event);
+    };
+    let mut pos = 0;
+    while pos < raw.len() {
+        let input = Input::new(raw).range(pos..).anchored(Anchored::No);
+        let Ok(Some(found)) = dfa.try_find(&input) else {
+            break;
+        };
+        match shaped.alias_of(found.pattern().as_usize()) {
+            Some(alias) => {
+                on_event(Event::Hit(Hit {
+                    alias: alias.to_owned(),
+                    span: found.range(),
+                    raw: true,
+                }))?;
+                pos = found.end();
+            }
+            None => match read_placeholder(raw, found.start(), layer) {
+                Some(Ok((alias, end))) => {
+                    on_event(Event::Hit(Hit {
+                        alias,
+                        span: found.start()..end,
+                        raw: true,
+                    }))?;
+                    pos = end;
+                }
+                Some(Err(reason)) => {
+                    on_event(Event::Malformed {
+                        offset: found.start(),
+                        reason,
+                    })?;
+                    pos = found.start() + 1;
+                }
+                None => pos = found.start() + 1,
+            },
+        }
     }
     Ok(())
 }
