@@ -1,6 +1,9 @@
 //! Placeholder scan and substitution on a realistic request: browser-like headers with an
 //! `Authorization` placeholder, a query placeholder and a 2 KiB JSON body with one in a string
 //! value; plus the same request without placeholders (the common case) and a 1 MiB JSON body.
+//! The `*_shaped` cases run the same scans with two value-shaped placeholders loaded (the one
+//! automaton over `{{mint:` and every value; every JSON string is then read), to compare with
+//! the cases without in the same run.
 //!
 //! Run with `cargo bench -p mint-broker --bench placeholder`.
 
@@ -16,6 +19,7 @@ use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use mint_broker::secrets::inject::{self, Secrets};
+use mint_broker::secrets::placeholder::shaped::ShapedPlaceholders;
 use mint_broker::secrets::placeholder::{self, RequestParts};
 use mint_policy::aliases::load_aliases;
 use mint_policy::body::BodyPlaces;
@@ -95,8 +99,25 @@ fn body_places() -> BodyPlaces {
     )
 }
 
+/// Two aliases' value-shaped placeholders, as a home with shapes loads them.
+fn shaped() -> ShapedPlaceholders {
+    ShapedPlaceholders::from_values(vec![
+        (
+            "github".to_owned(),
+            "ghp_Zq81LmXv0Tn5Rw2Kb7Yc4Hd9Jf3Gs6Pa1Qe".to_owned(),
+        ),
+        (
+            "openai".to_owned(),
+            "sk-Hq3vT8xL5pZ2mR7wK9nB4cJ6aE1sD0fG2hJ4kL6zX8cV".to_owned(),
+        ),
+    ])
+    .unwrap()
+}
+
 fn bench(c: &mut Criterion) {
     let places = body_places();
+    let none = ShapedPlaceholders::default();
+    let shaped = shaped();
     let mut secrets = Secrets::new();
     secrets.insert(
         "github",
@@ -112,9 +133,16 @@ fn bench(c: &mut Criterion) {
         .sample_size(30)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(4));
-    for (name, (headers, body), query) in [
-        ("scan_request_with_3", &with, query_with),
-        ("scan_request_without", &without, query_without),
+    for (name, (headers, body), query, shapes) in [
+        ("scan_request_with_3", &with, query_with, &none),
+        ("scan_request_without", &without, query_without, &none),
+        ("scan_request_with_3_shaped", &with, query_with, &shaped),
+        (
+            "scan_request_without_shaped",
+            &without,
+            query_without,
+            &shaped,
+        ),
     ] {
         group.bench_function(name, |b| {
             b.iter(|| {
@@ -126,7 +154,7 @@ fn bench(c: &mut Criterion) {
                     headers,
                     body,
                 };
-                black_box(placeholder::scan(black_box(&parts), &places).unwrap())
+                black_box(placeholder::scan(black_box(&parts), &places, shapes).unwrap())
             });
         });
     }
@@ -148,20 +176,25 @@ fn bench(c: &mut Criterion) {
     });
     let big = json_body(1 << 20, true);
     group.throughput(Throughput::Bytes(big.len() as u64));
-    group.bench_function("scan_json_body_1mib", |b| {
-        let headers = headers(true);
-        b.iter(|| {
-            let parts = RequestParts {
-                scheme: "https",
-                authority: "api.github.com",
-                path: "/",
-                query: None,
-                headers: &headers,
-                body: &big,
-            };
-            black_box(placeholder::scan(black_box(&parts), &places).unwrap())
+    for (name, shapes) in [
+        ("scan_json_body_1mib", &none),
+        ("scan_json_body_1mib_shaped", &shaped),
+    ] {
+        group.bench_function(name, |b| {
+            let headers = headers(true);
+            b.iter(|| {
+                let parts = RequestParts {
+                    scheme: "https",
+                    authority: "api.github.com",
+                    path: "/",
+                    query: None,
+                    headers: &headers,
+                    body: &big,
+                };
+                black_box(placeholder::scan(black_box(&parts), &places, shapes).unwrap())
+            });
         });
-    });
+    }
     group.finish();
 }
 

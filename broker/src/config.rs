@@ -13,5 +13,6 @@ pub mod declaration_file;
 pub mod declarations;
 pub mod env;
 pub mod listen;
+pub mod placeholder_key;
 pub mod reload;
 pub mod secure_file;

@@ -550,7 +550,12 @@ async fn list_aliases(State(state): State<AppState>, request: Request) -> Respon
                 "sites": alias.sites.iter().map(Site::as_str).collect::<Vec<_>>(),
                 "body": alias.body.iter().map(|p| p.as_str()).collect::<Vec<_>>(),
                 "form": alias.form.iter().map(|f| f.as_str()).collect::<Vec<_>>(),
-                "placeholder": format!("{{{{mint:{}}}}}", alias.name),
+                // The value-shaped placeholder when the alias declares a shape (public, like
+                // the template, which keeps working).
+                "placeholder": declarations.shaped().value(&alias.name).map_or_else(
+                    || format!("{{{{mint:{}}}}}", alias.name),
+                    str::to_owned,
+                ),
             })
         })
         .collect();
@@ -951,7 +956,7 @@ async fn forward(
             part: "the target".to_owned(),
         });
     }
-    let (target, target_facts) = raw.canonicalize()?;
+    let (target, target_facts) = raw.canonicalize(state.declarations().shaped())?;
     exchange.facts.target = Some(target_facts);
     headers::check_method(&method)?;
     if let Some(framing) = parts.extensions.get::<FramingWatch>() {
@@ -1001,8 +1006,13 @@ async fn forward(
     // refused unread, so it costs no body-sized memory.
     use hyper::body::Body as _;
     if declared != Some(0) && !body.is_end_stream() {
-        let found =
-            pipeline::find_placeholders(&raw, &request_headers, &[], declarations.body_places())?;
+        let found = pipeline::find_placeholders(
+            &raw,
+            &request_headers,
+            &[],
+            declarations.body_places(),
+            declarations.shaped(),
+        )?;
         exchange.facts.aliases = audit_aliases(&found);
         pipeline::check_placeholders(&found, declarations.aliases())?;
         let uses = found.alias_uses();
@@ -1029,7 +1039,12 @@ async fn forward(
                 part: "the body (decoded from gzip)".to_owned(),
             });
         }
-        pipeline::check_encoded_body(&request_headers, &decoded, declarations.body_places())?;
+        pipeline::check_encoded_body(
+            &request_headers,
+            &decoded,
+            declarations.body_places(),
+            declarations.shaped(),
+        )?;
         headers::check_override_params(
             &method,
             target.query.as_deref(),
@@ -1153,6 +1168,7 @@ impl Checked<'_> {
             self.headers,
             self.body,
             declarations.body_places(),
+            declarations.shaped(),
         )?;
         exchange.facts.aliases = audit_aliases(&found);
         (exchange.facts.skipped, exchange.facts.skipped_count) = audit_skipped(&found);

@@ -202,6 +202,7 @@ pub fn load_state(paths: &Paths, config: &ServeConfig) -> Result<(AppState, Relo
         policy: paths.policy.clone(),
         aliases: paths.aliases.clone(),
         sources: CredentialSources::system(&keyring),
+        placeholder_key: paths.placeholder_key.clone(),
     };
     let declarations = reloader.load()?;
     let capabilities = CapabilityStore::open(&paths.capabilities)?;

@@ -118,12 +118,15 @@ fn env_source_round_trip() {
             "env",
             "hosts",
             "name",
+            "placeholder",
             "problem",
             "secret",
             "sites",
             "source"
         ]
     );
+    // No shape: the placeholder `mint run` puts in `env` is the template.
+    assert_eq!(row["placeholder"], "{{mint:npm}}");
     assert_eq!(row["name"], "npm");
     assert_eq!(row["description"], "npm publish token");
     assert_eq!(row["hosts"], serde_json::json!(["registry.npmjs.org"]));

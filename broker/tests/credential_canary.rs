@@ -190,6 +190,7 @@ fn canary_never_leaves_the_library() {
     let mut out = Vec::new();
     let err = mint_broker::cli::alias::add(
         &file,
+        &dir.path().join("placeholder.key"),
         &sources,
         &KeyringConfig::default(),
         AliasAddArgs {
@@ -201,6 +202,7 @@ fn canary_never_leaves_the_library() {
             source: None,
             description: None,
             env: Vec::new(),
+            placeholder: None,
             secret_stdin: true,
         },
         SecretInput::Stream(&mut reader),

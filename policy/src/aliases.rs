@@ -14,6 +14,7 @@ use crate::body::{FormField, JsonPointer, MAX_FORM_FIELDS, MAX_POINTERS};
 use crate::diagnostic::{Code, Diagnostic, Findings, Pos, Severity};
 use crate::fields::{EntryKey, MapReader, Sink, entry_key, item_path, join, list, string};
 use crate::host::HostPattern;
+use crate::placeholder_shape::{Alphabet, PlaceholderShape, ShapeError};
 use crate::policy::{host_pattern_problem, is_alias_name};
 use crate::site::{Site, SiteSet};
 use crate::yaml::{self, Node, NodeKind, Value};
@@ -46,6 +47,10 @@ pub struct Alias {
     /// read their key from the environment.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<String>,
+    /// The shape of the value-shaped placeholder the broker derives for this alias and `mint
+    /// run` puts in `env`, for clients that check a key's form; `None`: `{{mint:NAME}}` only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placeholder: Option<PlaceholderShape>,
     /// Where the declaration starts in the file.
     #[serde(skip)]
     pub pos: Pos,
@@ -164,6 +169,19 @@ impl AliasFile {
             if !alias.env.is_empty() {
                 out.push_str(&format!("    env: [{}]\n", alias.env.join(", ")));
             }
+            match &alias.placeholder {
+                None => {}
+                Some(PlaceholderShape::Jwt) => out.push_str("    placeholder: jwt\n"),
+                Some(PlaceholderShape::Token {
+                    prefix,
+                    length,
+                    alphabet,
+                }) => out.push_str(&format!(
+                    "    placeholder: {{prefix: {}, length: {length}, alphabet: {}}}\n",
+                    q(prefix),
+                    alphabet.as_str()
+                )),
+            }
         }
         out
     }
@@ -192,7 +210,16 @@ impl AliasesLoad {
 }
 
 pub(crate) const TOP_FIELDS: &[&str] = &["aliases"];
-const ALIAS_FIELDS: &[&str] = &["name", "description", "hosts", "sites", "source", "env"];
+const ALIAS_FIELDS: &[&str] = &[
+    "name",
+    "description",
+    "hosts",
+    "sites",
+    "source",
+    "env",
+    "placeholder",
+];
+const SHAPE_FIELDS: &[&str] = &["prefix", "length", "alphabet"];
 
 /// The variables `mint run` sets itself (proxy and CA settings, in the order it sets them) and
 /// removes (`ALL_PROXY`): an alias's `env` may not name them, in any case.
@@ -485,6 +512,10 @@ fn read_alias(
         .map(|n| read_env(n, &join(&prefix, "env"), env_seen, sink))
         .unwrap_or_default();
 
+    let placeholder = map
+        .take("placeholder")
+        .and_then(|n| read_placeholder(n, &join(&prefix, "placeholder"), sink));
+
     map.finish(ALIAS_FIELDS, sink);
     Some(Alias {
         name: name?,
@@ -495,6 +526,7 @@ fn read_alias(
         form,
         source: source?,
         env,
+        placeholder,
         pos: node.pos(),
     })
 }
@@ -656,6 +688,74 @@ fn read_env(
         }
     }
     names
+}
+
+/// Reads `placeholder`: `jwt`, or `{prefix: PREFIX, length: N, alphabet: NAME}` (`prefix`
+/// defaults to none and `alphabet` to `base62`). The prefix is never quoted in a message.
+fn read_placeholder(node: &Node, path: &str, sink: &mut Sink<'_>) -> Option<PlaceholderShape> {
+    let shape = match (&node.kind, node.value()) {
+        (_, Some(Value::Str("jwt"))) => Ok(PlaceholderShape::Jwt),
+        (NodeKind::Map(_), _) => {
+            let mut map = MapReader::new(node, path, sink)?;
+            let prefix = match map.take("prefix") {
+                None => Some(""),
+                Some(n) => string(n, &join(path, "prefix"), sink),
+            };
+            let length = match map.take("length").map(|n| (n, n.value())) {
+                Some((_, Some(Value::Int(n)))) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+                Some((n, _)) => {
+                    sink.wrong_type(n, &join(path, "length"), "an integer");
+                    None
+                }
+                None => {
+                    sink.error(
+                        Code::MissingField,
+                        node,
+                        path,
+                        "missing `length`: the whole length of the placeholder, prefix included, \
+                         such as `{prefix: sk-, length: 48}`",
+                    );
+                    None
+                }
+            };
+            let alphabet = match map.take("alphabet") {
+                None => Some(Alphabet::Base62),
+                Some(n) => {
+                    let parsed = n.value().and_then(|v| match v {
+                        Value::Str(text) => Alphabet::parse(text),
+                        _ => None,
+                    });
+                    if parsed.is_none() {
+                        sink.error(
+                            Code::InvalidPlaceholderShape,
+                            n,
+                            &join(path, "alphabet"),
+                            "a placeholder alphabet is `base62` (the default), `lower`, `hex` or \
+                             `base64url`",
+                        );
+                    }
+                    parsed
+                }
+            };
+            map.finish(SHAPE_FIELDS, sink);
+            PlaceholderShape::token(prefix?, length?, alphabet?)
+        }
+        _ => Err(ShapeError::Invalid(
+            "a placeholder shape is `jwt` or `{prefix: PREFIX, length: N, alphabet: base62}`",
+        )),
+    };
+    match shape {
+        Ok(shape) => Some(shape),
+        Err(error) => {
+            let code = match error {
+                ShapeError::Weak { .. } => Code::WeakPlaceholderShape,
+                ShapeError::Reserved => Code::ReservedPlaceholderShape,
+                ShapeError::Invalid(_) => Code::InvalidPlaceholderShape,
+            };
+            sink.error(code, node, path, error.to_string());
+            None
+        }
+    }
 }
 
 fn serialize_patterns<S: Serializer>(

@@ -146,6 +146,12 @@ codes! {
     FormSiteWithoutFields = "E059", "form site without fields";
     /// An approve rule's `approval.timeout` outside 1 s to 280 s.
     ApprovalTimeoutOutOfRange = "E060", "approval timeout out of range";
+    /// A `placeholder` shape this version does not read (prefix grammar, length, alphabet).
+    InvalidPlaceholderShape = "E061", "invalid placeholder shape";
+    /// A `placeholder` shape whose random part carries fewer than 128 bits.
+    WeakPlaceholderShape = "E062", "placeholder shape too guessable";
+    /// A `placeholder` shape that reads as Mint's own syntax or tokens.
+    ReservedPlaceholderShape = "E063", "placeholder shape collides with Mint's syntax";
     /// `default: allow`.
     DefaultAllow = "W001", "default allow";
     /// The legacy `call_limits` map.

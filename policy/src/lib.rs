@@ -24,6 +24,7 @@ pub mod glob;
 pub mod host;
 pub mod limits;
 pub mod normalize;
+pub mod placeholder_shape;
 pub mod policy;
 pub mod recognise;
 pub mod site;

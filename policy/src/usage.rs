@@ -69,6 +69,8 @@ pub struct Placeholder {
     pub percent_encoded: &'static str,
     /// Which aliases exist and where they may go.
     pub note: &'static str,
+    /// Value-shaped placeholders: what an alias's environment variable may hold instead.
+    pub value_shaped: &'static str,
 }
 
 /// One place in a request where a placeholder may sit, and when.
@@ -117,6 +119,11 @@ pub fn usage(listen: &str) -> Usage {
             percent_encoded: "%7B%7Bmint%3AALIAS%7D%7D",
             note: "alias_list shows the aliases and the hosts each is bound to; \
                    Mint substitutes a placeholder only toward those hosts",
+            value_shaped: "an alias's environment variable (set by `mint run`) may hold a \
+                           value-shaped placeholder instead: a random value shaped like a real \
+                           key (such as sk-... or a JWT) that passes a client's format check; \
+                           send it unchanged where the key goes and Mint treats it exactly as \
+                           {{mint:ALIAS}}; it is not a secret",
         },
         sites: vec![
             SiteUsage {
@@ -195,6 +202,7 @@ impl Usage {
             self.placeholder.percent_encoded
         );
         let _ = writeln!(out, "  aliases:        {}", self.placeholder.note);
+        let _ = writeln!(out, "  value-shaped:   {}", self.placeholder.value_shaped);
         for site in &self.sites {
             let _ = writeln!(out, "  {:<16}{}", format!("{}:", site.site), site.when);
         }
@@ -254,6 +262,12 @@ mod tests {
         );
         assert_eq!(value["proxy_route"]["base_url"], "http://127.0.0.1:8700");
         assert_eq!(value["placeholder"]["syntax"], "{{mint:ALIAS}}");
+        assert!(
+            value["placeholder"]["value_shaped"]
+                .as_str()
+                .unwrap()
+                .contains("environment variable")
+        );
         assert_eq!(
             value["placeholder"]["percent_encoded"],
             "%7B%7Bmint%3AALIAS%7D%7D"
@@ -348,6 +362,7 @@ mod tests {
             "mint ca export",
             "{{mint:ALIAS}}",
             "%7B%7Bmint%3AALIAS%7D%7D",
+            "value-shaped placeholder",
             "header:",
             "query:",
             "body:",

@@ -994,3 +994,57 @@ fn alias_form_site_names_form_fields() {
     assert_eq!(again.aliases[0].body, alias.body);
     assert_eq!(again.aliases[0].sites, alias.sites);
 }
+
+/// `placeholder` shapes: a token shape or `jwt` loads and writes back the same; a shape Mint
+/// cannot derive from is E061, one with fewer than 128 random bits E062, a `mint` prefix E063;
+/// no message quotes the prefix (it could be a key pasted into the wrong field).
+#[test]
+fn alias_placeholder_shapes() {
+    let alias = |shape: &str| {
+        format!(
+            "aliases:\n  - name: openai\n    hosts: [api.openai.com]\n    placeholder: {shape}\n"
+        )
+    };
+    for good in [
+        "{prefix: sk-, length: 48}",
+        "{prefix: sk-ant-oat01-, length: 108, alphabet: base64url}",
+        "{length: 32, alphabet: hex}",
+        "jwt",
+    ] {
+        let load = load_aliases(alias(good).as_bytes(), "a.yaml");
+        assert_eq!(load.diagnostics, vec![], "{good}");
+        let file = load.aliases.unwrap();
+        let again = load_aliases(file.to_yaml().as_bytes(), "a.yaml")
+            .aliases
+            .unwrap();
+        assert_eq!(
+            again.aliases[0].placeholder, file.aliases[0].placeholder,
+            "{good}"
+        );
+        assert!(file.aliases[0].placeholder.is_some());
+    }
+    for (bad, code) in [
+        ("{prefix: \"sk+\", length: 48}", "E061"),
+        ("{prefix: sk-, length: 3}", "E061"),
+        ("{prefix: sk-, length: 9999}", "E061"),
+        ("{prefix: sk-, length: 48, alphabet: base10}", "E061"),
+        ("{prefix: \"{{mint:\", length: 80}", "E061"),
+        ("jwt2", "E061"),
+        ("{prefix: sk-, length: 24}", "E062"),
+        ("{length: 31, alphabet: hex}", "E062"),
+        ("{prefix: mint_cap_, length: 80}", "E063"),
+    ] {
+        assert_eq!(alias_codes(&alias(bad)), vec![code], "{bad}");
+    }
+    assert_eq!(alias_codes(&alias("{prefix: sk-}")), vec!["E011"]);
+    assert_eq!(
+        alias_codes(&alias("{prefix: sk-, length: 48, size: 2}")),
+        vec!["E010"]
+    );
+    let pasted = alias("{prefix: ghp_CANARY0123456789abcdefghijkl, length: 40}");
+    let load = load_aliases(pasted.as_bytes(), "a.yaml");
+    assert!(!load.diagnostics.is_empty());
+    for d in &load.diagnostics {
+        assert!(!format!("{d:?}").contains("CANARY"), "{d:?}");
+    }
+}

@@ -1,5 +1,6 @@
 //! Mint's end-to-end tests: one test binary, one module per area.
 
+mod accept_encoding;
 mod approvals;
 mod approvals_clients;
 mod audit_crash;
@@ -30,4 +31,5 @@ mod proxy_outcomes;
 mod proxy_reload;
 mod request_body;
 mod scrub_oracle;
+mod shaped_placeholders;
 mod websocket;

@@ -24,7 +24,9 @@ use crate::cli::ca::CaCommandError;
 use crate::cli::cap::CapCommandError;
 use crate::config::ca_files::CaFileError;
 use crate::config::env::{DEFAULT_LISTEN, MINT_PROXY_URL};
+use crate::config::placeholder_key::PlaceholderKeyError;
 use crate::config::secure_file::{PUBLIC_FILE_MODE, SecureFileError, write_atomic_mode};
+use crate::secrets::placeholder::shaped::ShapedPlaceholders;
 
 /// The proxy variables, all four spellings clients read.
 pub const PROXY_VARIABLES: [&str; 4] = ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"];
@@ -134,6 +136,9 @@ pub enum AgentEnvError {
     /// The bundle or the CA could not be written.
     #[error(transparent)]
     Write(#[from] SecureFileError),
+    /// The value-shaped placeholders could not be derived (the home's placeholder key).
+    #[error(transparent)]
+    PlaceholderKey(#[from] PlaceholderKeyError),
 }
 
 /// Where the broker listens, from `--proxy`, `MINT_PROXY_URL` or the default.
@@ -350,12 +355,14 @@ impl std::fmt::Debug for AgentVariables {
 impl AgentVariables {
     /// The proxy variables set to `proxy_url`, the proxy exceptions, the bundle variables set to
     /// `bundle`, the CA variables set to `ca`, and for each alias in scope (`scope` empty: every
-    /// alias) its `env` names set to its placeholder.
+    /// alias) its `env` names set to its placeholder: its value-shaped one from `shaped` when it
+    /// declares a shape, else `{{mint:NAME}}`.
     pub fn new(
         proxy_url: &Zeroizing<String>,
         bundle: &Path,
         ca: &Path,
         aliases: &AliasFile,
+        shaped: &ShapedPlaceholders,
         scope: &[String],
     ) -> AgentVariables {
         let mut vars = Vec::new();
@@ -376,7 +383,10 @@ impl AgentVariables {
             let in_scope = scope.is_empty() || scope.contains(&alias.name);
             for name in &alias.env {
                 if in_scope {
-                    alias_vars.push((name.clone(), format!("{{{{mint:{}}}}}", alias.name)));
+                    let placeholder = shaped
+                        .value(&alias.name)
+                        .map_or_else(|| format!("{{{{mint:{}}}}}", alias.name), str::to_owned);
+                    alias_vars.push((name.clone(), placeholder));
                 } else {
                     removed.push(name.clone());
                 }
@@ -509,6 +519,7 @@ mod tests {
             Path::new("/tmp/bundle.pem"),
             Path::new("/tmp/ca.pem"),
             &aliases,
+            &ShapedPlaceholders::default(),
             &[],
         );
         assert!(vars.iter().any(|(_, value)| value.contains(canary)));

@@ -18,6 +18,7 @@ use mint_policy::aliases::{Alias, AliasFile, SecretSource, is_env_name, load_ali
 use mint_policy::body::{FormField, FormFieldError, JsonPointer, PointerError};
 use mint_policy::diagnostic::count_noun;
 use mint_policy::host::{HostPattern, HostPatternError};
+use mint_policy::placeholder_shape::{PlaceholderShape, ShapeError};
 use mint_policy::policy::is_alias_name;
 use mint_policy::site::{Site, SiteSet};
 use mint_policy::{Diagnostic, MAX_FILE_BYTES, Pos, Severity};
@@ -28,12 +29,14 @@ use crate::cli::ExitStatus;
 use crate::cli::terminal::{json_for_terminal, printable, read_hidden};
 use crate::config::declaration_file::{ReadError, read_declaration_file};
 use crate::config::env::Paths;
+use crate::config::placeholder_key::{PlaceholderKeyError, shaped_placeholders};
 use crate::config::secure_file::{DirLock, SecureFileError, check_config_file, write_atomic};
 use crate::secrets::credential_store::file_store::strip_one_newline;
 use crate::secrets::credential_store::{
     CredentialError, CredentialSources, CredentialValue, KeyringConfig, KeyringConfigError,
     MAX_VALUE_BYTES, StoreError, ValueProblem, check_value_for,
 };
+use crate::secrets::placeholder::shaped::ShapedPlaceholders;
 
 /// `mint alias ...`.
 #[derive(Debug, Subcommand)]
@@ -94,6 +97,12 @@ pub struct AliasAddArgs {
     /// read their key from the environment (`GITHUB_TOKEN`). Repeat for more.
     #[arg(long = "env", value_name = "NAME")]
     pub env: Vec<String>,
+    /// A value-shaped placeholder for clients that check a key's form before sending it:
+    /// `PREFIX:LENGTH[:ALPHABET]` (`sk-:48`, `xoxb-:56:lower`; alphabets `base62`, `lower`, `hex`,
+    /// `base64url`) or `jwt`. `mint run` then sets the `--env` variables to a random value of
+    /// that shape instead of `{{mint:NAME}}`, and the proxy substitutes it the same way.
+    #[arg(long, value_name = "SHAPE")]
+    pub placeholder: Option<String>,
     /// Read the secret from stdin instead of the terminal (one trailing newline is dropped).
     /// When stdin is itself a terminal, the hidden prompt is used, so nothing is echoed.
     #[arg(long)]
@@ -113,7 +122,7 @@ pub enum SiteArg {
 #[derive(Debug, Args)]
 pub struct AliasListArgs {
     /// Print a JSON array of objects (`name`, `description`, `hosts`, `sites`, `source`, `env`,
-    /// `secret`, `problem`).
+    /// `placeholder`, `secret`, `problem`).
     #[arg(long)]
     pub json: bool,
 }
@@ -232,6 +241,12 @@ pub enum AliasCommandError {
         /// What is wrong (never the text).
         problem: PointerError,
     },
+    /// `--placeholder` is not a shape Mint can derive a placeholder from.
+    #[error("invalid --placeholder: {0}")]
+    InvalidPlaceholder(ShapeError),
+    /// The home's placeholder key cannot be read or created.
+    #[error(transparent)]
+    PlaceholderKey(PlaceholderKeyError),
     /// A `--form` is not a form field name.
     #[error("invalid --form #{index}: {problem}")]
     InvalidFormField {
@@ -410,11 +425,25 @@ pub fn run(
     match command {
         AliasCommand::Add(args) => {
             let input = secret_input(args.secret_stdin, stdin);
-            add(&paths.aliases, &sources, &keyring, args, input, out)?;
+            add(
+                &paths.aliases,
+                &paths.placeholder_key,
+                &sources,
+                &keyring,
+                args,
+                input,
+                out,
+            )?;
             Ok(ExitStatus::Success)
         }
         AliasCommand::List(args) => {
-            let listed = list(&paths.aliases, &sources, args.json, out)?;
+            let listed = list(
+                &paths.aliases,
+                &paths.placeholder_key,
+                &sources,
+                args.json,
+                out,
+            )?;
             Ok(if listed.all_present() {
                 ExitStatus::Success
             } else {
@@ -450,23 +479,39 @@ fn secret_input(secret_stdin: bool, stdin: &mut dyn Read) -> SecretInput<'_> {
 
 /// `mint alias add`: validates, reads and stores the secret (keyring source), then writes the
 /// alias file atomically.
+/// A `--placeholder` shape gets its value from the home's key at `placeholder_key`.
 pub fn add(
     file: &Path,
+    placeholder_key: &Path,
     sources: &CredentialSources,
     keyring: &KeyringConfig,
     args: AliasAddArgs,
     input: SecretInput<'_>,
     out: &mut dyn Write,
 ) -> Result<(), AliasCommandError> {
-    add_with(file, sources, keyring, args, input, out, &write_atomic)
+    add_with(
+        file,
+        placeholder_key,
+        sources,
+        keyring,
+        args,
+        input,
+        out,
+        &write_atomic,
+    )
 }
 
 /// Writes the alias file's new text (`write_atomic`, or a failing stand-in in tests).
 type CommitFn = dyn Fn(&Path, &[u8]) -> Result<(), SecureFileError>;
 
 /// [`add`] with the final file write given, so tests can make it fail.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the arguments of `add` and the write under test"
+)]
 fn add_with(
     file: &Path,
+    placeholder_key: &Path,
     sources: &CredentialSources,
     keyring: &KeyringConfig,
     args: AliasAddArgs,
@@ -484,6 +529,12 @@ fn add_with(
         args.description,
     )?;
     alias.env = env_names(&args.env)?;
+    alias.placeholder = args
+        .placeholder
+        .as_deref()
+        .map(PlaceholderShape::parse)
+        .transpose()
+        .map_err(AliasCommandError::InvalidPlaceholder)?;
     let is_keyring = alias.source == SecretSource::Keyring;
     if args.secret_stdin && !is_keyring {
         return Err(AliasCommandError::StdinWithoutKeyring);
@@ -529,6 +580,21 @@ fn add_with(
         file.display(),
         summary(&alias)
     );
+    if alias.placeholder.is_some() {
+        let shaped = shaped_placeholders(
+            placeholder_key,
+            &AliasFile {
+                aliases: vec![alias.clone()],
+            },
+        )
+        .map_err(AliasCommandError::PlaceholderKey)?;
+        if let Some(value) = shaped.value(&alias.name) {
+            report.push_str(&format!(
+                "Its value-shaped placeholder (public, not a secret; `mint run` puts it in its env \
+                 variables): {value}\n"
+            ));
+        }
+    }
     if is_keyring {
         report.push_str(&format!(
             "Stored its secret in the {}, service `{}`, account `{}`.\n",
@@ -803,15 +869,18 @@ impl Listed {
 /// load it (for `env:` sources: in this process's environment).
 pub fn list(
     file: &Path,
+    placeholder_key: &Path,
     sources: &CredentialSources,
     json: bool,
     out: &mut dyn Write,
 ) -> Result<Listed, AliasCommandError> {
     let aliases = load_file(file)?;
+    let shaped = shaped_placeholders(placeholder_key, &aliases)
+        .map_err(AliasCommandError::PlaceholderKey)?;
     let rows: Vec<ListRow> = aliases
         .aliases
         .iter()
-        .map(|alias| ListRow::new(alias, sources))
+        .map(|alias| ListRow::new(alias, sources, &shaped))
         .collect();
     let listed = Listed {
         aliases: rows.len(),
@@ -834,7 +903,7 @@ pub fn list(
         )
         .map(|()| listed);
     }
-    let table: Vec<[String; 7]> = rows
+    let table: Vec<[String; 8]> = rows
         .iter()
         .map(|r| {
             // Every field printed as the terminal must show it: a description (or a `file:`
@@ -845,6 +914,7 @@ pub fn list(
                 sites_shown(r.alias).join(","),
                 r.source.clone(),
                 r.env.join(","),
+                r.placeholder.clone(),
                 r.secret.as_str().to_owned(),
                 r.description.unwrap_or("").to_owned(),
             ]
@@ -857,6 +927,7 @@ pub fn list(
         "SITES",
         "SOURCE",
         "ENV",
+        "PLACEHOLDER",
         "SECRET",
         "DESCRIPTION",
     ]
@@ -1003,6 +1074,7 @@ fn declaration(
         form: fields,
         source,
         env: Vec::new(),
+        placeholder: None,
         pos: Pos::START,
     })
 }
@@ -1237,6 +1309,11 @@ struct ListRow<'a> {
     form: Vec<&'a str>,
     source: String,
     env: &'a [String],
+    /// The placeholder `mint run` puts in `env`: the shaped value, or `{{mint:NAME}}`.
+    placeholder: String,
+    /// The declared shape, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    placeholder_shape: Option<String>,
     secret: SecretStatus,
     #[serde(skip)]
     alias: &'a Alias,
@@ -1265,7 +1342,11 @@ impl SecretStatus {
 }
 
 impl<'a> ListRow<'a> {
-    fn new(alias: &'a Alias, sources: &CredentialSources) -> ListRow<'a> {
+    fn new(
+        alias: &'a Alias,
+        sources: &CredentialSources,
+        shaped: &ShapedPlaceholders,
+    ) -> ListRow<'a> {
         let (secret, problem) = match sources.read(alias) {
             Ok(_) => (SecretStatus::Present, None),
             Err(e) => {
@@ -1286,6 +1367,10 @@ impl<'a> ListRow<'a> {
             form: alias.form.iter().map(FormField::as_str).collect(),
             source: alias.source.to_string(),
             env: &alias.env,
+            placeholder: shaped
+                .value(&alias.name)
+                .map_or_else(|| format!("{{{{mint:{}}}}}", alias.name), str::to_owned),
+            placeholder_shape: alias.placeholder.as_ref().map(PlaceholderShape::as_text),
             secret,
             problem,
             alias,
@@ -1374,6 +1459,7 @@ mod tests {
             source: None,
             description: None,
             env: Vec::new(),
+            placeholder: None,
             secret_stdin: true,
         }
     }
@@ -1394,6 +1480,7 @@ mod tests {
         let mut stdin: &[u8] = b"s3cret-value\n";
         add(
             &file,
+            &file.with_file_name("placeholder.key"),
             &sources,
             &config,
             args(
@@ -1416,7 +1503,14 @@ mod tests {
         );
 
         let mut out = Vec::new();
-        list(&file, &sources, false, &mut out).unwrap();
+        list(
+            &file,
+            &file.with_file_name("placeholder.key"),
+            &sources,
+            false,
+            &mut out,
+        )
+        .unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(text.starts_with("NAME"), "{text}");
         assert!(text.contains("present"), "{text}");
@@ -1429,6 +1523,61 @@ mod tests {
     }
 
     #[test]
+    fn placeholder_shapes_are_declared_derived_and_listed() {
+        let (_dir, file) = home();
+        let key = file.with_file_name("placeholder.key");
+        let (_keyring, sources) = sources();
+        let mut shaped = args("openai", &["api.openai.com"]);
+        shaped.placeholder = Some("sk-:48".to_owned());
+        shaped.env = vec!["OPENAI_API_KEY".to_owned()];
+        let mut stdin: &[u8] = b"sk-real-CANARY\n";
+        let mut out = Vec::new();
+        add(
+            &file,
+            &key,
+            &sources,
+            &KeyringConfig::default(),
+            shaped,
+            SecretInput::Stream(&mut stdin),
+            &mut out,
+        )
+        .unwrap();
+        let added = String::from_utf8(out).unwrap();
+        assert!(!added.contains("CANARY"), "{added}");
+        let loaded = load_file(&file).unwrap();
+        assert_eq!(
+            loaded.aliases[0].placeholder,
+            Some(PlaceholderShape::parse("sk-:48").unwrap())
+        );
+        let mut out = Vec::new();
+        list(&file, &key, &sources, true, &mut out).unwrap();
+        let rows: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let value = rows[0]["placeholder"].as_str().unwrap();
+        assert_eq!(value.len(), 48);
+        assert!(value.starts_with("sk-"));
+        assert!(added.contains(value), "add reports the same value: {added}");
+        assert_eq!(rows[0]["placeholder_shape"], "sk-:48:base62");
+        assert!(!String::from_utf8_lossy(&out).contains("CANARY"));
+
+        let mut weak = args("weak", &["api.openai.com"]);
+        weak.placeholder = Some("sk-:20".to_owned());
+        let err = add(
+            &file,
+            &key,
+            &sources,
+            &KeyringConfig::default(),
+            weak,
+            SecretInput::Stream(&mut &b"x"[..]),
+            &mut Vec::new(),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, AliasCommandError::InvalidPlaceholder(_)),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn rejected_secrets_change_nothing() {
         let (_dir, file) = home();
         let before = std::fs::read(&file).unwrap();
@@ -1437,6 +1586,7 @@ mod tests {
             let mut stdin = input;
             let err = add(
                 &file,
+                &file.with_file_name("placeholder.key"),
                 &sources,
                 &KeyringConfig::default(),
                 args("github", &["api.github.com"]),
@@ -1469,6 +1619,7 @@ mod tests {
         let mut stdin: &[u8] = b"value";
         let err = add_with(
             &file,
+            &file.with_file_name("placeholder.key"),
             &sources,
             &KeyringConfig::default(),
             args("github", &["api.github.com"]),

@@ -32,6 +32,7 @@ use crate::cli::alias::declared_aliases;
 use crate::cli::cap::{CapIssueArgs, issue_capability};
 use crate::config::ca_files;
 use crate::config::env::Paths;
+use crate::config::placeholder_key::shaped_placeholders;
 
 /// Arguments of `mint env`.
 #[derive(Debug, Args)]
@@ -165,6 +166,8 @@ pub fn run(
     target.require_local(args.remote_proxy)?;
     let cert = ca_files::cert_pem(paths, SystemTime::now()).map_err(AgentEnvError::from)?;
     let aliases = declared_aliases(&paths.aliases).map_err(AgentEnvError::from)?;
+    let shaped =
+        shaped_placeholders(&paths.placeholder_key, &aliases).map_err(AgentEnvError::from)?;
     let bundle = absolute(&paths.home.join(BUNDLE_FILE));
     let ca = absolute(&paths.ca_cert);
     if args.shell == Shell::Env {
@@ -204,7 +207,7 @@ pub fn run(
         }
     }
     let url = target.url_for(&issued.agent, &issued.token);
-    let vars = AgentVariables::new(&url, &bundle, &ca, &aliases, &args.aliases);
+    let vars = AgentVariables::new(&url, &bundle, &ca, &aliases, &shaped, &args.aliases);
     let mut text = zeroize::Zeroizing::new(String::with_capacity(2048));
     text.push_str(&format!(
         "# Mint: agent `{}`, capability {} (expires {}); revoke: mint cap revoke {}\n",

@@ -36,6 +36,7 @@ use crate::cli::alias::declared_aliases;
 use crate::cli::cap::{CapIssueArgs, issue_capability, revoke_capability};
 use crate::config::ca_files;
 use crate::config::env::Paths;
+use crate::config::placeholder_key::shaped_placeholders;
 use crate::config::secure_file::{PUBLIC_FILE_MODE, create_private_dir, write_atomic_mode};
 
 pub mod user;
@@ -157,6 +158,8 @@ pub fn run(args: RunArgs, paths: &Paths, notes: &mut dyn Write) -> Result<u8, Ru
     // The CA files first: nothing is issued for a run that cannot trust Mint's CA.
     let cert = ca_files::cert_pem(paths, SystemTime::now()).map_err(AgentEnvError::from)?;
     let aliases = declared_aliases(&paths.aliases).map_err(AgentEnvError::from)?;
+    let shaped =
+        shaped_placeholders(&paths.placeholder_key, &aliases).map_err(AgentEnvError::from)?;
     let dir = PrivateDir::create()?;
     let bundle = dir.path.join("ca-bundle.pem");
     let ca = dir.path.join("ca.pem");
@@ -199,7 +202,7 @@ pub fn run(args: RunArgs, paths: &Paths, notes: &mut dyn Write) -> Result<u8, Ru
         }
         let mut command = {
             let url = target.url_for(&issued.agent, &issued.token);
-            let vars = AgentVariables::new(&url, &bundle, &ca, &aliases, &args.aliases);
+            let vars = AgentVariables::new(&url, &bundle, &ca, &aliases, &shaped, &args.aliases);
             child_command(&args.command, &vars, agent_user.as_ref())?
         };
         drop(issued);

@@ -12,6 +12,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use mint_policy::aliases::{Alias, AliasFile, SecretSource, load_aliases};
 use mint_policy::body::BodyPlaces;
@@ -21,9 +22,11 @@ use mint_policy::policy::load_policy;
 use mint_policy::{Diagnostic, MAX_FILE_BYTES, Severity};
 
 use crate::config::declaration_file::{ConfigFileError, ReadError, read_config_file};
+use crate::config::placeholder_key::{PlaceholderKeyError, shaped_placeholders};
 use crate::config::secure_file::{FileStamp, SecureFileError};
 use crate::secrets::credential_store::{CredentialSet, CredentialSetError, CredentialSources};
 use crate::secrets::inject::Secrets;
+use crate::secrets::placeholder::shaped::{PlaceholderKey, ShapedPlaceholders};
 use crate::secrets::scrub::Scrubber;
 
 /// The loaded declarations. Never changes once built; a reload builds a new one.
@@ -32,6 +35,8 @@ pub struct Declarations {
     aliases: AliasFile,
     /// Where in a body each alias's secret may be substituted, compiled from `aliases`.
     body_places: BodyPlaces,
+    /// The aliases' value-shaped placeholders, derived from the home's placeholder key.
+    shaped: Arc<ShapedPlaceholders>,
     credentials: CredentialSet,
     /// Every secret answers are scrubbed of: the current ones and those earlier reloads replaced.
     scrubbed: Secrets,
@@ -75,6 +80,9 @@ pub enum DeclarationsError {
     /// The scrubber could not be built from the secrets.
     #[error("cannot build the response scrubber from the alias secrets")]
     Scrubber,
+    /// The value-shaped placeholders could not be derived (the placeholder key).
+    #[error(transparent)]
+    Placeholders(#[from] PlaceholderKeyError),
 }
 
 // === impl DeclarationsError ===
@@ -103,16 +111,20 @@ impl DeclarationsError {
 // === impl Declarations ===
 
 impl Declarations {
-    /// Loads the policy and alias files and every alias secret.
+    /// Loads the policy and alias files and every alias secret, and derives the aliases'
+    /// value-shaped placeholders from the key at `placeholder_key` (created when an alias
+    /// declares a shape and there is none).
     pub fn load(
         policy_path: &Path,
         aliases_path: &Path,
         sources: &CredentialSources,
+        placeholder_key: &Path,
     ) -> Result<Declarations, DeclarationsError> {
         let (policy, policy_stamp) = load_policy_file(policy_path)?;
         let (aliases, aliases_stamp) = load_alias_file(aliases_path)?;
+        let shaped = shaped_placeholders(placeholder_key, &aliases)?;
         let credentials = sources.load_all(&aliases)?;
-        let mut loaded = Declarations::new(policy, aliases, credentials)?;
+        let mut loaded = Declarations::with_shaped(policy, aliases, credentials, shaped)?;
         loaded.stamps = Some((policy_stamp, aliases_stamp));
         Ok(loaded)
     }
@@ -123,11 +135,31 @@ impl Declarations {
         self.stamps
     }
 
-    /// Declarations from values already loaded (tests, `mint demo`).
+    /// Declarations from values already loaded (tests, `mint demo`); value-shaped placeholders
+    /// are derived from a key of this process alone ([`Self::shaped`] tells them).
     pub fn new(
         policy: CompiledPolicy,
         aliases: AliasFile,
         credentials: CredentialSet,
+    ) -> Result<Declarations, DeclarationsError> {
+        let shaped = match PlaceholderKey::random() {
+            Some(key) => {
+                ShapedPlaceholders::derive(&key, &aliases).map_err(PlaceholderKeyError::from)?
+            }
+            None if aliases.aliases.iter().all(|a| a.placeholder.is_none()) => {
+                ShapedPlaceholders::default()
+            }
+            None => return Err(PlaceholderKeyError::Random.into()),
+        };
+        Declarations::with_shaped(policy, aliases, credentials, shaped)
+    }
+
+    /// Declarations from values already loaded, with these shaped placeholders.
+    pub fn with_shaped(
+        policy: CompiledPolicy,
+        aliases: AliasFile,
+        credentials: CredentialSet,
+        shaped: ShapedPlaceholders,
     ) -> Result<Declarations, DeclarationsError> {
         // Every answer is scrubbed of every loaded secret, not only of those its request used:
         // an upstream that saw one alias's secret earlier must not be able to hand it back to a
@@ -142,6 +174,7 @@ impl Declarations {
         Ok(Declarations {
             policy,
             body_places: BodyPlaces::new(&aliases),
+            shaped: Arc::new(shaped),
             aliases,
             credentials,
             scrubbed: all,
@@ -176,6 +209,11 @@ impl Declarations {
         &self.body_places
     }
 
+    /// The aliases' value-shaped placeholders: read wherever `{{mint:NAME}}` is.
+    pub fn shaped(&self) -> &Arc<ShapedPlaceholders> {
+        &self.shaped
+    }
+
     /// The declaration of the alias `name`.
     pub fn alias(&self, name: &str) -> Option<&Alias> {
         self.aliases.find(name)
@@ -184,7 +222,7 @@ impl Declarations {
     /// The secrets of `uses`, each released for the sites its alias allows. `None` when one has
     /// no loaded value (cannot happen after a successful load; refused all the same).
     pub fn secrets_for(&self, uses: &[AliasUse]) -> Option<Secrets> {
-        let mut secrets = Secrets::new();
+        let mut secrets = Secrets::new().with_shaped(Arc::clone(&self.shaped));
         for alias_use in uses {
             let alias = self.alias(&alias_use.alias)?;
             let value = self.credentials.get(&alias.name)?;

@@ -88,6 +88,8 @@ pub struct Paths {
     pub ca_cert: PathBuf,
     /// The interception CA's private key.
     pub ca_key: PathBuf,
+    /// The key value-shaped placeholders are derived from (always in the home).
+    pub placeholder_key: PathBuf,
 }
 
 // === impl Paths ===
@@ -112,6 +114,7 @@ impl Paths {
             capabilities: file(MINT_CAPABILITIES_PATH, CAPABILITIES_FILE),
             ca_cert: file(MINT_CA_CERT, CA_CERT_FILE),
             ca_key: file(MINT_CA_KEY, CA_KEY_FILE),
+            placeholder_key: home.join(PLACEHOLDER_KEY_FILE),
             home,
         }
     }
@@ -128,6 +131,7 @@ const AUDIT_LOG_FILE: &str = "audit.log";
 const CAPABILITIES_FILE: &str = "capabilities.yaml";
 const CA_CERT_FILE: &str = "ca.pem";
 const CA_KEY_FILE: &str = "ca.key";
+const PLACEHOLDER_KEY_FILE: &str = "placeholder.key";
 
 #[cfg(test)]
 mod tests {

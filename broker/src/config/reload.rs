@@ -78,6 +78,8 @@ pub struct Reloader {
     pub aliases: PathBuf,
     /// Where alias secrets come from.
     pub sources: CredentialSources,
+    /// The key value-shaped placeholders are derived from.
+    pub placeholder_key: PathBuf,
 }
 
 // === impl Reloader ===
@@ -85,7 +87,12 @@ pub struct Reloader {
 impl Reloader {
     /// Loads the declarations now.
     pub fn load(&self) -> Result<Declarations, DeclarationsError> {
-        Declarations::load(&self.policy, &self.aliases, &self.sources)
+        Declarations::load(
+            &self.policy,
+            &self.aliases,
+            &self.sources,
+            &self.placeholder_key,
+        )
     }
 
     /// Reloads once: swaps the new declarations in, or keeps the old ones and reports why.

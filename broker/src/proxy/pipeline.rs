@@ -25,6 +25,7 @@ use super::error::{Invalid, ProxyError, describe_part};
 use super::single_header;
 use crate::audit::facts::TargetFacts;
 use crate::proxy::mcp_call;
+use crate::secrets::placeholder::shaped::ShapedPlaceholders;
 use crate::secrets::placeholder::{self, Place, Placeholders, RequestParts};
 
 /// Scalars (strings, numbers, literals) are no JSON-RPC message: skipped.
@@ -206,7 +207,10 @@ impl RawTarget {
     /// The canonical target (`normalize_target`) and its audit facts. A placeholder in the
     /// scheme or authority as written is refused (403) before the target is parsed: a name that
     /// fails to parse must still be answered as a placeholder where none may go.
-    pub(crate) fn canonicalize(&self) -> Result<(Target, TargetFacts), ProxyError> {
+    pub(crate) fn canonicalize(
+        &self,
+        shaped: &ShapedPlaceholders,
+    ) -> Result<(Target, TargetFacts), ProxyError> {
         let empty = HeaderMap::new();
         let found = placeholder::scan(
             &RequestParts {
@@ -218,6 +222,7 @@ impl RawTarget {
                 body: &[],
             },
             &BodyPlaces::default(),
+            shaped,
         )
         .map_err(ProxyError::Placeholder)?;
         if let Some(first) = found.found().first() {
@@ -780,8 +785,9 @@ pub(crate) fn check_encoded_body(
     headers: &HeaderMap,
     decoded: &[u8],
     places: &BodyPlaces,
+    shaped: &ShapedPlaceholders,
 ) -> Result<(), ProxyError> {
-    match placeholder::live_in_encoded_body(headers, decoded, places) {
+    match placeholder::live_in_encoded_body(headers, decoded, places, shaped) {
         Some(alias) => Err(ProxyError::EncodedBodyPlaceholder { alias }),
         None => Ok(()),
     }
@@ -865,12 +871,14 @@ pub(crate) fn check_mcp_name(headers: &HeaderMap, tools: &[String]) -> Result<()
 
 /// The placeholders of the request as written (scheme and authority included, so that one there
 /// is found, not parsed away), in the headers that are forwarded and in the body (live only at
-/// the places `places` names; inert elsewhere).
+/// the places `places` names; inert elsewhere), `{{mint:NAME}}` and the value-shaped ones of
+/// `shaped` alike.
 pub(crate) fn find_placeholders(
     raw: &RawTarget,
     headers: &HeaderMap,
     body: &[u8],
     places: &BodyPlaces,
+    shaped: &ShapedPlaceholders,
 ) -> Result<Placeholders, ProxyError> {
     placeholder::scan(
         &RequestParts {
@@ -882,6 +890,7 @@ pub(crate) fn find_placeholders(
             body,
         },
         places,
+        shaped,
     )
     .map_err(ProxyError::Placeholder)
 }

@@ -39,6 +39,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::ops::Range;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Uri};
@@ -48,6 +49,7 @@ use mint_policy::site::{Site, SiteSet};
 use secrecy::{ExposeSecret, SecretString};
 use zeroize::Zeroizing;
 
+use crate::secrets::placeholder::shaped::ShapedPlaceholders;
 use crate::secrets::placeholder::{
     self, BodyKind, Forbidden, Found, Part, Place, PlaceholderError, Sink,
 };
@@ -58,6 +60,8 @@ use crate::secrets::scrub::{Baseline, ScrubError, Scrubber};
 #[derive(Default)]
 pub struct Secrets {
     entries: BTreeMap<String, Entry>,
+    /// The aliases' value-shaped placeholders, substituted as `{{mint:NAME}}` is.
+    shaped: Arc<ShapedPlaceholders>,
 }
 
 /// Why a request could not be given its secrets. Names aliases, parts and headers, never values.
@@ -121,6 +125,13 @@ impl Secrets {
     /// Adds the secret of `alias`, released for `sites`; replaces an earlier one.
     pub fn insert(&mut self, alias: impl Into<String>, value: SecretString, sites: SiteSet) {
         self.entries.insert(alias.into(), Entry { value, sites });
+    }
+
+    /// Substitutes the value-shaped placeholders of `shaped` too, wherever it substitutes
+    /// `{{mint:NAME}}` (the same the check scanned with).
+    pub fn with_shaped(mut self, shaped: Arc<ShapedPlaceholders>) -> Secrets {
+        self.shaped = shaped;
+        self
     }
 
     /// The number of secrets.
@@ -216,7 +227,7 @@ impl Entry {
 pub fn headers(headers: &mut HeaderMap, secrets: &Secrets) -> Result<(), InjectError> {
     let mut replacements: Vec<(usize, HeaderValue)> = Vec::new();
     for (index, (name, value)) in headers.iter().enumerate() {
-        let mut sink = Sink::new(usize::MAX);
+        let mut sink = Sink::new(usize::MAX, &secrets.shaped);
         placeholder::scan_header(name, value.as_bytes(), &mut sink)?;
         let found = sink.into_found();
         if found.is_empty() {
@@ -268,7 +279,7 @@ pub fn headers(headers: &mut HeaderMap, secrets: &Secrets) -> Result<(), InjectE
 /// Refuses a placeholder in the authority or the path.
 pub fn uri(target: &Target, secrets: &Secrets) -> Result<Uri, InjectError> {
     let authority = target.authority();
-    let mut sink = Sink::new(usize::MAX);
+    let mut sink = Sink::new(usize::MAX, &secrets.shaped);
     placeholder::scan_url_part(Part::Authority, authority.as_bytes(), &mut sink)?;
     placeholder::scan_url_part(Part::Path, target.path.as_bytes(), &mut sink)?;
     if let Some(found) = sink.into_found().into_iter().next() {
@@ -280,7 +291,7 @@ pub fn uri(target: &Target, secrets: &Secrets) -> Result<Uri, InjectError> {
     url.push_str(&authority);
     url.push_str(&target.path);
     if let Some(query) = &target.query {
-        let mut sink = Sink::new(usize::MAX);
+        let mut sink = Sink::new(usize::MAX, &secrets.shaped);
         placeholder::scan_url_part(Part::Query, query.as_bytes(), &mut sink)?;
         let mut out = Zeroizing::new(Vec::with_capacity(query.len() + 64));
         splice(
@@ -313,7 +324,7 @@ pub fn body(
     places: &BodyPlaces,
     secrets: &Secrets,
 ) -> Result<Bytes, InjectError> {
-    let mut sink = Sink::new(usize::MAX);
+    let mut sink = Sink::new(usize::MAX, &secrets.shaped);
     placeholder::scan_body(headers, &body, places, &mut sink)?;
     let found = sink.into_found();
     if found.is_empty() {

@@ -89,8 +89,10 @@ use mint_policy::evaluate::AliasUse;
 use mint_policy::site::{Site, SiteSet};
 
 mod json;
+pub mod shaped;
 mod spelling;
 
+use shaped::ShapedPlaceholders;
 use spelling::{Event, Layer};
 
 /// The most placeholders one request may hold (DESIGN.md, limits).
@@ -394,17 +396,20 @@ impl fmt::Debug for RequestParts<'_> {
 pub fn scan(
     parts: &RequestParts<'_>,
     places: &BodyPlaces,
+    shaped: &ShapedPlaceholders,
 ) -> Result<Placeholders, PlaceholderError> {
-    scan_with_limit(parts, places, MAX_PLACEHOLDERS)
+    scan_with_limit(parts, places, shaped, MAX_PLACEHOLDERS)
 }
 
 /// Finds every placeholder of a request, refusing more than `limit` that are not inert.
+/// `shaped` are the aliases' value-shaped placeholders, read wherever `{{mint:NAME}}` is.
 pub fn scan_with_limit(
     parts: &RequestParts<'_>,
     places: &BodyPlaces,
+    shaped: &ShapedPlaceholders,
     limit: usize,
 ) -> Result<Placeholders, PlaceholderError> {
-    let mut sink = Sink::new(limit);
+    let mut sink = Sink::new(limit, shaped);
     scan_url_part(Part::Scheme, parts.scheme.as_bytes(), &mut sink)?;
     scan_url_part(Part::Authority, parts.authority.as_bytes(), &mut sink)?;
     scan_url_part(Part::Path, parts.path.as_bytes(), &mut sink)?;
@@ -506,17 +511,18 @@ pub fn live_in_encoded_body(
     headers: &HeaderMap,
     decoded: &[u8],
     places: &BodyPlaces,
+    shaped: &ShapedPlaceholders,
 ) -> Option<Option<String>> {
     if !has_content_coding(headers) {
         return None;
     }
     let kind = media_kind(headers);
-    if kind == BodyKind::Text || !may_hold_placeholder(decoded, kind == BodyKind::Json) {
+    if kind == BodyKind::Text || !may_hold_placeholder(decoded, kind == BodyKind::Json, shaped) {
         return None;
     }
-    let mut sink = Sink::new(usize::MAX);
+    let mut sink = Sink::new(usize::MAX, shaped);
     let scanned = match kind {
-        BodyKind::Json => match json::candidate_strings(decoded, places) {
+        BodyKind::Json => match json_strings(decoded, places, shaped) {
             Some(strings) => scan_json(decoded, &strings, places, &mut sink),
             None => return None,
         },
@@ -529,19 +535,22 @@ pub fn live_in_encoded_body(
     }
 }
 
-/// Collects found placeholders up to a limit, and counts inert ones.
-pub(crate) struct Sink {
+/// Collects found placeholders up to a limit, and counts inert ones; carries the shaped
+/// placeholders every part is read for.
+pub(crate) struct Sink<'s> {
     found: Vec<Found>,
     skipped: Skipped,
     limit: usize,
+    shaped: &'s ShapedPlaceholders,
 }
 
-impl Sink {
-    pub(crate) fn new(limit: usize) -> Sink {
+impl<'s> Sink<'s> {
+    pub(crate) fn new(limit: usize, shaped: &'s ShapedPlaceholders) -> Sink<'s> {
         Sink {
             found: Vec::new(),
             skipped: Skipped::default(),
             limit,
+            shaped,
         }
     }
 
@@ -562,13 +571,14 @@ impl Sink {
 pub(crate) fn scan_url_part(
     part: Part,
     raw: &[u8],
-    sink: &mut Sink,
+    sink: &mut Sink<'_>,
 ) -> Result<(), PlaceholderError> {
     let place = match part {
         Part::Query => Place::Site(Site::Query),
         _ => Place::Forbidden(Forbidden::Target),
     };
-    spelling::hits(raw, Layer::Percent, &part, |hit| {
+    let shaped = sink.shaped;
+    spelling::hits(raw, Layer::Percent, shaped, &part, |hit| {
         sink.push(Found {
             alias: hit.alias,
             place,
@@ -583,19 +593,26 @@ pub(crate) fn scan_url_part(
 pub(crate) fn scan_header(
     name: &HeaderName,
     value: &[u8],
-    sink: &mut Sink,
+    sink: &mut Sink<'_>,
 ) -> Result<(), PlaceholderError> {
     let part = Part::Header(name.clone());
-    spelling::hits(name.as_str().as_bytes(), Layer::Percent, &part, |hit| {
-        sink.push(Found {
-            alias: hit.alias,
-            place: Place::Forbidden(Forbidden::HeaderName),
-            part: part.clone(),
-            span: hit.span,
-            matched: None,
-        })
-    })?;
-    spelling::hits(value, Layer::Percent, &part, |hit| {
+    let shaped = sink.shaped;
+    spelling::hits(
+        name.as_str().as_bytes(),
+        Layer::Percent,
+        shaped,
+        &part,
+        |hit| {
+            sink.push(Found {
+                alias: hit.alias,
+                place: Place::Forbidden(Forbidden::HeaderName),
+                part: part.clone(),
+                span: hit.span,
+                matched: None,
+            })
+        },
+    )?;
+    spelling::hits(value, Layer::Percent, shaped, &part, |hit| {
         let place = if hit.raw {
             Place::Site(Site::Header)
         } else {
@@ -619,22 +636,23 @@ pub(crate) fn scan_body(
     headers: &HeaderMap,
     body: &[u8],
     places: &BodyPlaces,
-    sink: &mut Sink,
+    sink: &mut Sink<'_>,
 ) -> Result<(), PlaceholderError> {
     let kind = body_kind(headers);
-    if !may_hold_placeholder(body, kind == BodyKind::Json) {
+    let shaped = sink.shaped;
+    if !may_hold_placeholder(body, kind == BodyKind::Json, shaped) {
         return Ok(());
     }
     match kind {
         BodyKind::Json => {
-            if let Some(strings) = json::candidate_strings(body, places) {
+            if let Some(strings) = json_strings(body, places, shaped) {
                 return scan_json(body, &strings, places, sink);
             }
         }
         BodyKind::Form => return scan_form(body, places, sink),
         BodyKind::Text => {}
     }
-    spelling::events(body, Layer::Percent, |event| {
+    spelling::events(body, Layer::Percent, shaped, |event| {
         let alias = match event {
             Event::Hit(hit) => Some(hit.alias),
             Event::Malformed { .. } => None,
@@ -648,13 +666,14 @@ fn scan_json(
     body: &[u8],
     strings: &[json::StringToken],
     places: &BodyPlaces,
-    sink: &mut Sink,
+    sink: &mut Sink<'_>,
 ) -> Result<(), PlaceholderError> {
+    let shaped = sink.shaped;
     for string in strings {
         // INVARIANT: the tokenizer reports ranges within `body`.
         let content = &body[string.content.clone()];
         let offset = string.content.start;
-        spelling::events(content, Layer::JsonPercent, |event| {
+        spelling::events(content, Layer::JsonPercent, shaped, |event| {
             match event {
                 Event::Hit(hit)
                     if string
@@ -706,7 +725,12 @@ fn scan_json(
 /// there it is inert. Placeholders in field names and in other fields' values are inert. Every
 /// field is looked at, so each of several fields with a named name is a site, whichever one a
 /// receiver keeps.
-fn scan_form(body: &[u8], places: &BodyPlaces, sink: &mut Sink) -> Result<(), PlaceholderError> {
+fn scan_form(
+    body: &[u8],
+    places: &BodyPlaces,
+    sink: &mut Sink<'_>,
+) -> Result<(), PlaceholderError> {
+    let shaped = sink.shaped;
     let mut start = 0;
     for field in body.split(|&b| b == b'&') {
         let offset = start;
@@ -715,7 +739,7 @@ fn scan_form(body: &[u8], places: &BodyPlaces, sink: &mut Sink) -> Result<(), Pl
             Some(at) => (&field[..at], &field[at + 1..], offset + at + 1),
             None => (field, &field[field.len()..], offset + field.len()),
         };
-        spelling::events(name, Layer::Percent, |event| {
+        spelling::events(name, Layer::Percent, shaped, |event| {
             let alias = match event {
                 Event::Hit(hit) => Some(hit.alias),
                 Event::Malformed { .. } => None,
@@ -723,7 +747,7 @@ fn scan_form(body: &[u8], places: &BodyPlaces, sink: &mut Sink) -> Result<(), Pl
             sink.skipped.add(alias, InertPlace::FormKey);
             Ok(())
         })?;
-        if !may_hold_placeholder(value, false) {
+        if !may_hold_placeholder(value, false, shaped) {
             continue;
         }
         let decoded = places
@@ -732,7 +756,7 @@ fn scan_form(body: &[u8], places: &BodyPlaces, sink: &mut Sink) -> Result<(), Pl
             .filter(|decoded| places.is_named_form_field(decoded));
         // Placeholders after a raw `;` are never live.
         let live_end = memchr::memchr(b';', value).unwrap_or(value.len());
-        spelling::events(value, Layer::Percent, |event| {
+        spelling::events(value, Layer::Percent, shaped, |event| {
             match (event, &decoded) {
                 (Event::Hit(hit), Some(field))
                     if hit.span.start < live_end && places.names_form_field(field, &hit.alias) =>
@@ -774,11 +798,32 @@ fn inert(is_key: bool) -> InertPlace {
 /// Whether `body` can hold a placeholder in any spelling. Its decoded form holds `mint`; each of
 /// those letters, the braces and the colon is either raw or escaped as `%3x`, `%6x` or `%7x`, or
 /// (in JSON) as `\u00xx`; so a body with none of `mint`, those escapes and `\u00` holds none.
-fn may_hold_placeholder(body: &[u8], json: bool) -> bool {
+/// A shaped value is made of letters, digits, `-`, `_` and `.`, escaped as `%2x` to `%7x` or
+/// `\u00xx`: with shaped placeholders, a body with any `%` or `\` may hold one, and one
+/// without holds one only raw.
+fn may_hold_placeholder(body: &[u8], json: bool, shaped: &ShapedPlaceholders) -> bool {
     memmem::find(body, b"mint").is_some()
         || memchr::memchr_iter(b'%', body)
             .any(|at| matches!(body.get(at + 1), Some(b'3' | b'6' | b'7')))
         || (json && memmem::find(body, b"\\u00").is_some())
+        || (!shaped.is_empty()
+            && (memchr::memchr(b'%', body).is_some()
+                || (json && memchr::memchr(b'\\', body).is_some())
+                || shaped.holds_raw_value(body)))
+}
+
+/// The string tokens of a JSON body the scan reads: those that can spell `{{mint:`, or every one
+/// when a shaped value could sit in any.
+fn json_strings(
+    body: &[u8],
+    places: &BodyPlaces,
+    shaped: &ShapedPlaceholders,
+) -> Option<Vec<json::StringToken>> {
+    if shaped.is_empty() {
+        json::candidate_strings(body, places)
+    } else {
+        json::all_strings(body, places)
+    }
 }
 
 #[cfg(test)]

@@ -177,3 +177,32 @@ fn oversized_results_become_errors_within_the_limit() {
         MAX_FINDINGS_WHEN_LONG
     );
 }
+
+#[test]
+fn alias_list_keeps_its_fields_for_an_alias_with_a_placeholder_shape() {
+    // A value-shaped placeholder is the broker's business: `alias_list` shows the fields its
+    // reference fixes, neither the shape nor a value (mint-mcp holds no key to derive one).
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("aliases.yaml");
+    std::fs::write(
+        &file,
+        "aliases:\n  - name: openai\n    description: OpenAI key\n    hosts: [api.openai.com]\n    env: [OPENAI_API_KEY]\n    placeholder: {prefix: sk-, length: 48}\n",
+    )
+    .unwrap();
+    let server = Server::new(Config {
+        home: dir.path().to_owned(),
+        aliases: file,
+        audit_log: dir.path().join("audit.log"),
+        policy: dir.path().join("policy.yaml"),
+        capabilities: dir.path().join("capabilities.yaml"),
+        listen: "127.0.0.1:8700".to_owned(),
+    });
+    let response = call(&server, "alias_list", json!({}));
+    assert!(response.get("error").is_none(), "{response}");
+    let aliases = payload(&response);
+    assert_eq!(aliases["count"], 1);
+    let alias = aliases["aliases"][0].as_object().unwrap();
+    let mut keys: Vec<&str> = alias.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["description", "hosts", "name", "sites"], "{alias:?}");
+}

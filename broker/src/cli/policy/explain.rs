@@ -43,10 +43,12 @@ use crate::config::declaration_file::{
     ConfigFileError, ReadError, read_config_file, read_declaration_file,
 };
 use crate::config::env::Paths;
+use crate::config::placeholder_key::existing_shaped_placeholders;
 use crate::config::secure_file::SecureFileError;
 use crate::proxy::connect;
 use crate::proxy::pipeline::{self, JsonRpcIds, RawTarget};
 use crate::proxy::{ProxyError, ProxyLimits, headers};
+use crate::secrets::placeholder::shaped::ShapedPlaceholders;
 use crate::secrets::placeholder::{Part, Place, Placeholders, Skipped};
 
 pub mod budget;
@@ -566,7 +568,9 @@ pub fn explain(
             other => other?,
         },
     };
-    let mut explanation = examine(&policy, &aliases, &request, max_body);
+    let shaped = existing_shaped_placeholders(&paths.placeholder_key, &aliases)
+        .map_err(|error| ExplainError::Usage(error.to_string()))?;
+    let mut explanation = examine_with(&policy, &aliases, &shaped, &request, max_body);
     let source = match explanation.longest_window() {
         None => BudgetSource::NotNeeded,
         Some(window) => {
@@ -607,6 +611,23 @@ pub fn examine(
     request: &ExplainRequest,
     max_body: u64,
 ) -> Explanation {
+    examine_with(
+        policy,
+        aliases,
+        &ShapedPlaceholders::default(),
+        request,
+        max_body,
+    )
+}
+
+/// [`examine`], reading the aliases' value-shaped placeholders `shaped` as the broker does.
+pub fn examine_with(
+    policy: &CompiledPolicy,
+    aliases: &AliasFile,
+    shaped: &ShapedPlaceholders,
+    request: &ExplainRequest,
+    max_body: u64,
+) -> Explanation {
     let mut explanation = Explanation::new(request);
     if request.method == Method::CONNECT {
         explanation.verdict = match tunnel(&mut explanation, policy, aliases, request) {
@@ -615,13 +636,14 @@ pub fn examine(
         };
         return explanation;
     }
-    explanation.verdict = match pipeline(&mut explanation, policy, aliases, request, max_body) {
-        Ok(verdict) => verdict,
-        Err(error) => {
-            explanation.charges.clear();
-            Verdict::Refused(error)
-        }
-    };
+    explanation.verdict =
+        match pipeline(&mut explanation, policy, aliases, shaped, request, max_body) {
+            Ok(verdict) => verdict,
+            Err(error) => {
+                explanation.charges.clear();
+                Verdict::Refused(error)
+            }
+        };
     explanation
 }
 
@@ -645,12 +667,13 @@ fn pipeline(
     explanation: &mut Explanation,
     policy: &CompiledPolicy,
     aliases: &AliasFile,
+    shaped: &ShapedPlaceholders,
     request: &ExplainRequest,
     max_body: u64,
 ) -> Result<Verdict, ProxyError> {
     // 2. The target, the method, framing and headers, the body.
     let raw = RawTarget::from_url(&request.url)?;
-    let (target, _) = raw.canonicalize()?;
+    let (target, _) = raw.canonicalize(shaped)?;
     explanation.target = Some(target.clone());
     headers::check_method(&request.method)?;
     headers::check_request(&request.method, &request.headers)?;
@@ -663,7 +686,7 @@ fn pipeline(
     // 3a. As the proxy does before it reads a body: the placeholders of the target and the
     // headers, and the policy for whatever the body could hold.
     if !request.body.is_empty() {
-        let found = pipeline::find_placeholders(&raw, &forwarded, &[], &places)?;
+        let found = pipeline::find_placeholders(&raw, &forwarded, &[], &places, shaped)?;
         explanation.aliases = alias_reports(&found, aliases, &target);
         pipeline::check_placeholders(&found, aliases)?;
         let uses = found.alias_uses();
@@ -682,7 +705,7 @@ fn pipeline(
 
     // 3b. The body as a receiver decodes it: method overrides, then the tools.
     let decoded = pipeline::decoded_body(&forwarded, &request.body)?;
-    pipeline::check_encoded_body(&forwarded, &decoded, &places)?;
+    pipeline::check_encoded_body(&forwarded, &decoded, &places, shaped)?;
     headers::check_override_params(
         &request.method,
         target.query.as_deref(),
@@ -708,7 +731,7 @@ fn pipeline(
     };
     drop(decoded);
     explanation.tools.clone_from(&tools);
-    let found = pipeline::find_placeholders(&raw, &forwarded, &request.body, &places)?;
+    let found = pipeline::find_placeholders(&raw, &forwarded, &request.body, &places, shaped)?;
     explanation.aliases = alias_reports(&found, aliases, &target);
     explanation.skipped = found.skipped().clone();
     pipeline::check_placeholders(&found, aliases)?;

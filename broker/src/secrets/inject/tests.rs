@@ -428,7 +428,7 @@ fn canary_survives_no_path() {
             body: body_text.as_bytes(),
         };
         texts.push(format!("{parts:?}"));
-        match scan(&parts, &places()) {
+        match scan(&parts, &places(), &ShapedPlaceholders::default()) {
             Ok(found) => texts.push(format!("{found:?} {:?}", found.alias_uses())),
             Err(err) => texts.push(format!("{err} {err:?}")),
         }

@@ -40,6 +40,16 @@ pub(crate) struct StringToken {
 /// `body` is not a JSON body as [`json_start`] defines it (one optional byte order mark, then
 /// one or more strict JSON texts: the MCP check's reading).
 pub(crate) fn candidate_strings(body: &[u8], places: &BodyPlaces) -> Option<Vec<StringToken>> {
+    strings(body, places, false)
+}
+
+/// Every string token of `body`, as [`candidate_strings`] reports them: with shaped
+/// placeholders, any string may hold one.
+pub(crate) fn all_strings(body: &[u8], places: &BodyPlaces) -> Option<Vec<StringToken>> {
+    strings(body, places, true)
+}
+
+fn strings(body: &[u8], places: &BodyPlaces, every: bool) -> Option<Vec<StringToken>> {
     std::str::from_utf8(body).ok()?;
     let mut tokenizer = Tokenizer {
         bytes: body,
@@ -47,6 +57,7 @@ pub(crate) fn candidate_strings(body: &[u8], places: &BodyPlaces) -> Option<Vec<
         strings: Vec::new(),
         places,
         value_node: places.root(),
+        every,
     };
     tokenizer.text()?;
     Some(tokenizer.strings)
@@ -59,6 +70,8 @@ struct Tokenizer<'a> {
     places: &'a BodyPlaces,
     /// The place of the value about to be read.
     value_node: Option<JsonNode>,
+    /// Whether every string is reported, not only those with `{`, `%` or `\u`.
+    every: bool,
 }
 
 /// An open container: whether it is an object, its place, and (arrays) the next index.
@@ -198,7 +211,7 @@ impl Tokenizer<'_> {
     fn string(&mut self, is_key: bool) -> Option<Range<usize>> {
         self.pos += 1;
         let start = self.pos;
-        let mut candidate = false;
+        let mut candidate = self.every;
         loop {
             // Strings are mostly short: a table lookup per byte beats calling `memchr`. Locals
             // keep the position in a register.

@@ -5,10 +5,14 @@
 //! building a decoded copy: a unit is one raw byte, a `%XX` escape, or (in JSON) a `\` escape. Each
 //! hit reports its raw span and whether it was spelled without any escape.
 
+use std::collections::VecDeque;
 use std::ops::Range;
 
+use aho_corasick::automaton::Automaton as _;
+use aho_corasick::{Anchored, Input};
 use mint_policy::policy::is_alias_name;
 
+use super::shaped::ShapedPlaceholders;
 use super::{MalformedReason, Part, PlaceholderError};
 
 /// The escapes undone before looking for a placeholder.
@@ -27,7 +31,8 @@ pub(crate) struct Hit {
     pub(crate) alias: String,
     /// Its raw bytes in the text.
     pub(crate) span: Range<usize>,
-    /// Whether it is spelled without escapes, exactly `{{mint:NAME}}`.
+    /// Whether it is spelled without escapes, exactly `{{mint:NAME}}` or the alias's shaped
+    /// value.
     pub(crate) raw: bool,
 }
 
@@ -49,10 +54,11 @@ pub(crate) enum Event {
 pub(crate) fn hits(
     raw: &[u8],
     layer: Layer,
+    shaped: &ShapedPlaceholders,
     part: &Part,
     mut on_hit: impl FnMut(Hit) -> Result<(), PlaceholderError>,
 ) -> Result<(), PlaceholderError> {
-    events(raw, layer, |event| match event {
+    events(raw, layer, shaped, |event| match event {
         Event::Hit(hit) => on_hit(hit),
         Event::Malformed { offset, reason } => Err(PlaceholderError::Malformed {
             part: part.clone(),
@@ -62,10 +68,24 @@ pub(crate) fn hits(
     })
 }
 
-/// Calls `on_event` for every placeholder and every malformed one of `raw`, in order. After a
-/// malformed one the scan goes on from the unit after its first `{`; it stops at the first error
-/// `on_event` returns.
+/// Calls `on_event` for every placeholder (`{{mint:NAME}}` or a shaped value of `shaped`) and
+/// every malformed one of `raw`, in order. After a malformed one the scan goes on from the unit
+/// after its first `{`; it stops at the first error `on_event` returns.
 pub(crate) fn events(
+    raw: &[u8],
+    layer: Layer,
+    shaped: &ShapedPlaceholders,
+    on_event: impl FnMut(Event) -> Result<(), PlaceholderError>,
+) -> Result<(), PlaceholderError> {
+    match shaped.automaton() {
+        None => braces(raw, layer, on_event),
+        Some(_) => automaton(raw, layer, shaped, on_event),
+    }
+}
+
+/// [`events`] without shaped placeholders: only `{{mint:` can start one, so everything but `{`
+/// and escapes is skipped in bulk.
+fn braces(
     raw: &[u8],
     layer: Layer,
     mut on_event: impl FnMut(Event) -> Result<(), PlaceholderError>,
@@ -106,6 +126,139 @@ pub(crate) fn events(
             }
         }
         pos = after;
+    }
+    Ok(())
+}
+
+/// [`events`] with shaped placeholders: every decoded unit goes through the one automaton over
+/// `{{mint:` and every shaped value. Where `{{mint:` ends, the placeholder is read from its `{`
+/// as [`braces`] reads it; where a value ends, it is a hit for its alias, raw when no unit of it
+/// was an escape. After a hit the scan goes on after it.
+fn automaton(
+    raw: &[u8],
+    layer: Layer,
+    shaped: &ShapedPlaceholders,
+    mut on_event: impl FnMut(Event) -> Result<(), PlaceholderError>,
+) -> Result<(), PlaceholderError> {
+    let Some((dfa, longest)) = shaped.automaton() else {
+        return braces(raw, layer, on_event);
+    };
+    let escaped = match layer {
+        Layer::Percent => memchr::memchr(b'%', raw).is_some(),
+        Layer::JsonPercent => memchr::memchr2(b'%', b'\\', raw).is_some(),
+    };
+    if !escaped {
+        return unescaped(raw, layer, shaped, on_event);
+    }
+    // INVARIANT: the automaton is built with unanchored starts (`shaped::from_values`).
+    let Ok(start_state) = dfa.start_state(Anchored::No) else {
+        return braces(raw, layer, on_event);
+    };
+    let mut state = start_state;
+    // Where each of the last `longest` units starts: a match of n units starts n back.
+    let mut starts: VecDeque<usize> = VecDeque::with_capacity(longest);
+    let mut pos = 0;
+    while let Some((byte, after)) = unit(raw, pos, layer) {
+        if starts.len() == longest {
+            starts.pop_front();
+        }
+        starts.push_back(pos);
+        state = dfa.next_state(Anchored::No, state, byte);
+        if dfa.is_match(state) {
+            let pattern = dfa.match_pattern(state, 0);
+            let units = dfa.pattern_len(pattern);
+            // INVARIANT: the automaton saw every unit of the match since its last reset, and
+            // each was recorded; `units <= longest`.
+            let start = starts
+                .len()
+                .checked_sub(units)
+                .and_then(|at| starts.get(at).copied())
+                .unwrap_or(pos);
+            match shaped.alias_of(pattern.as_usize()) {
+                Some(alias) => {
+                    on_event(Event::Hit(Hit {
+                        alias: alias.to_owned(),
+                        span: start..after,
+                        raw: after - start == units,
+                    }))?;
+                    state = start_state;
+                    starts.clear();
+                    pos = after;
+                    continue;
+                }
+                None => match read_placeholder(raw, start, layer) {
+                    Some(Ok((alias, end))) => {
+                        let raw_spelling = end - start == PREFIX.len() + alias.len() + SUFFIX.len();
+                        on_event(Event::Hit(Hit {
+                            alias,
+                            span: start..end,
+                            raw: raw_spelling,
+                        }))?;
+                        state = start_state;
+                        starts.clear();
+                        pos = end;
+                        continue;
+                    }
+                    Some(Err(reason)) => on_event(Event::Malformed {
+                        offset: start,
+                        reason,
+                    })?,
+                    None => {}
+                },
+            }
+        }
+        pos = after;
+    }
+    Ok(())
+}
+
+/// [`automaton`] over a text without any escape: every unit is one byte (a byte outside ASCII
+/// reads as [`NON_ASCII`], which no pattern holds), so the automaton searches the bytes
+/// themselves, skipping ahead with its prefilter, and every hit is raw. The same events, in the
+/// same order, as stepping unit by unit.
+fn unescaped(
+    raw: &[u8],
+    layer: Layer,
+    shaped: &ShapedPlaceholders,
+    mut on_event: impl FnMut(Event) -> Result<(), PlaceholderError>,
+) -> Result<(), PlaceholderError> {
+    let Some((dfa, _)) = shaped.automaton() else {
+        return braces(raw, layer, on_event);
+    };
+    let mut pos = 0;
+    while pos < raw.len() {
+        let input = Input::new(raw).range(pos..).anchored(Anchored::No);
+        let Ok(Some(found)) = dfa.try_find(&input) else {
+            break;
+        };
+        match shaped.alias_of(found.pattern().as_usize()) {
+            Some(alias) => {
+                on_event(Event::Hit(Hit {
+                    alias: alias.to_owned(),
+                    span: found.range(),
+                    raw: true,
+                }))?;
+                pos = found.end();
+            }
+            None => match read_placeholder(raw, found.start(), layer) {
+                Some(Ok((alias, end))) => {
+                    on_event(Event::Hit(Hit {
+                        alias,
+                        span: found.start()..end,
+                        raw: true,
+                    }))?;
+                    pos = end;
+                }
+                Some(Err(reason)) => {
+                    on_event(Event::Malformed {
+                        offset: found.start(),
+                        reason,
+                    })?;
+                    pos = found.start() + 1;
+                }
+                None => pos = found.start() + 1,
+            },
+        }
     }
     Ok(())
 }

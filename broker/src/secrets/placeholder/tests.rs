@@ -67,6 +67,7 @@ impl Req {
                 body: &self.body,
             },
             &body_places(),
+            &ShapedPlaceholders::default(),
         )
     }
 
@@ -622,6 +623,7 @@ fn scan_json(body: &str, places: &BodyPlaces) -> Result<Placeholders, Placeholde
             body: body.as_bytes(),
         },
         places,
+        &ShapedPlaceholders::default(),
     )
 }
 
@@ -793,6 +795,7 @@ fn scan_typed(
             body: body.as_bytes(),
         },
         places,
+        &ShapedPlaceholders::default(),
     )
 }
 
