@@ -69,6 +69,18 @@ pub enum BudgetSource {
         /// The log looked for.
         path: PathBuf,
     },
+    /// Read from the Redis the brokers share their limits through: the real counters.
+    Redis {
+        /// The server (scheme and address; never the credentials).
+        server: String,
+    },
+    /// The brokers share their limits through a Redis that could not be read.
+    RedisUnavailable {
+        /// The server (scheme and address; never the credentials).
+        server: String,
+        /// Why.
+        error: String,
+    },
     /// Replayed from the audit log.
     AuditLog {
         /// The log as named (its rotated predecessors are read too).
@@ -196,6 +208,19 @@ pub fn replay(
             replayed: admissions.len(),
         },
     })
+}
+
+/// Reads the counters `charges` name from the Redis of `config` (brokers sharing their limits):
+/// a [`Limiter`] holding them, and Redis' clock to judge them at. Nothing is estimated.
+pub fn from_redis(
+    config: &crate::limits::RedisLimitsConfig,
+    charges: &[Charge],
+) -> Result<(Limiter, Duration), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| format!("cannot start the runtime: {error}"))?;
+    runtime.block_on(crate::limits::redis::read_counters(config, charges))
 }
 
 /// The counters a past admission charged, as far as the current policy can tell.
