@@ -163,6 +163,18 @@ impl RedisLimitsConfig {
                 ));
             }
             Some(pem) => {
+                use rustls::pki_types::CertificateDer;
+                use rustls::pki_types::pem::PemObject as _;
+                let found = CertificateDer::pem_slice_iter(pem)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|error| {
+                        RedisConfigError::Ca(format!("not PEM certificates: {error}"))
+                    })?;
+                if found.is_empty() {
+                    return Err(RedisConfigError::Ca(
+                        "the file holds no PEM certificate".to_owned(),
+                    ));
+                }
                 let certificates = redis::TlsCertificates {
                     client_tls: None,
                     root_cert: Some(pem.to_vec()),
@@ -453,18 +465,26 @@ impl RedisLimits {
     }
 }
 
+/// Why the counters could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    /// Redis or the connection said why.
+    #[error(transparent)]
+    Redis(#[from] redis::RedisError),
+    /// No answer in time.
+    #[error("no answer within {} s", .0.as_secs())]
+    Timeout(Duration),
+}
+
 /// Reads the counters `charges` name from Redis, for `mint policy explain`: a [`Limiter`]
 /// holding their admissions, and Redis' clock (time since the Unix epoch) to judge them at.
 pub async fn read_counters(
     config: &RedisLimitsConfig,
     charges: &[Charge],
-) -> Result<(Limiter, Duration), String> {
+) -> Result<(Limiter, Duration), ReadError> {
     let read = async {
-        let mut connection = config
-            .client
-            .get_multiplexed_async_connection()
-            .await
-            .map_err(|error| error.to_string())?;
+        let mut connection = config.client.get_multiplexed_async_connection().await?;
         let mut pipe = redis::pipe();
         pipe.cmd("TIME");
         let mut counters: Vec<&Charge> = Vec::new();
@@ -478,22 +498,16 @@ pub async fn read_counters(
                     .arg("WITHSCORES");
             }
         }
-        let answers: Vec<redis::Value> = pipe
-            .query_async(&mut connection)
-            .await
-            .map_err(|error| error.to_string())?;
+        let answers: Vec<redis::Value> = pipe.query_async(&mut connection).await?;
         let mut answers = answers.into_iter();
-        let (seconds, micros): (u64, u64) = answers
-            .next()
-            .map(redis::from_redis_value)
-            .transpose()
-            .map_err(|error| error.to_string())?
-            .ok_or("no answer to TIME")?;
+        let (seconds, micros): (u64, u64) =
+            redis::from_redis_value(answers.next().unwrap_or(redis::Value::Nil))
+                .map_err(redis::RedisError::from)?;
         let now = Duration::from_secs(seconds) + Duration::from_micros(micros);
         let mut limiter = Limiter::new();
         for (charge, answer) in counters.iter().zip(answers) {
             let entries: Vec<(String, f64)> =
-                redis::from_redis_value(answer).map_err(|error| error.to_string())?;
+                redis::from_redis_value(answer).map_err(redis::RedisError::from)?;
             let times = entries
                 .into_iter()
                 .map(|(_, score)| Duration::from_micros(score.max(0.0) as u64));
@@ -503,6 +517,101 @@ pub async fn read_counters(
     };
     match tokio::time::timeout(PATIENT_WAIT, read).await {
         Ok(result) => result,
-        Err(_) => Err(format!("no answer within {} s", PATIENT_WAIT.as_secs())),
+        Err(_) => Err(ReadError::Timeout(PATIENT_WAIT)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(url: &str) -> Result<RedisLimitsConfig, RedisConfigError> {
+        RedisLimitsConfig::new(url, DEFAULT_PREFIX, DEFAULT_WAIT, None)
+    }
+
+    #[test]
+    fn the_three_schemes_parse_and_show_no_credentials() {
+        for (url, shown) in [
+            (
+                "redis://mint:s3cret-pw@127.0.0.1:6380/2",
+                "redis://127.0.0.1:6380",
+            ),
+            (
+                "rediss://mint:s3cret-pw@redis.example:6390",
+                "rediss://redis.example:6390",
+            ),
+            ("redis://localhost", "redis://localhost:6379"),
+            (
+                "redis+unix:///run/redis/redis.sock?user=mint&pass=s3cret-pw",
+                "redis+unix:///run/redis/redis.sock",
+            ),
+        ] {
+            let parsed = config(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+            assert_eq!(parsed.shown(), shown);
+            assert!(!format!("{parsed:?}").contains("s3cret"), "{parsed:?}");
+        }
+    }
+
+    #[test]
+    fn other_urls_and_settings_are_refused_without_echoing_the_url() {
+        for url in [
+            "http://127.0.0.1:6379",
+            "unix:///run/redis.sock",
+            "valkey://127.0.0.1",
+            "127.0.0.1:6379",
+            "redis://",
+            "rediss://mint:s3cret-pw@127.0.0.1:6390/#insecure",
+        ] {
+            let error = config(url)
+                .err()
+                .unwrap_or_else(|| panic!("{url} accepted"));
+            assert!(!error.to_string().contains("s3cret"), "{error}");
+        }
+        assert!(matches!(
+            config("rediss://127.0.0.1/#insecure"),
+            Err(RedisConfigError::Insecure)
+        ));
+        let url = "redis://127.0.0.1";
+        assert!(matches!(
+            RedisLimitsConfig::new(url, "", DEFAULT_WAIT, None),
+            Err(RedisConfigError::Prefix)
+        ));
+        for wait in [Duration::ZERO, Duration::from_secs(11)] {
+            assert!(matches!(
+                RedisLimitsConfig::new(url, DEFAULT_PREFIX, wait, None),
+                Err(RedisConfigError::Wait)
+            ));
+        }
+        assert!(matches!(
+            RedisLimitsConfig::new(url, DEFAULT_PREFIX, DEFAULT_WAIT, Some(b"pem")),
+            Err(RedisConfigError::Ca(_))
+        ));
+        assert!(matches!(
+            RedisLimitsConfig::new(
+                "rediss://127.0.0.1",
+                DEFAULT_PREFIX,
+                DEFAULT_WAIT,
+                Some(b"no pem")
+            ),
+            Err(RedisConfigError::Ca(_))
+        ));
+    }
+
+    #[test]
+    fn keys_are_the_prefix_and_a_hash_of_the_counter() {
+        let c = config("redis://127.0.0.1").unwrap_or_else(|e| panic!("{e}"));
+        let counter = "limited#0\u{1f}mino\u{1f}api.github.com";
+        let key = c.key_of(counter);
+        assert_eq!(key.len(), DEFAULT_PREFIX.len() + 32);
+        assert!(key.starts_with(DEFAULT_PREFIX));
+        assert!(!key.contains("mino") && !key.contains("github"), "{key}");
+        assert_eq!(key, c.key_of(counter));
+        assert_ne!(key, c.key_of("limited#0\u{1f}mino\u{1f}api.github.co"));
+        let other = RedisLimitsConfig::new("redis://127.0.0.1", "team-b:", DEFAULT_WAIT, None)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            other.key_of(counter)["team-b:".len()..],
+            key[DEFAULT_PREFIX.len()..]
+        );
     }
 }

@@ -592,7 +592,7 @@ pub fn explain(
                     explanation.limits_unavailable();
                     BudgetSource::RedisUnavailable {
                         server: redis.shown().to_owned(),
-                        error,
+                        error: error.to_string(),
                     }
                 }
             },

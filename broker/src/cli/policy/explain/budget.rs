@@ -78,7 +78,7 @@ pub enum BudgetSource {
     RedisUnavailable {
         /// The server (scheme and address; never the credentials).
         server: String,
-        /// Why.
+        /// Why (its message).
         error: String,
     },
     /// Replayed from the audit log.
@@ -215,12 +215,23 @@ pub fn replay(
 pub fn from_redis(
     config: &crate::limits::RedisLimitsConfig,
     charges: &[Charge],
-) -> Result<(Limiter, Duration), String> {
+) -> Result<(Limiter, Duration), RedisReadError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|error| format!("cannot start the runtime: {error}"))?;
-    runtime.block_on(crate::limits::redis::read_counters(config, charges))
+        .map_err(RedisReadError::Runtime)?;
+    Ok(runtime.block_on(crate::limits::redis::read_counters(config, charges))?)
+}
+
+/// Why `mint policy explain` could not read the shared counters.
+#[derive(Debug, thiserror::Error)]
+pub enum RedisReadError {
+    /// Redis did not answer, or answered an error.
+    #[error(transparent)]
+    Read(#[from] crate::limits::redis::ReadError),
+    /// The runtime for the client could not start.
+    #[error("cannot start the runtime")]
+    Runtime(#[source] std::io::Error),
 }
 
 /// The counters a past admission charged, as far as the current policy can tell.
