@@ -14,8 +14,8 @@ use crate::limits::{RedisConfigError, RedisLimitsConfig};
 #[derive(Debug, Args)]
 pub struct LimitsRedisArgs {
     /// Keep call-limit counters in Redis at this URL, shared exactly by every broker that uses
-    /// it (redis://[USER:PASSWORD@]HOST[:PORT][/DB], rediss:// for TLS, or
-    /// redis+unix:///PATH?user=USER&pass=PASSWORD). Without it, each broker counts in its own
+    /// it: redis://USER:PASSWORD@HOST:PORT/DB, rediss:// for TLS, or
+    /// redis+unix:///PATH?user=USER&pass=PASSWORD. Without it, each broker counts in its own
     /// memory. The URL is never logged, only its address; prefer the environment variable for a
     /// URL with a password: a command line is visible to every local user.
     #[arg(long, value_name = "URL", env = MINT_LIMITS_REDIS, hide_env_values = true)]
