@@ -28,3 +28,4 @@ mod proxy_reload;
 mod request_body;
 mod scrub_oracle;
 mod shared_limits;
+mod shared_limits_script;
