@@ -350,8 +350,11 @@ impl RedisLimits {
             },
         };
         // Nothing was admitted; but the script may still run (a late answer, a paused server),
-        // or have run partly (an error mid-script): remove whatever this request added.
-        self.refund(calls, id);
+        // or have run partly (an error mid-script): remove whatever this request added. Not for
+        // a repeated id: the script added nothing, and the members there are another request's.
+        if !matches!(failure, Failure::Duplicate) {
+            self.refund(calls, id);
+        }
         self.failed(&failure, id);
         Err(Refusal::Unavailable)
     }
