@@ -19,7 +19,8 @@
 //! 4. policy, once per tool call (deny overrides) 403; a batch calling several different tools
 //!    400; calls an `approve` rule holds wait for the operator (`approve`: a `pending` record,
 //!    then 403 on a denial or timeout, 429 when too many wait, 503 at shutdown); then call limits
-//!    429, checked and consumed atomically;
+//!    429, checked and consumed atomically in the broker's store (`crate::limits`: memory, or
+//!    Redis shared by several brokers, 503 `limits_unavailable` when it cannot answer in time);
 //! 5. write the `decision` record (fail closed: 503 when it cannot be written);
 //! 6. substitute (`inject`), send through [`UpstreamClient`] (DNS and address checks, TLS), and
 //!    stream the answer back scrubbed (`answer`); the `outcome` record is written when it ends.
