@@ -190,7 +190,7 @@ class Bench:
         }
         runs = {name: [] for name in contenders}
         for name, url in contenders.items():
-            home = self.home(f"cost-{name}", 1_000_000_000)
+            home = self.home(f"cost-{name}", 1_000_000)
             token = self.token(home)
             proc, base = self.serve(home, url)
             runs[name] = {"proc": proc, "base": base, "token": token, "c16": [], "rate": []}
@@ -202,15 +202,16 @@ class Bench:
                     mint0, redis0 = cpu_seconds(run["proc"].pid), cpu_seconds(self.redis.pid)
                     res = self.result(self.wrk(run["base"], run["token"], connections, DURATION, delay))
                     mint1, redis1 = cpu_seconds(run["proc"].pid), cpu_seconds(self.redis.pid)
+                    # Non-2xx answers: with the default 50 ms wait, an admission that Redis (or
+                    # a loaded machine) does not answer in time is a 503; counted and reported.
                     errors = res["status"] + res["connect"] + res["read"] + res["write"] + res["timeout"]
-                    if errors:
-                        raise RuntimeError(f"{name} {scenario}: {errors:.0f} errors")
                     n = res["requests"]
                     run[scenario].append({
                         "rps": n / (res["duration_us"] / 1e6),
                         "p50": res["p50"], "p99": res["p99"],
                         "mint_cpu_us": (mint1 - mint0) * 1e6 / n,
                         "redis_cpu_us": (redis1 - redis0) * 1e6 / n,
+                        "errors": errors,
                     })
         for run in runs.values():
             self.procs.stop(run["proc"])
@@ -260,11 +261,12 @@ def med(values):
 
 def report(cost, exact):
     lines = [
-        f"Shared call limits, {ROUNDS} rounds of {DURATION} s per figure (medians); "
+        f"Shared call limits, {ROUNDS} rounds of {DURATION} s per figure (medians; the wait is "
+        f"the default 50 ms); "
         f"{os.cpu_count()} cores; Mint and redis-server on core {SERVER_CORE}, wrk on core {LOAD_CORE}.",
         "",
-        "| limits | requests/s at c16 | vs memory | p50 / p99 at ~1,000/s (µs) | Mint CPU µs/request | redis-server CPU µs/request | total vs memory |",
-        "|---|---|---|---|---|---|---|",
+        "| limits | requests/s at c16 | vs memory | p50 / p99 at ~1,000/s (µs) | Mint CPU µs/request | redis-server CPU µs/request | total vs memory | not 2xx |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     base = cost["memory"]
     base_rps = med([r["rps"] for r in base["c16"]])
@@ -277,7 +279,8 @@ def report(cost, exact):
         p99 = med([r["p99"] for r in runs["rate"]])
         lines.append(
             f"| {name} | {rps:,.0f} | {rps / base_rps:.2f}× | {p50:,.0f} / {p99:,.0f} | "
-            f"{mint_cpu:.1f} | {redis_cpu:.1f} | +{mint_cpu + redis_cpu - base_cpu:.1f} µs |"
+            f"{mint_cpu:.1f} | {redis_cpu:.1f} | +{mint_cpu + redis_cpu - base_cpu:.1f} µs | "
+            f"{sum(r['errors'] for s in ('c16', 'rate') for r in runs[s]):.0f} |"
         )
     lines += [
         "",
