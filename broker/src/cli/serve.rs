@@ -111,7 +111,7 @@ pub struct ServeArgs {
 
     /// With --limits-redis: the longest a request waits for Redis (connecting and the admission
     /// script together) before it is refused `503 limits_unavailable`.
-    #[arg(long, value_parser = crate::cli::quantity::duration, env = MINT_LIMITS_REDIS_WAIT, default_value = "50ms")]
+    #[arg(long, value_name = "DURATION", value_parser = crate::cli::quantity::duration, env = MINT_LIMITS_REDIS_WAIT, default_value = "50ms")]
     pub limits_redis_wait: Duration,
 }
 
