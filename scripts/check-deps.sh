@@ -78,7 +78,7 @@ if [[ -n $revealed ]]; then
 fi
 # 2. The engine rooms never reach into the command line or the demo.
 upward=$(grep -E 'crate::(cli|demo)\b' <<<"$code" \
-  | grep -E '^broker/src/(config|secrets|capability|proxy|net|audit|serve|approval)[/.]' || true)
+  | grep -E '^broker/src/(config|secrets|capability|proxy|net|audit|serve|approval|limits)[/.]' || true)
 if [[ -n $upward ]]; then
   echo "check-deps: an engine module uses crate::cli or crate::demo:" >&2
   echo "$upward" >&2

@@ -36,6 +36,7 @@ pub mod policy;
 pub mod quantity;
 pub mod run;
 pub mod serve;
+pub mod shared_limits;
 pub mod terminal;
 pub mod usage;
 

@@ -12,6 +12,7 @@
 //! | [`capability`] | agent capabilities: issue, store hashes, verify | keeps hashes only; compares in constant time |
 //! | [`proxy`] | the pipeline: authenticate, decide, record, send, answer; MCP tool calls | records the decision before anything is substituted or sent |
 //! | [`net`] | upstream connections, the TLS client, address checks | never follows a redirect; never connects to an address the checks refuse |
+//! | [`limits`] | where call-limit counters live: in memory, or in Redis shared by several brokers | counts exactly or refuses: a store that cannot answer in time refuses the request (503), never counts alone |
 //! | [`approval`] | requests an `approve` rule holds, grants, the operator socket | decides only on the operator socket (peer uid checked), never on the proxy port; sees no secret |
 //! | [`audit`] | the hash-chained audit log: writer, tail, verify, rotation | fails closed: a record that cannot be written refuses the request |
 //! | [`serve`] | the listener, connections, framing, shutdown | hands every request to [`proxy`]; answers nothing on its own but framing errors |
@@ -28,6 +29,7 @@ pub mod capability;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod limits;
 pub mod net;
 pub mod proxy;
 pub mod secrets;

@@ -19,7 +19,8 @@
 //! 4. policy, once per tool call (deny overrides) 403; a batch calling several different tools
 //!    400; calls an `approve` rule holds wait for the operator (`approve`: a `pending` record,
 //!    then 403 on a denial or timeout, 429 when too many wait, 503 at shutdown); then call limits
-//!    429, checked and consumed atomically;
+//!    429, checked and consumed atomically in the broker's store (`crate::limits`: memory, or
+//!    Redis shared by several brokers, 503 `limits_unavailable` when it cannot answer in time);
 //! 5. write the `decision` record (fail closed: 503 when it cannot be written);
 //! 6. substitute (`inject`), send through [`UpstreamClient`] (DNS and address checks, TLS), and
 //!    stream the answer back scrubbed (`answer`); the `outcome` record is written when it ends.
@@ -52,7 +53,7 @@ use mint_policy::audit::{
 };
 use mint_policy::duration::format_duration;
 use mint_policy::evaluate::AliasUse;
-use mint_policy::limits::{Charge, Limiter};
+use mint_policy::limits::Charge;
 use mint_policy::normalize::Target;
 use mint_policy::site::Site;
 use zeroize::Zeroizing;
@@ -63,6 +64,7 @@ use crate::audit::facts::{DecisionFacts, RequestFacts, decision_record};
 use crate::audit::{AuditError, AuditLog, now};
 use crate::capability::{CapabilityGrant, CapabilityStore};
 use crate::config::declarations::{Declarations, DeclarationsError};
+use crate::limits::{CallLimits, Receipt, Refusal};
 use crate::net::ca::LeafCache;
 use crate::net::upstream::{ConnectError, UpstreamClient, connect_error};
 use crate::secrets::inject::{self, InjectError};
@@ -171,9 +173,9 @@ struct Inner {
     declarations: RwLock<Arc<Declarations>>,
     capabilities: CapabilityStore,
     audit: AuditLog,
-    limiter: Mutex<Limiter>,
+    /// Where the call-limit counters live.
+    call_limits: CallLimits,
     upstream: UpstreamClient,
-    started: Instant,
     ids: RequestIds,
     /// The leaves of intercepted `CONNECT` tunnels; `None` when this broker has no CA.
     interception: Option<Arc<LeafCache>>,
@@ -265,9 +267,8 @@ impl AppState {
                 declarations: RwLock::new(Arc::new(declarations)),
                 capabilities,
                 audit,
-                limiter: Mutex::new(Limiter::new()),
+                call_limits: CallLimits::memory(),
                 upstream,
-                started: Instant::now(),
                 ids: RequestIds {
                     prefix: hex::encode(random),
                     next: AtomicU64::new(1),
@@ -277,6 +278,20 @@ impl AppState {
                 approval_webhook: None,
             }),
         }
+    }
+
+    /// This state, keeping its call-limit counters in `call_limits` (Redis, shared with other
+    /// brokers) instead of its memory. Call before the state is shared.
+    pub fn with_call_limits(mut self, call_limits: CallLimits) -> AppState {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.call_limits = call_limits;
+        }
+        self
+    }
+
+    /// Where the call-limit counters live.
+    pub fn call_limits(&self) -> &CallLimits {
+        &self.inner.call_limits
     }
 
     /// This state, holding requests for approval within `bounds`. Call before the state is
@@ -364,15 +379,7 @@ impl AppState {
 
     /// Forgets call-limit history older than every window (called periodically).
     pub fn prune_limits(&self) {
-        let now = self.inner.started.elapsed();
-        self.limiter().prune(now);
-    }
-
-    fn limiter(&self) -> std::sync::MutexGuard<'_, Limiter> {
-        self.inner
-            .limiter
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.inner.call_limits.prune();
     }
 
     /// A fresh request id.
@@ -677,11 +684,15 @@ impl Exchange {
             error::Fault::Internal => {
                 tracing::error!(request.id = %id, code = error.code(), error = %error, "Request failed");
             }
+            error::Fault::Unavailable => {
+                // The store's client said why, once, when it started failing.
+                tracing::info!(request.id = %id, code = error.code(), "Request refused: a shared store is unavailable");
+            }
         }
         let decision = match error {
-            ProxyError::Limited { .. } | ProxyError::ApprovalQueueFull { .. } => {
-                AuditDecision::Limited
-            }
+            ProxyError::Limited { .. }
+            | ProxyError::LimitsUnavailable { .. }
+            | ProxyError::ApprovalQueueFull { .. } => AuditDecision::Limited,
             _ => AuditDecision::Deny,
         };
         let rules = match &error {
@@ -690,7 +701,8 @@ impl Exchange {
             | ProxyError::ApprovalTimeout { rules, .. }
             | ProxyError::ApprovalQueueFull { rules, .. }
             | ProxyError::ShuttingDown { rules }
-            | ProxyError::Limited { rules, .. } => Some(rule_ids(rules)),
+            | ProxyError::Limited { rules, .. }
+            | ProxyError::LimitsUnavailable { rules } => Some(rule_ids(rules)),
             _ => None,
         };
         self.record_refusal(
@@ -1122,8 +1134,8 @@ async fn forward(
         uses = now_uses;
     }
     drop(token);
-    let admitted = admit(state, allowed)?;
-    let charges = (admitted.charges.clone(), admitted.admitted_at);
+    let admitted = admit(state, &exchange.facts.id, allowed).await?;
+    let charges = (admitted.charges.clone(), admitted.receipt.clone());
     let outgoing = Outgoing {
         method,
         target,
@@ -1138,7 +1150,7 @@ async fn forward(
     {
         // Never sent: it does not count against any limit.
         let calls: Vec<&[Charge]> = charges.0.iter().map(Vec::as_slice).collect();
-        state.limiter().refund_each(&calls, charges.1);
+        state.call_limits().refund(&calls, charges.1);
     }
     sent
 }
@@ -1445,31 +1457,44 @@ async fn open_websocket(
 struct Admitted {
     rules: Vec<String>,
     allow_private: bool,
-    /// What each call consumed, and when: refunded if the request is never sent.
+    /// What each call consumed, and the store's receipt: refunded if the request is never sent.
     charges: Vec<Vec<Charge>>,
-    admitted_at: Duration,
+    receipt: Receipt,
 }
 
-/// Checks and consumes the call limits of every call the policy allowed, together.
-fn admit(state: &AppState, allowed: Allowed) -> Result<Admitted, ProxyError> {
+/// Checks and consumes the call limits of every call the policy allowed, together, in the
+/// broker's store (memory or Redis); `id` is the request's id, the member it is counted under in
+/// Redis.
+async fn admit(state: &AppState, id: &RequestId, allowed: Allowed) -> Result<Admitted, ProxyError> {
     let Allowed {
         rules,
         charges,
         allow_private,
     } = allowed;
-    let now = state.inner.started.elapsed();
-    state
-        .limiter()
-        .admit_each(&charges.iter().map(Vec::as_slice).collect::<Vec<_>>(), now)
-        .map_err(|limited| ProxyError::Limited {
-            rules: limited.rules,
-            retry_after: limited.retry_after,
-        })?;
+    let calls: Vec<&[Charge]> = charges.iter().map(Vec::as_slice).collect();
+    let receipt = match state.call_limits().admit(&calls, id).await {
+        Ok(receipt) => receipt,
+        Err(Refusal::Limited(limited)) => {
+            return Err(ProxyError::Limited {
+                rules: limited.rules,
+                retry_after: limited.retry_after,
+            });
+        }
+        Err(Refusal::Unavailable) => {
+            let mut rules: Vec<String> = calls
+                .iter()
+                .flat_map(|charges| charges.iter().map(|c| c.rule.clone()))
+                .collect();
+            rules.sort();
+            rules.dedup();
+            return Err(ProxyError::LimitsUnavailable { rules });
+        }
+    };
     Ok(Admitted {
         rules,
         allow_private,
         charges,
-        admitted_at: now,
+        receipt,
     })
 }
 

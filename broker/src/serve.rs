@@ -106,6 +106,8 @@ pub struct ServeConfig {
     pub approval_webhook: Option<crate::approval::webhook::Webhook>,
     /// `--audit-stdout`: copy every audit line to stdout, tagged with this broker id.
     pub audit_stdout: Option<crate::audit::mirror::BrokerId>,
+    /// The Redis keeping call limits shared with other brokers; `None`: in memory.
+    pub shared_limits: Option<crate::limits::RedisLimitsConfig>,
 }
 
 impl Default for ServeConfig {
@@ -119,6 +121,7 @@ impl Default for ServeConfig {
             approvals: ApprovalBounds::default(),
             approval_webhook: None,
             audit_stdout: None,
+            shared_limits: None,
         }
     }
 }
@@ -176,6 +179,9 @@ pub enum ServeError {
     /// The approval webhook's URL.
     #[error(transparent)]
     ApprovalWebhook(#[from] crate::approval::webhook::WebhookError),
+    /// The Redis settings of shared call limits.
+    #[error(transparent)]
+    SharedLimits(#[from] crate::limits::RedisConfigError),
     /// A policy or alias file missing from the home: a home not made yet, or `MINT_HOME` unset
     /// in another directory. Named as `mint alias` and `mint cap` name it.
     #[error("cannot read {what} `{}`: no such file or directory; run `mint init` first (or set MINT_HOME to your Mint home)", path.display())]
@@ -249,6 +255,10 @@ pub fn load_state(paths: &Paths, config: &ServeConfig) -> Result<(AppState, Relo
         .with_interception(Arc::new(leaves))
         .with_approval_bounds(config.approvals)
         .with_approval_webhook(config.approval_webhook.clone());
+    let state = match &config.shared_limits {
+        Some(redis) => state.with_call_limits(crate::limits::CallLimits::redis(redis.clone())),
+        None => state,
+    };
     // The one line that says which home and files this broker runs on, once all of it loaded (a
     // start that fails shows only its error): a broker started in the wrong directory
     // (`MINT_HOME` unset, `.mint` relative) shows it here.
@@ -313,6 +323,10 @@ pub async fn run(
         })
     };
     let watcher = reloader.map(|reloader| tokio::spawn(reloader.watch(state.clone())));
+    {
+        let state = state.clone();
+        tokio::spawn(async move { state.call_limits().warm_up().await });
+    }
     let notifier = state.spawn_approval_webhook();
     tokio::pin!(shutdown);
     loop {

@@ -2,8 +2,10 @@
 //! `max` requests, so "at most `max` in any window of `per`" holds without approximation.
 //!
 //! The evaluator says which counters a request would charge; `Limiter::admit` checks all of them
-//! and then consumes all of them, or none. The broker holds one `Limiter` behind a lock. Time is
-//! passed in (any monotonic origin), so tests control the clock.
+//! and then consumes all of them, or none. A broker on its own holds one `Limiter` behind a lock;
+//! brokers that share their limits keep the same windows in Redis instead, counted by a script
+//! that follows these rules exactly (mint-broker's `limits::redis`), with [`units`] and
+//! [`Limited::after`] shared. Time is passed in (any monotonic origin), so tests control the clock.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -28,6 +30,22 @@ pub struct Limited {
     pub rules: Vec<String>,
     /// When the request would next be admitted, rounded up to whole seconds (at least 1).
     pub retry_after: Duration,
+}
+
+// === impl Limited ===
+
+impl Limited {
+    /// A refusal by `rules` (sorted and deduplicated here) that may be retried after `wait`,
+    /// rounded up to whole seconds and at least 1.
+    pub fn after(mut rules: Vec<String>, wait: Duration) -> Limited {
+        rules.sort();
+        rules.dedup();
+        let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        Limited {
+            rules,
+            retry_after: Duration::from_secs(seconds.max(1)),
+        }
+    }
 }
 
 /// What a counter has left, for `mint policy explain`.
@@ -101,13 +119,7 @@ impl Limiter {
             }
         }
         if !spent.is_empty() {
-            spent.sort();
-            spent.dedup();
-            let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
-            return Err(Limited {
-                rules: spent,
-                retry_after: Duration::from_secs(seconds.max(1)),
-            });
+            return Err(Limited::after(spent, retry_after));
         }
         for (charge, n) in needs {
             let window = self.window(&charge.key);
@@ -159,6 +171,16 @@ impl Limiter {
         }
     }
 
+    /// Sets counter `key` (window `per`) to hold the admissions at `times`, in any order: a copy
+    /// of counters kept elsewhere (Redis), for `mint policy explain`.
+    pub fn restore(&mut self, key: &str, per: Duration, times: impl IntoIterator<Item = Duration>) {
+        let mut times: Vec<Duration> = times.into_iter().collect();
+        times.sort();
+        let window = self.window(key);
+        window.per = per;
+        window.times = times.into();
+    }
+
     /// What each counter has left at `now`, without consuming anything.
     pub fn budgets(&self, charges: &[Charge], now: Duration) -> Vec<Budget> {
         charges
@@ -200,10 +222,9 @@ impl Limiter {
     }
 }
 
-/// Drops admissions that left the window `(now - per, now]`.
 /// The units each counter needs: one per call whose charges name it (named twice within one
 /// call's charges, it counts once), in first-seen order.
-fn units<'a>(calls: &[&'a [Charge]]) -> Vec<(&'a Charge, u64)> {
+pub fn units<'a>(calls: &[&'a [Charge]]) -> Vec<(&'a Charge, u64)> {
     let mut needs: Vec<(&Charge, u64)> = Vec::new();
     for charges in calls {
         let mut seen: Vec<&str> = Vec::with_capacity(charges.len());
@@ -221,6 +242,7 @@ fn units<'a>(calls: &[&'a [Charge]]) -> Vec<(&'a Charge, u64)> {
     needs
 }
 
+/// Drops admissions that left the window `(now - per, now]`.
 fn expire(window: &mut VecDeque<Duration>, per: Duration, now: Duration) {
     while window
         .front()
@@ -360,6 +382,36 @@ mod tests {
                 .retry_after,
             s(1)
         );
+    }
+
+    #[test]
+    fn a_restored_counter_decides_as_the_admissions_it_holds() {
+        let c = [charge("r", "k", 2, 60)];
+        for now in [s(11), s(64), s(65), s(70)] {
+            let mut admitted = Limiter::new();
+            assert!(admitted.admit(&c, s(5)).is_ok());
+            assert!(admitted.admit(&c, s(10)).is_ok());
+            let mut restored = Limiter::new();
+            restored.restore("k", s(60), [s(10), s(5)]);
+            assert_eq!(restored.budgets(&c, now), admitted.budgets(&c, now));
+            assert_eq!(
+                restored.admit(&c, now),
+                admitted.admit(&c, now),
+                "at {now:?}"
+            );
+        }
+        let mut restored = Limiter::new();
+        restored.restore("k", s(60), [s(10), s(5)]);
+        assert_eq!(restored.admit(&c, s(11)).unwrap_err().retry_after, s(54));
+    }
+
+    #[test]
+    fn limited_after_sorts_rules_and_rounds_up() {
+        let l = Limited::after(vec!["b".into(), "a".into(), "b".into()], Duration::ZERO);
+        assert_eq!(l.rules, ["a", "b"]);
+        assert_eq!(l.retry_after, s(1));
+        let l = Limited::after(vec![], Duration::from_micros(2_000_001));
+        assert_eq!(l.retry_after, s(3));
     }
 
     #[test]

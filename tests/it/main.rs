@@ -32,4 +32,6 @@ mod proxy_reload;
 mod request_body;
 mod scrub_oracle;
 mod shaped_placeholders;
+mod shared_limits;
+mod shared_limits_script;
 mod websocket;

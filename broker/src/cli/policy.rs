@@ -30,7 +30,7 @@ pub enum PolicyCommand {
     /// Reads no secret and prints no header or query value. Exits 0 when the request would be
     /// allowed, 1 when it would be denied, limited, refused or held for approval, and 2 on a
     /// usage error or a file that cannot be read or has errors.
-    Explain(explain::ExplainArgs),
+    Explain(Box<explain::ExplainArgs>),
 }
 
 /// Arguments of `mint policy check`.

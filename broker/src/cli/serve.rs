@@ -12,8 +12,10 @@ use crate::approval::protocol::SOCKET_NAME;
 use crate::approval::webhook::{Webhook, WebhookFormat};
 use crate::audit::AuditConfig;
 use crate::audit::mirror::{BrokerId, BrokerIdError};
+use crate::cli::shared_limits::LimitsRedisArgs;
 use crate::config::declaration_file::ReadError;
 use crate::config::declarations::DeclarationsError;
+use crate::config::env::MINT_LIMITS_REDIS_WAIT;
 use crate::config::env::Paths;
 use crate::proxy::ProxyLimits;
 use crate::serve::{ServeConfig, ServeError, load_state, serve_blocking};
@@ -121,6 +123,15 @@ pub struct ServeArgs {
     /// The most requests of one agent waiting for approval at once.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub max_pending_approvals_per_agent: u32,
+
+    /// Where call limits shared with other brokers are kept.
+    #[command(flatten)]
+    pub shared_limits: LimitsRedisArgs,
+
+    /// With --limits-redis: the longest a request waits for Redis (connecting and the admission
+    /// script together) before it is refused `503 limits_unavailable`.
+    #[arg(long, value_name = "DURATION", value_parser = crate::cli::quantity::duration, env = MINT_LIMITS_REDIS_WAIT, default_value = "50ms")]
+    pub limits_redis_wait: Duration,
 }
 
 /// Runs `mint serve` with `args` until a graceful shutdown.
@@ -138,6 +149,7 @@ pub fn run(args: ServeArgs, paths: &Paths, out: &mut dyn Write) -> Result<(), Se
     for pin in &args.resolve {
         resolve.add(pin).map_err(ServeError::Resolve)?;
     }
+    let shared_limits = args.shared_limits.config(args.limits_redis_wait)?;
     let config = ServeConfig {
         resolve,
         upstream_ca: args.upstream_ca,
@@ -159,6 +171,7 @@ pub fn run(args: ServeArgs, paths: &Paths, out: &mut dyn Write) -> Result<(), Se
             .as_deref()
             .map(|url| Webhook::parse(url, args.approval_webhook_format))
             .transpose()?,
+        shared_limits,
         approvals: ApprovalBounds {
             max_pending: args.max_pending_approvals as usize,
             max_pending_per_agent: args

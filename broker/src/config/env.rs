@@ -56,6 +56,23 @@ pub const MINT_CA_CERT: &str = "MINT_CA_CERT";
 /// The interception CA's private key (PEM, 0600); `$MINT_HOME/ca.key` when unset.
 pub const MINT_CA_KEY: &str = "MINT_CA_KEY";
 
+/// The Redis that keeps call-limit counters shared by several brokers (`mint serve
+/// --limits-redis`, `mint policy explain --limits-redis`): `redis://`, `rediss://` or
+/// `redis+unix://`. Unset: each broker counts in its own memory. Prefer it to the flag when the
+/// URL holds a password (a command line is visible to every local user).
+pub const MINT_LIMITS_REDIS: &str = "MINT_LIMITS_REDIS";
+
+/// The prefix of Mint's keys in that Redis; `mint:limits:` when unset.
+pub const MINT_LIMITS_REDIS_PREFIX: &str = "MINT_LIMITS_REDIS_PREFIX";
+
+/// The CA certificates (PEM) a `rediss://` server's certificate must chain to; the system's
+/// when unset.
+pub const MINT_LIMITS_REDIS_CA: &str = "MINT_LIMITS_REDIS_CA";
+
+/// The longest one admission waits for Redis before the request is refused (`503
+/// limits_unavailable`); `50ms` when unset.
+pub const MINT_LIMITS_REDIS_WAIT: &str = "MINT_LIMITS_REDIS_WAIT";
+
 /// Where `mint run` and `mint env` find the broker (`http://HOST:PORT`), overridden by `--proxy`;
 /// `http://` and [`DEFAULT_LISTEN`] when unset.
 pub const MINT_PROXY_URL: &str = "MINT_PROXY_URL";

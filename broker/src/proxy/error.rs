@@ -24,6 +24,9 @@ pub enum Fault {
     Upstream,
     /// Mint itself (its audit log, its configuration).
     Internal,
+    /// A store Mint shares with other brokers (Redis, for call limits) is unreachable, slow or
+    /// failing; its client says why once, when it starts failing.
+    Unavailable,
 }
 
 /// Where a request's capability token was looked for: it decides the hint and the status.
@@ -137,6 +140,16 @@ pub enum ProxyError {
         rules: Vec<String>,
         /// When the oldest counted call leaves the window.
         retry_after: Duration,
+    },
+    /// The call limits the request is counted against are kept in Redis, which did not answer
+    /// in time or answered an error: refused, since Mint never counts shared limits alone.
+    #[error(
+        "the shared call-limit counters are unavailable; the request was not forwarded: retry after {} s",
+        crate::limits::UNAVAILABLE_RETRY_AFTER.as_secs()
+    )]
+    LimitsUnavailable {
+        /// The rules of the limits that could not be counted.
+        rules: Vec<String>,
     },
     /// The target resolved to an address Mint refuses.
     #[error("{0}")]
@@ -300,6 +313,7 @@ impl ProxyError {
                 StatusCode::UNSUPPORTED_MEDIA_TYPE
             }
             ProxyError::Limited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ProxyError::LimitsUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ProxyError::UpstreamFailed(_) | ProxyError::UpstreamUnknown(_) => {
                 StatusCode::BAD_GATEWAY
@@ -326,6 +340,7 @@ impl ProxyError {
             ProxyError::ApprovalQueueFull { .. } => "approval_queue_full",
             ProxyError::ShuttingDown { .. } => "shutting_down",
             ProxyError::Limited { .. } => "limited",
+            ProxyError::LimitsUnavailable { .. } => "limits_unavailable",
             ProxyError::AddressRefused(_) => "address_refused",
             ProxyError::ConnectUnsupported => "connect_unsupported",
             ProxyError::OutsideCaNameConstraints => "outside_ca_name_constraints",
@@ -372,7 +387,9 @@ impl ProxyError {
             | ProxyError::ShuttingDown { .. }
             | ProxyError::AddressRefused(_)
             | ProxyError::OutsideCaNameConstraints => Outcome::Denied,
-            ProxyError::Limited { .. } | ProxyError::ApprovalQueueFull { .. } => Outcome::Limited,
+            ProxyError::Limited { .. }
+            | ProxyError::LimitsUnavailable { .. }
+            | ProxyError::ApprovalQueueFull { .. } => Outcome::Limited,
             ProxyError::AuditUnavailable
             | ProxyError::UpstreamFailed(_)
             | ProxyError::Internal(_) => Outcome::Failed,
@@ -412,6 +429,7 @@ impl ProxyError {
             | ProxyError::UpstreamUnknown(_)
             | ProxyError::UpstreamTimeout(_) => Fault::Upstream,
             ProxyError::AuditUnavailable | ProxyError::Internal(_) => Fault::Internal,
+            ProxyError::LimitsUnavailable { .. } => Fault::Unavailable,
         }
     }
 
@@ -449,7 +467,8 @@ impl ProxyError {
             | ProxyError::ApprovalTimeout { rules, .. }
             | ProxyError::ApprovalQueueFull { rules, .. }
             | ProxyError::ShuttingDown { rules }
-            | ProxyError::Limited { rules, .. } => rules,
+            | ProxyError::Limited { rules, .. }
+            | ProxyError::LimitsUnavailable { rules } => rules,
             _ => &[],
         }
     }
@@ -466,13 +485,24 @@ impl ProxyError {
         }
     }
 
-    /// The JSON error answer, with `Mint-Request-Id`, `Mint-Outcome` and, for 429, `Retry-After`.
+    /// When to retry: a spent limit's wait, or a short fixed wait when the shared limits are
+    /// unavailable.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            ProxyError::Limited { retry_after, .. } => Some(retry_after_secs(*retry_after)),
+            ProxyError::LimitsUnavailable { .. } => {
+                Some(retry_after_secs(crate::limits::UNAVAILABLE_RETRY_AFTER))
+            }
+            _ => None,
+        }
+    }
+
+    /// The JSON error answer, with `Mint-Request-Id`, `Mint-Outcome` and, for 429 and
+    /// `503 limits_unavailable`, `Retry-After`.
     pub fn to_response(&self, request_id: &str) -> Response {
         let mut body = error_body(self.code(), &self.to_string(), self.rules(), request_id);
-        if let (ProxyError::Limited { retry_after, .. }, Some(error)) =
-            (self, body.get_mut("error"))
-        {
-            error["retry_after"] = retry_after_secs(*retry_after).into();
+        if let (Some(retry_after), Some(error)) = (self.retry_after(), body.get_mut("error")) {
+            error["retry_after"] = retry_after.into();
         }
         if let (Some(closest), Some(error)) = (self.closest_json(), body.get_mut("error")) {
             error["closest"] = closest;
@@ -486,11 +516,8 @@ impl ProxyError {
             OUTCOME_HEADER,
             HeaderValue::from_static(self.outcome().as_str()),
         );
-        if let ProxyError::Limited { retry_after, .. } = self {
-            headers.insert(
-                http::header::RETRY_AFTER,
-                HeaderValue::from(retry_after_secs(*retry_after)),
-            );
+        if let Some(retry_after) = self.retry_after() {
+            headers.insert(http::header::RETRY_AFTER, HeaderValue::from(retry_after));
         }
         if self.status() == StatusCode::PROXY_AUTHENTICATION_REQUIRED {
             // RFC 9110 section 11.7.1: a 407 names the scheme to answer with.

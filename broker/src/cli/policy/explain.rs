@@ -39,6 +39,7 @@ use mint_policy::site::SiteSet;
 use mint_policy::{Diagnostic, MAX_FILE_BYTES, Severity};
 
 use crate::cli::ExitStatus;
+use crate::cli::shared_limits::LimitsRedisArgs;
 use crate::config::declaration_file::{
     ConfigFileError, ReadError, read_config_file, read_declaration_file,
 };
@@ -104,6 +105,11 @@ pub struct ExplainArgs {
     /// Print one JSON object instead of the report.
     #[arg(long)]
     pub json: bool,
+
+    /// Where brokers keep shared call limits: with a Redis URL, the budgets are read there
+    /// instead of estimated from the audit log.
+    #[command(flatten)]
+    pub shared_limits: LimitsRedisArgs,
 }
 
 impl std::fmt::Debug for ExplainArgs {
@@ -327,6 +333,9 @@ pub enum ExplainError {
         /// What went wrong.
         problem: ReadError,
     },
+    /// The Redis settings of shared call limits.
+    #[error(transparent)]
+    SharedLimits(#[from] crate::limits::RedisConfigError),
     /// Writing the report failed.
     #[error("cannot write the output")]
     Output(#[source] io::Error),
@@ -471,6 +480,7 @@ impl Explanation {
             });
         }
         if let Err(limited) = limiter.admit(&self.charges, now) {
+            // Explain checks room for one unit per counter; see the module documentation.
             match &mut self.verdict {
                 Verdict::Approve { limited: spent, .. } => *spent = limited.rules,
                 _ => {
@@ -481,6 +491,18 @@ impl Explanation {
                 }
             }
         }
+    }
+
+    /// The counters could not be read (shared limits in a Redis that does not answer): an allowed
+    /// request is refused `503 limits_unavailable`, as the broker would refuse it now.
+    pub fn limits_unavailable(&mut self) {
+        if !matches!(self.verdict, Verdict::Allow { .. }) {
+            return;
+        }
+        let mut rules: Vec<String> = self.charges.iter().map(|c| c.rule.clone()).collect();
+        rules.sort();
+        rules.dedup();
+        self.verdict = Verdict::Refused(ProxyError::LimitsUnavailable { rules });
     }
 }
 
@@ -493,7 +515,9 @@ impl Verdict {
         match self {
             Verdict::Allow { .. } | Verdict::Tunnel { .. } => "allow",
             Verdict::Approve { .. } => "approve",
-            Verdict::Refused(ProxyError::Limited { .. }) => "limited",
+            Verdict::Refused(ProxyError::Limited { .. } | ProxyError::LimitsUnavailable { .. }) => {
+                "limited"
+            }
             Verdict::Refused(_) => "deny",
         }
     }
@@ -505,7 +529,9 @@ impl Verdict {
         match self {
             Verdict::Allow { rules } | Verdict::Approve { rules, .. } => Some(rules),
             Verdict::Refused(
-                error @ (ProxyError::PolicyDenied { .. } | ProxyError::Limited { .. }),
+                error @ (ProxyError::PolicyDenied { .. }
+                | ProxyError::Limited { .. }
+                | ProxyError::LimitsUnavailable { .. }),
             ) => Some(error.rules()),
             Verdict::Tunnel { rules } => (!rules.is_empty()).then_some(rules.as_slice()),
             Verdict::Refused(_) => None,
@@ -573,15 +599,35 @@ pub fn explain(
     let mut explanation = examine_with(&policy, &aliases, &shaped, &request, max_body);
     let source = match explanation.longest_window() {
         None => BudgetSource::NotNeeded,
-        Some(window) => {
-            let log = args
-                .audit_log
-                .clone()
-                .unwrap_or_else(|| paths.audit_log.clone());
-            let replay = budget::replay(&log, &policy, window, now)?;
-            explanation.count_limits(&policy, replay.limiter, now);
-            replay.source
-        }
+        Some(window) => match args
+            .shared_limits
+            .config(crate::limits::redis::DEFAULT_WAIT)?
+        {
+            Some(redis) => match budget::from_redis(&redis, explanation.charges()) {
+                Ok((limiter, redis_now)) => {
+                    explanation.count_limits(&policy, limiter, redis_now);
+                    BudgetSource::Redis {
+                        server: redis.shown().to_owned(),
+                    }
+                }
+                Err(error) => {
+                    explanation.limits_unavailable();
+                    BudgetSource::RedisUnavailable {
+                        server: redis.shown().to_owned(),
+                        error: error.to_string(),
+                    }
+                }
+            },
+            None => {
+                let log = args
+                    .audit_log
+                    .clone()
+                    .unwrap_or_else(|| paths.audit_log.clone());
+                let replay = budget::replay(&log, &policy, window, now)?;
+                explanation.count_limits(&policy, replay.limiter, now);
+                replay.source
+            }
+        },
     };
     tracing::debug!(
         decision = explanation.verdict.decision(),

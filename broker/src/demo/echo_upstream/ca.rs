@@ -92,9 +92,17 @@ impl TestCa {
         Ok(Arc::new(config))
     }
 
-    /// Issues a leaf certificate for `localhost`, `127.0.0.1`, `::1` and `extra_names`, and
-    /// builds the server configuration that presents it (ALPN `h2`, `http/1.1`).
-    pub fn server_config(&self, extra_names: &[String]) -> Result<Arc<ServerConfig>, EchoError> {
+    /// Issues a server certificate for `localhost`, `127.0.0.1` and `::1`, as PEM: the
+    /// certificate and its PKCS #8 private key, for a server other than the echo upstream (a
+    /// `redis-server --tls-port` in the shared-limits tests).
+    pub fn leaf_pem(&self) -> Result<(String, String), EchoError> {
+        let (leaf, key) = self.leaf(&[])?;
+        Ok((leaf.pem(), key.serialize_pem()))
+    }
+
+    /// A leaf certificate signed by this authority for `localhost`, `127.0.0.1`, `::1` and
+    /// `extra_names`, with its key.
+    fn leaf(&self, extra_names: &[String]) -> Result<(rcgen::Certificate, KeyPair), EchoError> {
         let names: Vec<String> = LEAF_NAMES
             .iter()
             .map(|name| (*name).to_owned())
@@ -113,6 +121,13 @@ impl TestCa {
         params.use_authority_key_identifier_extension = true;
         let key = KeyPair::generate()?;
         let leaf = params.signed_by(&key, &self.issuer)?;
+        Ok((leaf, key))
+    }
+
+    /// Issues a leaf certificate for `localhost`, `127.0.0.1`, `::1` and `extra_names`, and
+    /// builds the server configuration that presents it (ALPN `h2`, `http/1.1`).
+    pub fn server_config(&self, extra_names: &[String]) -> Result<Arc<ServerConfig>, EchoError> {
+        let (leaf, key) = self.leaf(extra_names)?;
         let chain = vec![leaf.der().clone(), self.cert_der().clone()];
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
         let mut config = ServerConfig::builder_with_provider(provider())

@@ -69,6 +69,18 @@ pub enum BudgetSource {
         /// The log looked for.
         path: PathBuf,
     },
+    /// Read from the Redis the brokers share their limits through: the real counters.
+    Redis {
+        /// The server (scheme and address; never the credentials).
+        server: String,
+    },
+    /// The brokers share their limits through a Redis that could not be read.
+    RedisUnavailable {
+        /// The server (scheme and address; never the credentials).
+        server: String,
+        /// Why (its message).
+        error: String,
+    },
     /// Replayed from the audit log.
     AuditLog {
         /// The log as named (its rotated predecessors are read too).
@@ -196,6 +208,30 @@ pub fn replay(
             replayed: admissions.len(),
         },
     })
+}
+
+/// Reads the counters `charges` name from the Redis of `config` (brokers sharing their limits):
+/// a [`Limiter`] holding them, and Redis' clock to judge them at. Nothing is estimated.
+pub fn from_redis(
+    config: &crate::limits::RedisLimitsConfig,
+    charges: &[Charge],
+) -> Result<(Limiter, Duration), RedisReadError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(RedisReadError::Runtime)?;
+    Ok(runtime.block_on(crate::limits::redis::read_counters(config, charges))?)
+}
+
+/// Why `mint policy explain` could not read the shared counters.
+#[derive(Debug, thiserror::Error)]
+pub enum RedisReadError {
+    /// Redis did not answer, or answered an error.
+    #[error(transparent)]
+    Read(#[from] crate::limits::redis::ReadError),
+    /// The runtime for the client could not start.
+    #[error("cannot start the runtime")]
+    Runtime(#[source] std::io::Error),
 }
 
 /// The counters a past admission charged, as far as the current policy can tell.

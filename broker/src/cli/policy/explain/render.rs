@@ -23,8 +23,8 @@ pub(crate) fn human(explanation: &Explanation, source: &BudgetSource) -> String 
     let mut rows: Vec<(&str, Vec<String>)> = Vec::new();
     if let Verdict::Refused(error) = &x.verdict {
         let mut status = format!("{} {}", error.status().as_u16(), error.code());
-        if let ProxyError::Limited { retry_after, .. } = error {
-            status.push_str(&format!(", retry after {} s", retry_after.as_secs().max(1)));
+        if let Some(retry_after) = error.retry_after() {
+            status.push_str(&format!(", retry after {retry_after} s"));
         }
         rows.push(("status", vec![status]));
         rows.push(("reason", vec![error.to_string()]));
@@ -188,10 +188,7 @@ pub(crate) fn json(explanation: &Explanation, source: &BudgetSource) -> String {
         reason: refusal.map(ProxyError::reason),
         rules,
         by_default: rules.is_some_and(<[String]>::is_empty),
-        retry_after: match refusal {
-            Some(ProxyError::Limited { retry_after, .. }) => Some(retry_after.as_secs().max(1)),
-            _ => None,
-        },
+        retry_after: refusal.and_then(ProxyError::retry_after),
         closest: refusal.and_then(ProxyError::closest_json),
         approval: match &x.verdict {
             Verdict::Approve {
@@ -399,6 +396,12 @@ struct BudgetsJson {
     audit_log: Option<String>,
     files: Option<Vec<String>>,
     replayed: Option<usize>,
+    /// The Redis read (`redis`, `redis_unavailable`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    redis: Option<String>,
+    /// Why it could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
 }
 
 fn rules_text(rules: Option<&[String]>) -> String {
@@ -557,6 +560,14 @@ fn notes(x: &Explanation, source: &BudgetSource) -> Vec<String> {
              explain cannot see, and there is no audit log at `{}` to estimate them from",
             path.display()
         )),
+        BudgetSource::Redis { server } => notes.push(format!(
+            "budgets are the counters the brokers share in Redis `{server}`, read now"
+        )),
+        BudgetSource::RedisUnavailable { server, error } => notes.push(format!(
+            "the brokers share their call limits in Redis `{server}`, which cannot be read \
+             ({error}): a broker refuses such a request (503 limits_unavailable) until Redis \
+             answers"
+        )),
         BudgetSource::AuditLog { path, replayed, .. } => notes.push(format!(
             "budgets are estimated from {replayed} allowed request{} in the audit log `{}`: the \
              running broker counts calls in its memory, which explain cannot see \
@@ -604,8 +615,10 @@ fn notes(x: &Explanation, source: &BudgetSource) -> Vec<String> {
 
 fn budgets_json(source: &BudgetSource) -> BudgetsJson {
     let text = |path: &std::path::Path| path.display().to_string();
-    let (source, audit_log, files, replayed) = match source {
+    let (kind, audit_log, files, replayed) = match source {
         BudgetSource::NotNeeded => ("not_needed", None, None, None),
+        BudgetSource::Redis { .. } => ("redis", None, None, None),
+        BudgetSource::RedisUnavailable { .. } => ("redis_unavailable", None, None, None),
         BudgetSource::NoLog { path } => ("full", Some(text(path)), None, None),
         BudgetSource::AuditLog {
             path,
@@ -618,10 +631,19 @@ fn budgets_json(source: &BudgetSource) -> BudgetsJson {
             Some(*replayed),
         ),
     };
+    let (redis, error) = match source {
+        BudgetSource::Redis { server } => (Some(server.clone()), None),
+        BudgetSource::RedisUnavailable { server, error } => {
+            (Some(server.clone()), Some(error.clone()))
+        }
+        _ => (None, None),
+    };
     BudgetsJson {
-        source,
+        source: kind,
         audit_log,
         files,
         replayed,
+        redis,
+        error,
     }
 }

@@ -752,7 +752,7 @@ fn connect_arguments_take_an_authority_and_no_tool_or_body() {
         ];
         argv.extend_from_slice(extra);
         match crate::cli::Cli::try_parse_from(argv).unwrap().command {
-            crate::cli::Command::Policy(crate::cli::policy::PolicyCommand::Explain(args)) => args,
+            crate::cli::Command::Policy(crate::cli::policy::PolicyCommand::Explain(args)) => *args,
             other => panic!("{other:?}"),
         }
     };
