@@ -34,6 +34,7 @@ use crate::capability::{CapabilityFileError, CapabilityStore};
 use crate::config::ca_files::{self, CaFileError};
 use crate::config::declarations::DeclarationsError;
 use crate::config::env::Paths;
+use crate::config::refresh::Refresher;
 use crate::config::reload::Reloader;
 use crate::net::ca::{CA_EXPIRY_WARNING, LeafCache};
 use crate::net::tls::{TlsConfigError, upstream_client_config};
@@ -288,6 +289,13 @@ pub async fn run(
             }
         })
     };
+    // Command and Vault secrets are read again as their cache time runs out.
+    let refresher = reloader.as_ref().map(|reloader| {
+        let refresher = Refresher {
+            sources: reloader.sources.clone(),
+        };
+        tokio::spawn(refresher.watch(state.clone()))
+    });
     let watcher = reloader.map(|reloader| tokio::spawn(reloader.watch(state.clone())));
     let notifier = state.spawn_approval_webhook();
     tokio::pin!(shutdown);
@@ -364,6 +372,9 @@ pub async fn run(
     }
     drop(listener);
     pruner.abort();
+    if let Some(refresher) = refresher {
+        refresher.abort();
+    }
     if let Some(watcher) = watcher {
         watcher.abort();
     }

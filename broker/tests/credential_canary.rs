@@ -199,6 +199,7 @@ fn canary_never_leaves_the_library() {
             body: Vec::new(),
             form: Vec::new(),
             source: None,
+            command: Vec::new(),
             description: None,
             env: Vec::new(),
             secret_stdin: true,

@@ -27,3 +27,4 @@ mod proxy_outcomes;
 mod proxy_reload;
 mod request_body;
 mod scrub_oracle;
+mod secret_sources;

@@ -517,6 +517,12 @@ fn check_secrets(
                             "store it again: `mint alias rm {name}`, then `mint alias add {name} \
                              --host HOST`"
                         ),
+                        (SecretSource::Command(command), _) => format!(
+                            "run `{}` yourself as the user Mint runs as: it must exit 0 and print \
+                             only the secret; Mint passes it only PATH, HOME, USER, LOGNAME, \
+                             LANG, LC_ALL, TZ, TMPDIR and the XDG directories",
+                            command.program()
+                        ),
                         (_, StoreError::Unavailable { .. }) => {
                             "make the keyring reachable (see the `keyring` check)".to_owned()
                         }
