@@ -40,7 +40,9 @@ use crate::net::ca::{CA_EXPIRY_WARNING, LeafCache};
 use crate::net::tls::{TlsConfigError, upstream_client_config};
 use crate::net::upstream::{ResolvePins, UpstreamClient};
 use crate::proxy::{self, AppState, ProxyLimits, RequestIdSlot, router};
-use crate::secrets::credential_store::{CredentialSources, KeyringConfig, KeyringConfigError};
+use crate::secrets::credential_store::{
+    CredentialSources, KeyringConfig, KeyringConfigError, VaultConfig, VaultConfigError, VaultStore,
+};
 
 mod connection;
 mod framing;
@@ -129,6 +131,9 @@ pub enum ServeError {
     /// The keyring settings.
     #[error(transparent)]
     Keyring(#[from] KeyringConfigError),
+    /// The Vault settings (`MINT_VAULT_*`).
+    #[error(transparent)]
+    Vault(#[from] VaultConfigError),
     /// The capabilities file.
     #[error(transparent)]
     Capabilities(#[from] CapabilityFileError),
@@ -194,7 +199,11 @@ pub fn load_state(paths: &Paths, config: &ServeConfig) -> Result<(AppState, Relo
     let reloader = Reloader {
         policy: paths.policy.clone(),
         aliases: paths.aliases.clone(),
-        sources: CredentialSources::system(&keyring),
+        sources: CredentialSources::system(&keyring).with_vault(
+            VaultConfig::from_env()?
+                .map(|vault| VaultStore::new(vault, config.upstream_ca.as_deref()))
+                .transpose()?,
+        ),
     };
     let declarations = reloader.load()?;
     let capabilities = CapabilityStore::open(&paths.capabilities)?;

@@ -296,3 +296,207 @@ fn alias_add_writes_a_command_source_as_a_list() {
             .contains("bad")
     );
 }
+
+const VAULT_OLD: &str = "canary-vault-v1-8Jd3Qs6Xa1";
+const VAULT_NEW: &str = "canary-vault-v2-2Nc7Wp4Ke9";
+const FORBIDDEN: &str = "canary-vault-forbidden-5Tb1Ry8Um3";
+
+/// A dev OpenBao with KV v2 at `secret/`, a read-only policy on `secret/data/ci/*` and an AppRole
+/// bound to it; the role id and secret id files (0600) and the server.
+fn openbao_with_approle() -> Option<(
+    mint_tests::openbao::OpenBao,
+    Vec<(String, std::ffi::OsString)>,
+)> {
+    let bao = mint_tests::openbao::OpenBao::start()?;
+    bao.cli(&["kv", "put", "secret/ci/gh", &format!("token={VAULT_OLD}")]);
+    bao.cli(&["kv", "put", "secret/other/x", &format!("token={FORBIDDEN}")]);
+    bao.cli_with_input(
+        &["policy", "write", "mint-read", "-"],
+        Some("path \"secret/data/ci/*\" {\n  capabilities = [\"read\"]\n}\n"),
+    );
+    bao.cli(&["auth", "enable", "approle"]);
+    bao.cli(&[
+        "write",
+        "auth/approle/role/mint",
+        "token_policies=mint-read",
+        // Short, so that Mint renews it (renew-self) while the test runs.
+        "token_ttl=3s",
+        "token_max_ttl=10m",
+    ]);
+    let role_id = bao.cli(&["read", "-field=role_id", "auth/approle/role/mint/role-id"]);
+    let secret_id = bao.cli(&[
+        "write",
+        "-f",
+        "-field=secret_id",
+        "auth/approle/role/mint/secret-id",
+    ]);
+    let role_file = bao.write_private("role-id", role_id.trim());
+    let secret_file = bao.write_private("secret-id", secret_id.trim());
+    let env = vec![
+        ("MINT_VAULT_ADDR".to_owned(), bao.addr.clone().into()),
+        ("MINT_VAULT_CA_FILE".to_owned(), bao.ca_file.clone().into()),
+        ("MINT_VAULT_ROLE_ID_FILE".to_owned(), role_file.into()),
+        ("MINT_VAULT_SECRET_ID_FILE".to_owned(), secret_file.into()),
+        ("MINT_VAULT_CACHE".to_owned(), "1s".into()),
+        ("MINT_VAULT_MAX_STALE".to_owned(), "3s".into()),
+    ];
+    Some((bao, env))
+}
+
+/// What must never show: values, the AppRole ids and the root token.
+fn vault_secrets(bao: &mint_tests::openbao::OpenBao) -> Vec<String> {
+    let mut secrets = vec![
+        VAULT_OLD.to_owned(),
+        VAULT_NEW.to_owned(),
+        FORBIDDEN.to_owned(),
+    ];
+    secrets.push(bao.root_token.clone());
+    for file in ["role-id", "secret-id"] {
+        secrets.push(std::fs::read_to_string(bao.path().join(file)).unwrap());
+    }
+    secrets
+}
+
+/// Against a real OpenBao (dev mode, TLS, AppRole with a read-only policy): a path outside the
+/// policy stops the start with a clear message (and `mint doctor` names the fix); the newest
+/// version and a pinned version are read; a new version is picked up on cache expiry and both
+/// are scrubbed from answers; with the server killed the cached value serves until the
+/// staleness bound, then that alias is refused while another keeps working. No value, id or
+/// token in any log line, error or answer.
+#[test]
+fn vault_secrets_from_openbao_with_approle() {
+    let Some((mut bao, vault_env)) = openbao_with_approle() else {
+        return;
+    };
+    let env: Vec<(&str, &std::ffi::OsStr)> = vault_env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_os_str()))
+        .collect();
+    let never = vault_secrets(&bao);
+    let upstream = remembering_upstream();
+    let port = upstream.port();
+    let dir = tempfile::tempdir().unwrap();
+    let peer = echo_peer(dir.path(), EchoConfig::default());
+
+    // Outside the policy: refused at start, clearly, with nothing secret in the message.
+    let forbidden = "aliases:\n  - name: forbidden\n    hosts: [127.0.0.1]\n    source: vault:secret/other/x#token\n";
+    let home = MintHome::new(&policy(port, "forbidden"), forbidden, &[]);
+    let output = home
+        .mint()
+        .args(["serve", "--listen", "127.0.0.1:0", "--upstream-ca"])
+        .arg(&peer.ca_file)
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("alias `forbidden` (source `vault:secret/other/x#token`)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("answered 403"), "{stderr}");
+    let doctor = home
+        .mint()
+        .arg("doctor")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&doctor.stdout);
+    assert!(
+        report.contains("answered 403") && report.contains("grant Mint's token"),
+        "{report}"
+    );
+    for secret in &never {
+        assert!(!stderr.contains(secret.as_str()) && !report.contains(secret.as_str()));
+    }
+
+    let aliases = "aliases:\n  - name: gh\n    hosts: [127.0.0.1]\n    source: vault:secret/ci/gh#token\n  - name: pinned\n    hosts: [127.0.0.1]\n    source: vault:secret/ci/gh#token?version=1\n  - name: still\n    hosts: [127.0.0.1]\n    source: file:$SECRETS/still\n";
+    let home = MintHome::new(
+        &policy(port, "gh, pinned, still"),
+        aliases,
+        &[("still", STATIC)],
+    );
+    let cap = home.issue_capability("mino", &[]);
+    let broker = home.serve_with_env(&peer.ca_file, &[], &env);
+    let sent_last = || String::from_utf8_lossy(upstream.requests().last().unwrap()).into_owned();
+
+    let first = get(&broker, &cap, port, "gh");
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert!(sent_last().contains(&format!("Bearer {VAULT_OLD}\r\n")));
+
+    // A new version: the alias follows it on cache expiry, the pinned one stays on version 1.
+    bao.cli(&["kv", "put", "secret/ci/gh", &format!("token={VAULT_NEW}")]);
+    let mut answers = vec![first];
+    wait_until("the new version reaches the upstream", || {
+        let answer = get(&broker, &cap, port, "gh");
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        answers.push(answer);
+        sent_last().contains(VAULT_NEW)
+    });
+    let pinned = get(&broker, &cap, port, "pinned");
+    assert_eq!(pinned.status, 200, "{}", pinned.body);
+    assert!(sent_last().contains(&format!("Bearer {VAULT_OLD}\r\n")));
+    // The upstream hands back both versions: both scrubbed.
+    assert!(pinned.body.lines().count() >= 3);
+    assert!(
+        pinned.body.lines().all(|l| l == "Bearer [mint:redacted]"),
+        "{}",
+        pinned.body
+    );
+    answers.push(pinned);
+
+    // The AppRole token (3 s) was renewed before it expired.
+    wait_until("a token renewal", || {
+        broker.stderr().contains("Renewed the Vault token")
+    });
+
+    // A token file works too (a read-only token of the same policy): `mint doctor` reads each
+    // alias with it.
+    let token = bao.cli(&["token", "create", "-policy=mint-read", "-field=token"]);
+    let token_file = bao.write_private("token", token.trim());
+    let mut token_env: Vec<(&str, &std::ffi::OsStr)> = env
+        .iter()
+        .copied()
+        .filter(|(k, _)| !k.contains("_ID_FILE"))
+        .collect();
+    token_env.push(("MINT_VAULT_TOKEN_FILE", token_file.as_os_str()));
+    let doctor = home.mint().arg("doctor").envs(token_env).output().unwrap();
+    let report = String::from_utf8_lossy(&doctor.stdout);
+    assert!(
+        report.contains("present (source `vault:secret/ci/gh#token?version=1`)"),
+        "{report}"
+    );
+    assert!(!report.contains(token.trim()));
+
+    // The server goes down: cached values serve until the staleness bound, then `gh` is refused
+    // with a clear code while the file alias keeps working.
+    bao.kill();
+    let mut refused = None;
+    wait_until("the stale Vault alias is refused", || {
+        let answer = get(&broker, &cap, port, "gh");
+        if answer.status == 503 {
+            refused = Some(answer);
+            return true;
+        }
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        answers.push(answer);
+        false
+    });
+    let refused = refused.unwrap();
+    assert_eq!(refused.json()["error"]["code"], "secret_unavailable");
+    assert!(events(&broker, "secret_refresh_failed") >= 1);
+    wait_until("the stale event", || events(&broker, "secret_stale") >= 1);
+    let other = get(&broker, &cap, port, "still");
+    assert_eq!(other.status, 200, "{}", other.body);
+    let stderr = broker.stderr();
+    assert!(
+        stderr.contains("cannot reach https://127.0.0.1:"),
+        "{stderr}"
+    );
+
+    let mut seen: Vec<&CurlResponse> = answers.iter().collect();
+    seen.extend([&refused, &other]);
+    let never: Vec<&str> = never.iter().map(String::as_str).chain([STATIC]).collect();
+    assert_secrets_absent(&broker, &seen, &never);
+}

@@ -12,6 +12,7 @@ pub mod approvals;
 pub mod broker;
 pub mod interception;
 pub mod lab;
+pub mod openbao;
 
 /// The root of the workspace.
 pub fn repo_root() -> PathBuf {

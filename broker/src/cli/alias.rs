@@ -34,7 +34,7 @@ use crate::config::secure_file::{DirLock, SecureFileError, check_config_file, wr
 use crate::secrets::credential_store::file_store::strip_one_newline;
 use crate::secrets::credential_store::{
     CredentialError, CredentialSources, CredentialValue, KeyringConfig, KeyringConfigError,
-    MAX_VALUE_BYTES, StoreError, ValueProblem, check_value_for,
+    MAX_VALUE_BYTES, StoreError, ValueProblem, VaultStore, check_value_for,
 };
 
 /// `mint alias ...`.
@@ -323,7 +323,10 @@ pub fn run(
     out: &mut dyn Write,
 ) -> Result<(), AliasCommandError> {
     let keyring = KeyringConfig::from_env()?;
-    let sources = CredentialSources::system(&keyring);
+    // A `vault:` alias is read once when it is added; settings that do not load leave Vault
+    // out, and the alias's check then says so.
+    let sources =
+        CredentialSources::system(&keyring).with_vault(VaultStore::from_env().ok().flatten());
     match command {
         AliasCommand::Add(args) => {
             // A terminal on stdin would echo the secret: read it through the hidden prompt then.

@@ -34,12 +34,14 @@ pub mod env_store;
 pub mod file_store;
 pub mod keyring_store;
 pub mod memory_store;
+pub mod vault_store;
 
 pub use command_store::{CommandProblem, CommandStore};
 pub use env_store::EnvStore;
 pub use file_store::FileStore;
 pub use keyring_store::{KeyringBackend, KeyringConfig, KeyringConfigError, KeyringStore};
 pub use memory_store::MemoryStore;
+pub use vault_store::{VaultConfig, VaultConfigError, VaultStore};
 
 /// The largest secret Mint accepts: 64 KiB. API tokens are far smaller; a larger value is almost
 /// certainly the wrong file.
@@ -180,6 +182,7 @@ pub struct CredentialSources {
     env: Arc<dyn CredentialStore>,
     file: Arc<dyn CredentialStore>,
     command: CommandStore,
+    vault: Option<Arc<VaultStore>>,
 }
 
 /// How long a refreshed source's value is used: read again after `cache`; past `cache` plus
@@ -232,7 +235,20 @@ impl CredentialSources {
             env,
             file,
             command: CommandStore::process(),
+            vault: None,
         }
+    }
+
+    /// These sources, reading `vault:` sources from `vault` (`None`: Vault is not configured,
+    /// and such an alias fails to load with a message naming `MINT_VAULT_ADDR`).
+    pub fn with_vault(mut self, vault: Option<VaultStore>) -> CredentialSources {
+        self.vault = vault.map(Arc::new);
+        self
+    }
+
+    /// The Vault store, when configured.
+    pub fn vault(&self) -> Option<&VaultStore> {
+        self.vault.as_deref()
     }
 
     /// These sources, running command sources with `command` (tests pass a fixed environment).
@@ -269,10 +285,8 @@ impl CredentialSources {
                 cache: command.cache,
                 max_stale: command.max_stale,
             }),
-            SecretSource::Keyring
-            | SecretSource::Env(_)
-            | SecretSource::File(_)
-            | SecretSource::Vault(_) => None,
+            SecretSource::Vault(_) => self.vault.as_ref().map(|v| v.config().lifetime()),
+            SecretSource::Keyring | SecretSource::Env(_) | SecretSource::File(_) => None,
         }
     }
 
@@ -287,6 +301,14 @@ impl CredentialSources {
         let read = match (&alias.source, self.locate(alias)) {
             (_, Some((store, key))) => store.read(key),
             (SecretSource::Command(command), None) => self.command.run(command),
+            (SecretSource::Vault(reference), None) => match &self.vault {
+                Some(vault) => vault.read(reference),
+                None => Err(StoreError::Unavailable {
+                    reason: "no Vault server is configured: set MINT_VAULT_ADDR and \
+                             MINT_VAULT_TOKEN_FILE (or the AppRole files) where Mint runs"
+                        .to_owned(),
+                }),
+            },
             (_, None) => Err(StoreError::Unavailable {
                 reason: "Mint has no settings for this source".to_owned(),
             }),
@@ -457,6 +479,17 @@ impl fmt::Display for CredentialError {
             (SecretSource::Command(_), StoreError::Value(ValueProblem::Empty)) => {
                 f.write_str("the command printed nothing")
             }
+            (SecretSource::Vault(reference), StoreError::Missing) => write!(
+                f,
+                "Vault has no secret `{}/{}`{}, or no field `{}` in it",
+                reference.mount,
+                reference.path,
+                reference
+                    .version
+                    .map(|v| format!(" at version {v}"))
+                    .unwrap_or_default(),
+                reference.key
+            ),
             (_, problem) => write!(f, "{problem}"),
         }
     }
