@@ -310,6 +310,12 @@ fn openbao_with_approle() -> Option<(
     let bao = mint_tests::openbao::OpenBao::start()?;
     bao.cli(&["kv", "put", "secret/ci/gh", &format!("token={VAULT_OLD}")]);
     bao.cli(&["kv", "put", "secret/other/x", &format!("token={FORBIDDEN}")]);
+    bao.cli(&[
+        "kv",
+        "put",
+        "secret/ci/revoked",
+        &format!("token={VAULT_OLD}"),
+    ]);
     bao.cli_with_input(
         &["policy", "write", "mint-read", "-"],
         Some("path \"secret/data/ci/*\" {\n  capabilities = [\"read\"]\n}\n"),
@@ -411,9 +417,9 @@ fn vault_secrets_from_openbao_with_approle() {
         assert!(!stderr.contains(secret.as_str()) && !report.contains(secret.as_str()));
     }
 
-    let aliases = "aliases:\n  - name: gh\n    hosts: [127.0.0.1]\n    source: vault:secret/ci/gh#token\n  - name: pinned\n    hosts: [127.0.0.1]\n    source: vault:secret/ci/gh#token?version=1\n  - name: still\n    hosts: [127.0.0.1]\n    source: file:$SECRETS/still\n";
+    let aliases = "aliases:\n  - name: gh\n    hosts: [127.0.0.1]\n    source: vault:secret/ci/gh#token\n  - name: pinned\n    hosts: [127.0.0.1]\n    source: vault:secret/ci/gh#token?version=1\n  - name: still\n    hosts: [127.0.0.1]\n    source: file:$SECRETS/still\n  - name: revoked\n    hosts: [127.0.0.1]\n    source: vault:secret/ci/revoked#token\n";
     let home = MintHome::new(
-        &policy(port, "gh, pinned, still"),
+        &policy(port, "gh, pinned, still, revoked"),
         aliases,
         &[("still", STATIC)],
     );
@@ -445,6 +451,51 @@ fn vault_secrets_from_openbao_with_approle() {
         pinned.body
     );
     answers.push(pinned);
+
+    // A grant revoked while Mint runs: the refresh gets a 403, logs in once more, tries once
+    // more, and then does not ask again (counted in Mint's debug log of its requests to the
+    // server), while the cached value serves until its staleness bound and other aliases keep
+    // working.
+    bao.cli_with_input(
+        &["policy", "write", "mint-read", "-"],
+        Some("path \"secret/data/ci/gh\" {\n  capabilities = [\"read\"]\n}\n"),
+    );
+    wait_until("the revoked alias is refused", || {
+        std::fs::write("/tmp/vault_dbg.log", broker.stderr()).unwrap();
+        get(&broker, &cap, port, "revoked").status == 503
+    });
+    let denied = || {
+        broker
+            .stderr()
+            .lines()
+            .filter(|l| {
+                l.contains("Vault answered")
+                    && l.contains("vault.path=/v1/secret/data/ci/revoked")
+                    && l.contains("http.status=403")
+            })
+            .count()
+    };
+    let after_refusal = denied();
+    assert!(
+        (1..=2).contains(&after_refusal),
+        "{after_refusal} denied reads"
+    );
+    // Long enough for several refresh rounds of `gh` (cache 1 s): `revoked` is not among them.
+    let rounds = events(&broker, "secret_refresh_failed");
+    let before = upstream.requests().len();
+    wait_until("more refreshes of the other aliases", || {
+        get(&broker, &cap, port, "gh").status == 200 && upstream.requests().len() >= before + 30
+    });
+    assert_eq!(denied(), after_refusal, "a 403 was asked again");
+    assert_eq!(events(&broker, "secret_refresh_failed"), rounds);
+    let stderr = broker.stderr();
+    assert_eq!(
+        stderr
+            .matches("will not ask again before the next reload")
+            .count(),
+        1,
+        "{stderr}"
+    );
 
     // The AppRole token (3 s) was renewed before it expired.
     wait_until("a token renewal", || {

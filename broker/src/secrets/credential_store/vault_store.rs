@@ -398,7 +398,7 @@ impl VaultStore {
             Method::POST,
             &format!("/v1/auth/{mount}/login"),
             None,
-            Some(&body),
+            Some(body),
         )?;
         let fresh = match login {
             Answer::Ok(answer) => token_of(&answer).ok_or_else(|| StoreError::Unavailable {
@@ -440,7 +440,7 @@ impl VaultStore {
             Method::POST,
             "/v1/auth/token/renew-self",
             Some(&held.value),
-            Some(&body),
+            Some(body),
         )? {
             Answer::Ok(answer) => {
                 let renewed = token_of(&answer).ok_or_else(|| StoreError::Unavailable {
@@ -463,7 +463,7 @@ impl VaultStore {
         method: Method,
         path_and_query: &str,
         token: Option<&SecretString>,
-        body: Option<&Zeroizing<Vec<u8>>>,
+        body: Option<Zeroizing<Vec<u8>>>,
     ) -> Result<Answer, StoreError> {
         let unreachable = |why: &str| StoreError::Unavailable {
             reason: format!("cannot reach {}: {why}", self.config.addr),
@@ -471,14 +471,17 @@ impl VaultStore {
         let uri: Uri = format!("{}{path_and_query}", self.config.addr)
             .parse()
             .map_err(|_| unreachable("the request path is not a valid URL"))?;
-        let mut request = Request::new(Full::new(Bytes::from(
-            body.map(|b| b.to_vec()).unwrap_or_default(),
-        )));
+        let has_body = body.is_some();
+        // The body (the AppRole ids) is wiped when hyper drops it.
+        let mut request = Request::new(Full::new(
+            body.map(|b| Bytes::from_owner(WipedBody(b)))
+                .unwrap_or_default(),
+        ));
         *request.method_mut() = method;
         *request.uri_mut() = uri;
         let headers = request.headers_mut();
         headers.insert("x-vault-request", HeaderValue::from_static("true"));
-        if body.is_some() {
+        if has_body {
             headers.insert(
                 http::header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
@@ -500,7 +503,7 @@ impl VaultStore {
             return Err(unreachable("the client is shutting down"));
         };
         let client = &self.client;
-        runtime.block_on(async {
+        let answer = runtime.block_on(async {
             let exchange = async {
                 let response = client
                     .send(request, true)
@@ -519,7 +522,27 @@ impl VaultStore {
             tokio::time::timeout(REQUEST_TIMEOUT, exchange)
                 .await
                 .unwrap_or_else(|_| Err(unreachable("no answer within 10 s")))
-        })
+        });
+        // The path names a secret or an auth method, never a value; the status, never a body.
+        match &answer {
+            Ok(Answer::Ok(_)) => {
+                tracing::debug!(vault.path = %path_and_query, http.status = 200, "Vault answered");
+            }
+            Ok(Answer::Status(status)) => {
+                tracing::debug!(vault.path = %path_and_query, http.status = status.as_u16(), "Vault answered");
+            }
+            Err(_) => tracing::debug!(vault.path = %path_and_query, "Vault did not answer"),
+        }
+        answer
+    }
+}
+
+/// A request body that is wiped when the last `Bytes` pointing at it is dropped.
+struct WipedBody(Zeroizing<Vec<u8>>);
+
+impl AsRef<[u8]> for WipedBody {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
     }
 }
 
