@@ -2,7 +2,8 @@
 //! ([`env`](mod@env)), the StrictModes-style checks of every file and directory Mint opens or
 //! writes ([`secure_file`]), reading a declaration file ([`declaration_file`]), loading the policy,
 //! the aliases and their secrets together ([`declarations`]), reloading them while Mint runs
-//! ([`reload`]) and judging the listen address ([`listen`]).
+//! ([`reload`]), reading command and Vault secrets again when their cache time runs out
+//! ([`refresh`]) and judging the listen address ([`listen`]).
 //!
 //! The only room that opens Mint's own files. It refuses a file another user could change, never
 //! puts a file's contents in an error or a log line, and leaves what the files mean to
@@ -14,5 +15,6 @@ pub mod declarations;
 pub mod env;
 pub mod listen;
 pub mod placeholder_key;
+pub mod refresh;
 pub mod reload;
 pub mod secure_file;

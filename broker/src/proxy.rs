@@ -63,7 +63,7 @@ use crate::approval::{ApprovalBook, ApprovalBounds};
 use crate::audit::facts::{DecisionFacts, RequestFacts, decision_record};
 use crate::audit::{AuditError, AuditLog, now};
 use crate::capability::{CapabilityGrant, CapabilityStore};
-use crate::config::declarations::{Declarations, DeclarationsError};
+use crate::config::declarations::{Declarations, DeclarationsError, SecretsError};
 use crate::limits::{CallLimits, Receipt, Refusal};
 use crate::net::ca::LeafCache;
 use crate::net::upstream::{ConnectError, UpstreamClient, connect_error};
@@ -365,6 +365,26 @@ impl AppState {
             .unwrap_or_else(PoisonError::into_inner);
         *current = Arc::new(loaded.retaining(&current)?);
         Ok(())
+    }
+
+    /// Replaces the declarations with `refreshed` (alias secrets read again, built from `base`
+    /// by [`Declarations::with_credentials`], so it scrubs every secret `base` scrubs) if they
+    /// are still `base`; `Ok(false)`, replacing nothing, when a reload came in between.
+    pub fn replace_declarations_from(
+        &self,
+        base: &Arc<Declarations>,
+        refreshed: Declarations,
+    ) -> Result<bool, DeclarationsError> {
+        let mut current = self
+            .inner
+            .declarations
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !Arc::ptr_eq(&current, base) {
+            return Ok(false);
+        }
+        *current = Arc::new(refreshed);
+        Ok(true)
     }
 
     /// The audit log.
@@ -1279,7 +1299,12 @@ async fn send(
     // 6. Substitute, send, answer.
     let secrets = declarations
         .secrets_for(&uses)
-        .ok_or_else(|| ProxyError::Internal("an alias secret is not loaded".to_owned()))?;
+        .map_err(|error| match error {
+            SecretsError::Missing(_) => {
+                ProxyError::Internal("an alias secret is not loaded".to_owned())
+            }
+            SecretsError::Stale(alias) => ProxyError::SecretUnavailable { alias },
+        })?;
     let body = inject::body(&request_headers, body, declarations.body_places(), &secrets)
         .map_err(inject_error)?;
     inject::headers(&mut request_headers, &secrets).map_err(inject_error)?;

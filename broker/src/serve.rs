@@ -36,12 +36,15 @@ use crate::capability::{CapabilityFileError, CapabilityStore};
 use crate::config::ca_files::{self, CaFileError};
 use crate::config::declarations::DeclarationsError;
 use crate::config::env::Paths;
+use crate::config::refresh::Refresher;
 use crate::config::reload::Reloader;
 use crate::net::ca::{CA_EXPIRY_WARNING, LeafCache};
 use crate::net::tls::{TlsConfigError, upstream_client_config};
 use crate::net::upstream::{ResolvePins, UpstreamClient};
 use crate::proxy::{self, AppState, ProxyLimits, RequestIdSlot, router};
-use crate::secrets::credential_store::{CredentialSources, KeyringConfig, KeyringConfigError};
+use crate::secrets::credential_store::{
+    CredentialSources, KeyringConfig, KeyringConfigError, VaultConfig, VaultConfigError, VaultStore,
+};
 
 mod connection;
 mod framing;
@@ -136,6 +139,9 @@ pub enum ServeError {
     /// The keyring settings.
     #[error(transparent)]
     Keyring(#[from] KeyringConfigError),
+    /// The Vault settings (`MINT_VAULT_*`).
+    #[error(transparent)]
+    Vault(#[from] VaultConfigError),
     /// The capabilities file.
     #[error(transparent)]
     Capabilities(#[from] CapabilityFileError),
@@ -207,7 +213,11 @@ pub fn load_state(paths: &Paths, config: &ServeConfig) -> Result<(AppState, Relo
     let reloader = Reloader {
         policy: paths.policy.clone(),
         aliases: paths.aliases.clone(),
-        sources: CredentialSources::system(&keyring),
+        sources: CredentialSources::system(&keyring).with_vault(
+            VaultConfig::from_env()?
+                .map(|vault| VaultStore::new(vault, config.upstream_ca.as_deref()))
+                .transpose()?,
+        ),
         placeholder_key: paths.placeholder_key.clone(),
     };
     let declarations = reloader.load()?;
@@ -322,6 +332,13 @@ pub async fn run(
             }
         })
     };
+    // Command and Vault secrets are read again as their cache time runs out.
+    let refresher = reloader.as_ref().map(|reloader| {
+        let refresher = Refresher {
+            sources: reloader.sources.clone(),
+        };
+        tokio::spawn(refresher.watch(state.clone()))
+    });
     let watcher = reloader.map(|reloader| tokio::spawn(reloader.watch(state.clone())));
     {
         let state = state.clone();
@@ -402,6 +419,9 @@ pub async fn run(
     }
     drop(listener);
     pruner.abort();
+    if let Some(refresher) = refresher {
+        refresher.abort();
+    }
     if let Some(watcher) = watcher {
         watcher.abort();
     }

@@ -200,6 +200,7 @@ fn canary_never_leaves_the_library() {
             body: Vec::new(),
             form: Vec::new(),
             source: None,
+            command: Vec::new(),
             description: None,
             env: Vec::new(),
             placeholder: None,

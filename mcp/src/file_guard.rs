@@ -175,7 +175,10 @@ impl Guard {
                                         Path::new(path),
                                         FileError::SecretFile,
                                     )),
-                                    SecretSource::Keyring | SecretSource::Env(_) => None,
+                                    SecretSource::Keyring
+                                    | SecretSource::Env(_)
+                                    | SecretSource::Command(_)
+                                    | SecretSource::Vault(_) => None,
                                 }
                             }));
                             false

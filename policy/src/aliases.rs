@@ -2,11 +2,10 @@
 //! request sites it may sit in, and where the broker finds its value.
 //!
 //! The file never holds a secret value, and neither do these types: `source` says where the value
-//! lives (`keyring`, `env:VAR`, `file:/path`). Loading reports every problem with a position and
+//! lives (`keyring`, `env:VAR`, `file:/path`, `vault:MOUNT/PATH#KEY`, `{command: [...]}`). Loading reports every problem with a position and
 //! never quotes a free scalar, since an operator may paste a token into the wrong field.
 
 use std::collections::HashMap;
-use std::fmt;
 
 use serde::{Serialize, Serializer};
 
@@ -18,6 +17,14 @@ use crate::placeholder_shape::{Alphabet, PlaceholderShape, ShapeError};
 use crate::policy::{host_pattern_problem, is_alias_name};
 use crate::site::{Site, SiteSet};
 use crate::yaml::{self, Node, NodeKind, Value};
+
+mod source;
+
+pub use source::{
+    CommandSource, DEFAULT_COMMAND_CACHE, DEFAULT_COMMAND_MAX_STALE, DEFAULT_COMMAND_TIMEOUT,
+    MAX_COMMAND_ARG_BYTES, MAX_COMMAND_ARGS, MAX_COMMAND_TIMEOUT, SecretSource, VaultRef,
+    format_duration,
+};
 
 /// One alias declaration.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -54,61 +61,6 @@ pub struct Alias {
     /// Where the declaration starts in the file.
     #[serde(skip)]
     pub pos: Pos,
-}
-
-/// Where the broker finds an alias's value. Names a place, never holds a value.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum SecretSource {
-    /// The OS keyring: service `mint`, account = alias name.
-    Keyring,
-    /// An environment variable of the broker.
-    Env(String),
-    /// A file readable only by its owner (0600), such as a systemd credential.
-    File(String),
-}
-
-impl fmt::Display for SecretSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SecretSource::Keyring => f.write_str("keyring"),
-            SecretSource::Env(var) => write!(f, "env:{var}"),
-            SecretSource::File(path) => write!(f, "file:{path}"),
-        }
-    }
-}
-
-impl Serialize for SecretSource {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
-
-// === impl SecretSource ===
-
-impl SecretSource {
-    /// Reads `keyring`, `env:VAR` or `file:/absolute/path`.
-    pub fn parse(text: &str) -> Option<SecretSource> {
-        if text == "keyring" {
-            return Some(SecretSource::Keyring);
-        }
-        if let Some(var) = text.strip_prefix("env:") {
-            let mut bytes = var.bytes();
-            let first_ok = bytes
-                .next()
-                .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_');
-            let rest_ok = bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_');
-            return (first_ok && rest_ok && var.len() <= 128)
-                .then(|| SecretSource::Env(var.to_owned()));
-        }
-        if let Some(path) = text.strip_prefix("file:") {
-            let ok = path.starts_with('/')
-                && path.len() <= 4096
-                && !path.chars().any(char::is_control)
-                && !path.split('/').any(|s| s == "..");
-            return ok.then(|| SecretSource::File(path.to_owned()));
-        }
-        None
-    }
 }
 
 /// A valid alias file.
@@ -165,7 +117,7 @@ impl AliasFile {
                 })
                 .collect();
             out.push_str(&format!("    sites: [{}]\n", sites.join(", ")));
-            out.push_str(&format!("    source: {}\n", q(&alias.source.to_string())));
+            out.push_str(&format!("    source: {}\n", alias.source.to_yaml()));
             if !alias.env.is_empty() {
                 out.push_str(&format!("    env: [{}]\n", alias.env.join(", ")));
             }
@@ -492,19 +444,7 @@ fn read_alias(
 
     let mut source = Some(SecretSource::Keyring);
     if let Some(n) = map.take("source") {
-        source = match n.value() {
-            Some(Value::Str(text)) => SecretSource::parse(text),
-            _ => None,
-        };
-        if source.is_none() {
-            sink.error(
-                Code::InvalidSource,
-                n,
-                &join(&prefix, "source"),
-                "a source is `keyring`, `env:VARIABLE_NAME` or `file:/absolute/path`; the secret \
-                 itself never goes in this file",
-            );
-        }
+        source = source::read_source(n, &join(&prefix, "source"), sink);
     }
 
     let env = map

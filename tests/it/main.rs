@@ -31,6 +31,7 @@ mod proxy_outcomes;
 mod proxy_reload;
 mod request_body;
 mod scrub_oracle;
+mod secret_sources;
 mod shaped_placeholders;
 mod shared_limits;
 mod shared_limits_script;

@@ -12,6 +12,7 @@ pub mod approvals;
 pub mod broker;
 pub mod interception;
 pub mod lab;
+pub mod openbao;
 pub mod redis;
 
 /// The root of the workspace.

@@ -14,7 +14,11 @@ use std::io::{self, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand, ValueEnum};
-use mint_policy::aliases::{Alias, AliasFile, SecretSource, is_env_name, load_aliases};
+use mint_policy::aliases::{
+    Alias, AliasFile, CommandSource, DEFAULT_COMMAND_CACHE, DEFAULT_COMMAND_MAX_STALE,
+    DEFAULT_COMMAND_TIMEOUT, MAX_COMMAND_ARG_BYTES, MAX_COMMAND_ARGS, SecretSource, is_env_name,
+    load_aliases,
+};
 use mint_policy::body::{FormField, FormFieldError, JsonPointer, PointerError};
 use mint_policy::diagnostic::count_noun;
 use mint_policy::host::{HostPattern, HostPatternError};
@@ -34,7 +38,7 @@ use crate::config::secure_file::{DirLock, SecureFileError, check_config_file, wr
 use crate::secrets::credential_store::file_store::strip_one_newline;
 use crate::secrets::credential_store::{
     CredentialError, CredentialSources, CredentialValue, KeyringConfig, KeyringConfigError,
-    MAX_VALUE_BYTES, StoreError, ValueProblem, check_value_for,
+    MAX_VALUE_BYTES, StoreError, ValueProblem, VaultStore, check_value_for,
 };
 use crate::secrets::placeholder::shaped::ShapedPlaceholders;
 
@@ -86,10 +90,20 @@ pub struct AliasAddArgs {
     /// in a body is sent as text.
     #[arg(long = "form", value_name = "FIELD")]
     pub form: Vec<String>,
-    /// Where the broker reads the secret: `keyring`, `env:VAR` or `file:/absolute/path`
-    /// [default: keyring].
-    #[arg(long, value_name = "SOURCE")]
+    /// Where the broker reads the secret: `keyring`, `env:VAR`, `file:/absolute/path` or
+    /// `vault:MOUNT/PATH#KEY[?version=N]` [default: keyring].
+    #[arg(long, value_name = "SOURCE", conflicts_with = "command")]
     pub source: Option<String>,
+    /// Read the secret from a program's output: the program and its arguments, each as its own
+    /// word, never given to a shell (`--command gh auth token`). Must come last: every word after
+    /// it is an argument. Set `timeout`, `cache` and `max_stale` in the alias file.
+    #[arg(
+        long,
+        value_name = "PROGRAM",
+        num_args = 1..,
+        allow_hyphen_values = true
+    )]
+    pub command: Vec<String>,
     /// What the credential is (shown to the agent).
     #[arg(long, value_name = "TEXT")]
     pub description: Option<String>,
@@ -227,12 +241,19 @@ pub enum AliasCommandError {
         /// Which `--env`, from 1.
         index: usize,
     },
-    /// `--source` is not `keyring`, `env:VAR` or `file:/absolute/path`.
+    /// `--source` is not `keyring`, `env:VAR`, `file:/absolute/path` or `vault:MOUNT/PATH#KEY`.
     #[error(
-        "invalid --source: use `keyring`, `env:VARIABLE_NAME` or `file:/absolute/path`; the \
-         secret itself never goes on the command line"
+        "invalid --source: use `keyring`, `env:VARIABLE_NAME`, `file:/absolute/path` or \
+         `vault:MOUNT/PATH#KEY` (or `--command PROGRAM ARG...`); the secret itself never goes on \
+         the command line"
     )]
     InvalidSource,
+    /// `--command` names a program that is neither an absolute path nor a bare name.
+    #[error(
+        "invalid --command: the program is an absolute path (`/usr/bin/gh`) or a name looked up \
+         in PATH (`gh`), followed by its arguments, at most 64 words of at most 4096 bytes"
+    )]
+    InvalidCommand,
     /// A `--body` is not a JSON Pointer.
     #[error("invalid --body #{index}: {problem}")]
     InvalidPointer {
@@ -421,7 +442,10 @@ pub fn run(
     out: &mut dyn Write,
 ) -> Result<ExitStatus, AliasCommandError> {
     let keyring = KeyringConfig::from_env()?;
-    let sources = CredentialSources::system(&keyring);
+    // A `vault:` alias is read once when it is added; settings that do not load leave Vault
+    // out, and the alias's check then says so.
+    let sources =
+        CredentialSources::system(&keyring).with_vault(VaultStore::from_env().ok().flatten());
     match command {
         AliasCommand::Add(args) => {
             let input = secret_input(args.secret_stdin, stdin);
@@ -535,6 +559,9 @@ fn add_with(
         .map(PlaceholderShape::parse)
         .transpose()
         .map_err(AliasCommandError::InvalidPlaceholder)?;
+    if !args.command.is_empty() {
+        alias.source = command_source(args.command)?;
+    }
     let is_keyring = alias.source == SecretSource::Keyring;
     if args.secret_stdin && !is_keyring {
         return Err(AliasCommandError::StdinWithoutKeyring);
@@ -1263,6 +1290,30 @@ fn check_operator_source(
     }
 }
 
+/// The command source `--command` names, with the default timeout, cache and staleness bound,
+/// checked as the alias file checks it.
+fn command_source(argv: Vec<String>) -> Result<SecretSource, AliasCommandError> {
+    let program_ok = argv.first().is_some_and(|p| {
+        !p.is_empty()
+            && !p.chars().any(char::is_control)
+            && (p.starts_with('/') || !p.contains('/'))
+            && !p.split('/').any(|s| s == "..")
+    });
+    let args_ok = argv.len() <= MAX_COMMAND_ARGS
+        && argv
+            .iter()
+            .all(|a| a.len() <= MAX_COMMAND_ARG_BYTES && !a.contains('\0'));
+    if !(program_ok && args_ok) {
+        return Err(AliasCommandError::InvalidCommand);
+    }
+    Ok(SecretSource::Command(Box::new(CommandSource {
+        argv,
+        timeout: DEFAULT_COMMAND_TIMEOUT,
+        cache: DEFAULT_COMMAND_CACHE,
+        max_stale: DEFAULT_COMMAND_MAX_STALE,
+    })))
+}
+
 fn read_secret(input: SecretInput<'_>, name: &str) -> Result<CredentialValue, AliasCommandError> {
     let bytes = match input {
         SecretInput::Terminal => {
@@ -1457,6 +1508,7 @@ mod tests {
             body: Vec::new(),
             form: Vec::new(),
             source: None,
+            command: Vec::new(),
             description: None,
             env: Vec::new(),
             placeholder: None,

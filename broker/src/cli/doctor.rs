@@ -36,8 +36,9 @@ use crate::config::listen;
 use crate::config::secure_file::{SecureFileError, check_private_dir};
 use crate::net::ca::CA_EXPIRY_WARNING;
 use crate::secrets::credential_store::file_store::FileProblem;
+use crate::secrets::credential_store::vault_store::VaultAuth;
 use crate::secrets::credential_store::{
-    CredentialSources, KeyringBackend, KeyringConfig, KeyringConfigError, StoreError,
+    CredentialSources, KeyringBackend, KeyringConfig, KeyringConfigError, StoreError, VaultStore,
 };
 
 /// Arguments of `mint doctor`.
@@ -188,8 +189,32 @@ pub fn run(
         paths.ca_key.clone_from(key);
     }
     let keyring = KeyringConfig::from_env();
-    let sources = CredentialSources::system(&keyring.clone().unwrap_or_default());
-    let checks = diagnose(&paths, &args.listen, &keyring, &sources, SystemTime::now());
+    let vault = VaultStore::from_env();
+    let vault_check = match &vault {
+        Ok(None) => None,
+        Ok(Some(store)) => Some(Check::ok(
+            "vault",
+            format!(
+                "server {}, {}; each `vault:` alias is read below",
+                store.config().addr,
+                match store.config().auth {
+                    VaultAuth::TokenFile(_) => "token file",
+                    VaultAuth::AppRole { .. } => "AppRole",
+                }
+            ),
+        )),
+        Err(error) => Some(Check::fail(
+            "vault",
+            error.to_string(),
+            "correct the MINT_VAULT_* variables (docs/credentials.md)",
+        )),
+    };
+    let sources = CredentialSources::system(&keyring.clone().unwrap_or_default())
+        .with_vault(vault.ok().flatten());
+    let mut checks = diagnose(&paths, &args.listen, &keyring, &sources, SystemTime::now());
+    if let Some(check) = vault_check {
+        checks.push(check);
+    }
     let text = if args.json {
         render_json(&checks).map_err(|e| DoctorError::Output(io::Error::other(e)))?
     } else {
@@ -525,6 +550,22 @@ fn check_secrets(
                         (SecretSource::Keyring, StoreError::Missing) => format!(
                             "store it again: `mint alias rm {name}`, then `mint alias add {name} \
                              --host HOST`"
+                        ),
+                        (SecretSource::Vault(_), StoreError::Refused { .. }) => {
+                            "grant Mint's token or role `read` on the secret's `data/` path \
+                             (docs/operations.md, the Vault policy for Mint)"
+                                .to_owned()
+                        }
+                        (SecretSource::Vault(_), _) => {
+                            "check MINT_VAULT_ADDR and that the server answers, and that the \
+                             secret, its version and its field exist (`bao kv get`)"
+                                .to_owned()
+                        }
+                        (SecretSource::Command(command), _) => format!(
+                            "run `{}` yourself as the user Mint runs as: it must exit 0 and print \
+                             only the secret; Mint passes it only PATH, HOME, USER, LOGNAME, \
+                             LANG, LC_ALL, TZ, TMPDIR and the XDG directories",
+                            command.program()
                         ),
                         (_, StoreError::Unavailable { .. }) => {
                             "make the keyring reachable (see the `keyring` check)".to_owned()

@@ -13,6 +13,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 use mint_policy::aliases::{Alias, AliasFile, SecretSource, load_aliases};
 use mint_policy::body::BodyPlaces;
@@ -24,14 +25,16 @@ use mint_policy::{Diagnostic, MAX_FILE_BYTES, Severity};
 use crate::config::declaration_file::{ConfigFileError, ReadError, read_config_file};
 use crate::config::placeholder_key::{PlaceholderKeyError, shaped_placeholders};
 use crate::config::secure_file::{FileStamp, SecureFileError};
-use crate::secrets::credential_store::{CredentialSet, CredentialSetError, CredentialSources};
+use crate::secrets::credential_store::{
+    CredentialSet, CredentialSetError, CredentialSources, Unusable,
+};
 use crate::secrets::inject::Secrets;
 use crate::secrets::placeholder::shaped::{PlaceholderKey, ShapedPlaceholders};
 use crate::secrets::scrub::Scrubber;
 
 /// The loaded declarations. Never changes once built; a reload builds a new one.
 pub struct Declarations {
-    policy: CompiledPolicy,
+    policy: Arc<CompiledPolicy>,
     aliases: AliasFile,
     /// Where in a body each alias's secret may be substituted, compiled from `aliases`.
     body_places: BodyPlaces,
@@ -43,6 +46,19 @@ pub struct Declarations {
     scrubber: Scrubber,
     /// The versions of the policy and alias files these came from (none when built from values).
     stamps: Option<(FileStamp, FileStamp)>,
+    /// When the files were loaded (a refresh of one secret keeps it): tells a reload from a
+    /// refresh.
+    loaded_at: Instant,
+}
+
+/// Why a request may not use an alias's secret now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SecretsError {
+    /// The alias has no loaded value (cannot happen after a successful load).
+    Missing(String),
+    /// The alias's source (a command, Vault) could not be read again before its staleness
+    /// bound: its requests are refused until it can.
+    Stale(String),
 }
 
 /// Why the declarations could not be loaded.
@@ -172,7 +188,7 @@ impl Declarations {
         }
         let scrubber = all.scrubber().map_err(|_| DeclarationsError::Scrubber)?;
         Ok(Declarations {
-            policy,
+            policy: Arc::new(policy),
             body_places: BodyPlaces::new(&aliases),
             shaped: Arc::new(shaped),
             aliases,
@@ -180,7 +196,46 @@ impl Declarations {
             scrubbed: all,
             scrubber,
             stamps: None,
+            loaded_at: Instant::now(),
         })
+    }
+
+    /// These declarations with `credentials` in place of their secrets (a refreshed source read
+    /// again), still scrubbing every secret these scrub. Same policy, aliases, file versions and
+    /// load time.
+    pub fn with_credentials(
+        &self,
+        credentials: CredentialSet,
+    ) -> Result<Declarations, DeclarationsError> {
+        let mut all = Secrets::new();
+        for alias in &self.aliases.aliases {
+            if let Some(value) = credentials.get(&alias.name) {
+                all.insert(alias.name.clone(), value.as_secret().clone(), alias.sites);
+            }
+        }
+        all.absorb(&self.scrubbed);
+        let scrubber = all.scrubber().map_err(|_| DeclarationsError::Scrubber)?;
+        Ok(Declarations {
+            policy: Arc::clone(&self.policy),
+            body_places: self.body_places.clone(),
+            shaped: Arc::clone(&self.shaped),
+            aliases: self.aliases.clone(),
+            credentials,
+            scrubbed: all,
+            scrubber,
+            stamps: self.stamps,
+            loaded_at: self.loaded_at,
+        })
+    }
+
+    /// The loaded secrets, with the freshness of refreshed ones.
+    pub fn credentials(&self) -> &CredentialSet {
+        &self.credentials
+    }
+
+    /// When the policy and alias files were loaded (kept by [`Declarations::with_credentials`]).
+    pub fn loaded_at(&self) -> Instant {
+        self.loaded_at
     }
 
     /// These declarations, still scrubbing every secret `previous` scrubbed (a reload that
@@ -219,16 +274,25 @@ impl Declarations {
         self.aliases.find(name)
     }
 
-    /// The secrets of `uses`, each released for the sites its alias allows. `None` when one has
-    /// no loaded value (cannot happen after a successful load; refused all the same).
-    pub fn secrets_for(&self, uses: &[AliasUse]) -> Option<Secrets> {
+    /// The secrets of `uses`, each released for the sites its alias allows. An error when one
+    /// has no loaded value (cannot happen after a successful load; refused all the same) or a
+    /// refreshed one is past its staleness bound.
+    pub fn secrets_for(&self, uses: &[AliasUse]) -> Result<Secrets, SecretsError> {
+        let now = Instant::now();
         let mut secrets = Secrets::new().with_shaped(Arc::clone(&self.shaped));
         for alias_use in uses {
-            let alias = self.alias(&alias_use.alias)?;
-            let value = self.credentials.get(&alias.name)?;
+            let name = &alias_use.alias;
+            let alias = self
+                .alias(name)
+                .ok_or_else(|| SecretsError::Missing(name.clone()))?;
+            let value = match self.credentials.usable(&alias.name, now) {
+                Ok(value) => value,
+                Err(Unusable::Missing) => return Err(SecretsError::Missing(name.clone())),
+                Err(Unusable::Stale) => return Err(SecretsError::Stale(name.clone())),
+            };
             secrets.insert(alias.name.clone(), value.as_secret().clone(), alias.sites);
         }
-        Some(secrets)
+        Ok(secrets)
     }
 
     /// A scrubber for one answer: redacts every loaded secret.

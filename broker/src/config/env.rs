@@ -49,6 +49,36 @@ pub const MINT_KEYRING_SERVICE: &str = "MINT_KEYRING_SERVICE";
 /// A PEM file of extra CA certificates the proxy trusts for upstreams (`mint serve --upstream-ca`).
 pub const MINT_UPSTREAM_CA: &str = "MINT_UPSTREAM_CA";
 
+/// The OpenBao / Vault server of `vault:` alias sources: `https://HOST[:PORT]` (plain `http://`
+/// only to loopback). Unset: no `vault:` source can be read.
+pub const MINT_VAULT_ADDR: &str = "MINT_VAULT_ADDR";
+
+/// The Vault namespace (`X-Vault-Namespace`); none when unset.
+pub const MINT_VAULT_NAMESPACE: &str = "MINT_VAULT_NAMESPACE";
+
+/// A file (owner-only) holding the token Mint reads Vault with; read before every request.
+pub const MINT_VAULT_TOKEN_FILE: &str = "MINT_VAULT_TOKEN_FILE";
+
+/// AppRole login: a file (owner-only) holding the role id; with [`MINT_VAULT_SECRET_ID_FILE`].
+pub const MINT_VAULT_ROLE_ID_FILE: &str = "MINT_VAULT_ROLE_ID_FILE";
+
+/// AppRole login: a file (owner-only) holding the secret id.
+pub const MINT_VAULT_SECRET_ID_FILE: &str = "MINT_VAULT_SECRET_ID_FILE";
+
+/// The mount of the AppRole auth method; `approle` when unset.
+pub const MINT_VAULT_APPROLE_MOUNT: &str = "MINT_VAULT_APPROLE_MOUNT";
+
+/// A PEM file of the CA certificates that verify the Vault server; the upstream trust (web roots
+/// and `--upstream-ca`) when unset.
+pub const MINT_VAULT_CA_FILE: &str = "MINT_VAULT_CA_FILE";
+
+/// How long a value read from Vault is used before it is read again; `5m` when unset.
+pub const MINT_VAULT_CACHE: &str = "MINT_VAULT_CACHE";
+
+/// How long past its cache time a value still serves while Vault cannot be read; `15m` when
+/// unset. Past it, requests that use the alias get `503 secret_unavailable`.
+pub const MINT_VAULT_MAX_STALE: &str = "MINT_VAULT_MAX_STALE";
+
 /// The interception CA's certificate (PEM, 0644); `$MINT_HOME/ca.pem` when unset. Brokers that
 /// share one CA point this and [`MINT_CA_KEY`] at the same files.
 pub const MINT_CA_CERT: &str = "MINT_CA_CERT";

@@ -514,11 +514,12 @@ async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
     }
 }
 
-fn audit_event(state: &AppState, reason: &str) {
+/// Audits an event of the declarations' life (a reload, a refresh of a secret) with `reason`.
+pub(crate) fn audit_event(state: &AppState, reason: &str) {
     let Ok(reason) = ReasonCode::new(reason) else {
         return;
     };
     if let Err(error) = state.audit().event(reason) {
-        tracing::error!(error = %error, "Reload event not audited");
+        tracing::error!(error = %error, "Declarations event not audited");
     }
 }

@@ -212,6 +212,16 @@ pub enum ProxyError {
     /// The decision record could not be written: nothing is forwarded unrecorded.
     #[error("the audit log is unavailable; the request was not forwarded")]
     AuditUnavailable,
+    /// An alias's secret comes from a source read again in the background (a command, Vault)
+    /// that has not answered since before its staleness bound: the request is refused, nothing
+    /// was sent; other aliases keep working.
+    #[error(
+        "the secret of alias `{alias}` is unavailable: its source (a command or a secret server) could not be read again within its staleness bound; nothing was sent; requests with other aliases keep working, tell the operator"
+    )]
+    SecretUnavailable {
+        /// The alias.
+        alias: String,
+    },
     /// Nothing was sent: DNS, connect or TLS failed.
     #[error("{0}; nothing was sent")]
     UpstreamFailed(String),
@@ -318,7 +328,9 @@ impl ProxyError {
             ProxyError::UpstreamFailed(_) | ProxyError::UpstreamUnknown(_) => {
                 StatusCode::BAD_GATEWAY
             }
-            ProxyError::AuditUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::AuditUnavailable | ProxyError::SecretUnavailable { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ProxyError::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
         }
     }
@@ -352,6 +364,7 @@ impl ProxyError {
             ProxyError::UnsupportedContentEncoding => "unsupported_content_encoding",
             ProxyError::EncodedBodyPlaceholder { .. } => "encoded_body_placeholder",
             ProxyError::AuditUnavailable => "audit_unavailable",
+            ProxyError::SecretUnavailable { .. } => "secret_unavailable",
             ProxyError::UpstreamFailed(_) => "upstream_failed",
             ProxyError::UpstreamUnknown(_) => "upstream_unknown",
             ProxyError::UpstreamTimeout(_) => "upstream_timeout",
@@ -391,6 +404,7 @@ impl ProxyError {
             | ProxyError::LimitsUnavailable { .. }
             | ProxyError::ApprovalQueueFull { .. } => Outcome::Limited,
             ProxyError::AuditUnavailable
+            | ProxyError::SecretUnavailable { .. }
             | ProxyError::UpstreamFailed(_)
             | ProxyError::Internal(_) => Outcome::Failed,
             ProxyError::UpstreamUnknown(_) | ProxyError::UpstreamTimeout(_) => Outcome::Unknown,
@@ -428,7 +442,9 @@ impl ProxyError {
             ProxyError::UpstreamFailed(_)
             | ProxyError::UpstreamUnknown(_)
             | ProxyError::UpstreamTimeout(_) => Fault::Upstream,
-            ProxyError::AuditUnavailable | ProxyError::Internal(_) => Fault::Internal,
+            ProxyError::AuditUnavailable
+            | ProxyError::SecretUnavailable { .. }
+            | ProxyError::Internal(_) => Fault::Internal,
             ProxyError::LimitsUnavailable { .. } => Fault::Unavailable,
         }
     }

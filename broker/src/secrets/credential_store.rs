@@ -1,5 +1,7 @@
 //! Where alias secrets live, and loading them for the broker: one [`CredentialStore`] trait with
-//! an implementation per source (keyring, environment, file) plus [`MemoryStore`] for tests.
+//! an implementation per keyed source (keyring, environment, file) plus [`MemoryStore`] for
+//! tests, and the refreshed sources (a command's output, [`CommandStore`]), whose values are
+//! cached for a while and read again in the background (`config::refresh`).
 //!
 //! Sits between the alias declarations (`mint_policy::aliases`, which name a source but never
 //! hold a value) and the proxy, which loads every alias's value at start and on reload through
@@ -20,6 +22,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use mint_policy::aliases::{Alias, AliasFile, SecretSource};
 use mint_policy::diagnostic::count_noun;
@@ -27,15 +30,19 @@ use mint_policy::site::Site;
 use secrecy::{ExposeSecret, SecretString};
 use zeroize::Zeroizing;
 
+pub mod command_store;
 pub mod env_store;
 pub mod file_store;
 pub mod keyring_store;
 pub mod memory_store;
+pub mod vault_store;
 
+pub use command_store::{CommandProblem, CommandStore};
 pub use env_store::EnvStore;
 pub use file_store::FileStore;
 pub use keyring_store::{KeyringBackend, KeyringConfig, KeyringConfigError, KeyringStore};
 pub use memory_store::MemoryStore;
+pub use vault_store::{VaultConfig, VaultConfigError, VaultStore};
 
 /// The largest secret Mint accepts: 64 KiB. API tokens are far smaller; a larger value is almost
 /// certainly the wrong file.
@@ -138,6 +145,9 @@ pub enum StoreError {
     /// A file source that Mint must not trust or cannot read.
     #[error(transparent)]
     File(#[from] file_store::FileProblem),
+    /// A command source that gave no value.
+    #[error(transparent)]
+    Command(#[from] CommandProblem),
 }
 
 /// A place secrets are kept, addressed by a key whose meaning depends on the store: the account
@@ -176,12 +186,49 @@ pub trait CredentialStore: Send + Sync + fmt::Debug {
     }
 }
 
-/// The three stores an alias can name, and the mapping from an alias to its store and key.
+/// The stores an alias can name, and the mapping from an alias to its store and key.
 #[derive(Clone, Debug)]
 pub struct CredentialSources {
     keyring: Arc<dyn CredentialStore>,
     env: Arc<dyn CredentialStore>,
     file: Arc<dyn CredentialStore>,
+    command: CommandStore,
+    vault: Option<Arc<VaultStore>>,
+}
+
+/// How long a refreshed source's value is used: read again after `cache`; past `cache` plus
+/// `max_stale` without a successful read, the alias is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lifetime {
+    /// How long a value is used before it is read again.
+    pub cache: Duration,
+    /// How long past `cache` the last value still serves while reads fail.
+    pub max_stale: Duration,
+}
+
+/// When a refreshed value is due to be read again, and until when it may be used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Freshness {
+    /// When it was read.
+    pub read_at: Instant,
+    /// When it is read again.
+    pub refresh_at: Instant,
+    /// The staleness bound: after this, requests that use the alias are refused.
+    pub usable_until: Instant,
+}
+
+// === impl Lifetime ===
+
+impl Lifetime {
+    /// The freshness of a value read at `now`.
+    pub fn starting(self, now: Instant) -> Freshness {
+        let refresh_at = now + self.cache;
+        Freshness {
+            read_at: now,
+            refresh_at,
+            usable_until: refresh_at + self.max_stale,
+        }
+    }
 }
 
 // === impl CredentialSources ===
@@ -194,7 +241,31 @@ impl CredentialSources {
         env: Arc<dyn CredentialStore>,
         file: Arc<dyn CredentialStore>,
     ) -> CredentialSources {
-        CredentialSources { keyring, env, file }
+        CredentialSources {
+            keyring,
+            env,
+            file,
+            command: CommandStore::process(),
+            vault: None,
+        }
+    }
+
+    /// These sources, reading `vault:` sources from `vault` (`None`: Vault is not configured,
+    /// and such an alias fails to load with a message naming `MINT_VAULT_ADDR`).
+    pub fn with_vault(mut self, vault: Option<VaultStore>) -> CredentialSources {
+        self.vault = vault.map(Arc::new);
+        self
+    }
+
+    /// The Vault store, when configured.
+    pub fn vault(&self) -> Option<&VaultStore> {
+        self.vault.as_deref()
+    }
+
+    /// These sources, running command sources with `command` (tests pass a fixed environment).
+    pub fn with_command(mut self, command: CommandStore) -> CredentialSources {
+        self.command = command;
+        self
     }
 
     /// The real stores: the keyring chosen by `keyring`, this process's environment, and files.
@@ -206,12 +277,27 @@ impl CredentialSources {
         )
     }
 
-    /// The store that holds `alias`'s value, and its key there.
-    pub fn locate<'a>(&self, alias: &'a Alias) -> (&dyn CredentialStore, &'a str) {
+    /// The store that holds `alias`'s value, and its key there; `None` for a refreshed source
+    /// (a command), which is no keyed store.
+    pub fn locate<'a>(&self, alias: &'a Alias) -> Option<(&dyn CredentialStore, &'a str)> {
         match &alias.source {
-            SecretSource::Keyring => (self.keyring.as_ref(), alias.name.as_str()),
-            SecretSource::Env(var) => (self.env.as_ref(), var.as_str()),
-            SecretSource::File(path) => (self.file.as_ref(), path.as_str()),
+            SecretSource::Keyring => Some((self.keyring.as_ref(), alias.name.as_str())),
+            SecretSource::Env(var) => Some((self.env.as_ref(), var.as_str())),
+            SecretSource::File(path) => Some((self.file.as_ref(), path.as_str())),
+            SecretSource::Command(_) | SecretSource::Vault(_) => None,
+        }
+    }
+
+    /// How long `alias`'s value is used before it is read again; `None` for a source read only
+    /// at start and on reload.
+    pub fn lifetime(&self, alias: &Alias) -> Option<Lifetime> {
+        match &alias.source {
+            SecretSource::Command(command) => Some(Lifetime {
+                cache: command.cache,
+                max_stale: command.max_stale,
+            }),
+            SecretSource::Vault(_) => self.vault.as_ref().map(|v| v.config().lifetime()),
+            SecretSource::Keyring | SecretSource::Env(_) | SecretSource::File(_) => None,
         }
     }
 
@@ -223,10 +309,22 @@ impl CredentialSources {
     /// Reads `alias`'s value and checks that it may go everywhere the alias allows: a value for
     /// an alias with the header site must hold no control character.
     pub fn read(&self, alias: &Alias) -> Result<CredentialValue, CredentialError> {
-        let (store, key) = self.locate(alias);
-        let value = store
-            .read(key)
-            .map_err(|problem| CredentialError::new(alias, problem))?;
+        let read = match (&alias.source, self.locate(alias)) {
+            (_, Some((store, key))) => store.read(key),
+            (SecretSource::Command(command), None) => self.command.run(command),
+            (SecretSource::Vault(reference), None) => match &self.vault {
+                Some(vault) => vault.read(reference),
+                None => Err(StoreError::Unavailable {
+                    reason: "no Vault server is configured: set MINT_VAULT_ADDR and \
+                             MINT_VAULT_TOKEN_FILE (or the AppRole files) where Mint runs"
+                        .to_owned(),
+                }),
+            },
+            (_, None) => Err(StoreError::Unavailable {
+                reason: "Mint has no settings for this source".to_owned(),
+            }),
+        };
+        let value = read.map_err(|problem| CredentialError::new(alias, problem))?;
         check_value_for(alias, &value)?;
         Ok(value)
     }
@@ -235,10 +333,14 @@ impl CredentialSources {
     /// Fails closed: one unusable alias fails the whole load, and the error lists every failure.
     pub fn load_all(&self, aliases: &AliasFile) -> Result<CredentialSet, CredentialSetError> {
         let mut values = HashMap::with_capacity(aliases.aliases.len());
+        let mut freshness = HashMap::new();
         let mut failures = Vec::new();
         for alias in &aliases.aliases {
             match self.read(alias) {
                 Ok(value) => {
+                    if let Some(lifetime) = self.lifetime(alias) {
+                        freshness.insert(alias.name.clone(), lifetime.starting(Instant::now()));
+                    }
                     values.insert(alias.name.clone(), value);
                 }
                 Err(error) => failures.push(error),
@@ -246,7 +348,7 @@ impl CredentialSources {
         }
         if failures.is_empty() {
             tracing::debug!(aliases = values.len(), "Credentials loaded");
-            Ok(CredentialSet { values })
+            Ok(CredentialSet { values, freshness })
         } else {
             Err(CredentialSetError { failures })
         }
@@ -264,18 +366,55 @@ pub fn check_value_for(alias: &Alias, value: &CredentialValue) -> Result<(), Cre
     Ok(())
 }
 
-/// The loaded values of every alias, by alias name. `Debug` lists the names only.
+/// The loaded values of every alias, by alias name, with the freshness of those from refreshed
+/// sources. `Debug` lists the names only.
 #[derive(Clone, Default)]
 pub struct CredentialSet {
     values: HashMap<String, CredentialValue>,
+    freshness: HashMap<String, Freshness>,
+}
+
+/// Why a loaded alias's value may not be used now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unusable {
+    /// The alias has no value (cannot happen after a successful load).
+    Missing,
+    /// Its source could not be read again before its staleness bound.
+    Stale,
 }
 
 // === impl CredentialSet ===
 
 impl CredentialSet {
-    /// The value of the alias called `name`.
+    /// The value of the alias called `name`, whatever its freshness.
     pub fn get(&self, name: &str) -> Option<&CredentialValue> {
         self.values.get(name)
+    }
+
+    /// The value of the alias called `name` if it may be used at `now`: a refreshed value only
+    /// until its staleness bound.
+    pub fn usable(&self, name: &str, now: Instant) -> Result<&CredentialValue, Unusable> {
+        let value = self.values.get(name).ok_or(Unusable::Missing)?;
+        match self.freshness.get(name) {
+            Some(fresh) if now > fresh.usable_until => Err(Unusable::Stale),
+            _ => Ok(value),
+        }
+    }
+
+    /// The freshness of a refreshed alias's value.
+    pub fn freshness(&self, name: &str) -> Option<Freshness> {
+        self.freshness.get(name).copied()
+    }
+
+    /// The refreshed aliases, with their freshness.
+    pub fn refreshed(&self) -> impl Iterator<Item = (&str, Freshness)> {
+        self.freshness.iter().map(|(name, f)| (name.as_str(), *f))
+    }
+
+    /// Replaces the value of `name` (read again) and its freshness.
+    pub fn replace(&mut self, name: &str, value: CredentialValue, freshness: Freshness) {
+        self.values.insert(name.to_owned(), value);
+        self.freshness.insert(name.to_owned(), freshness);
     }
 
     /// How many aliases have a value.
@@ -348,6 +487,20 @@ impl fmt::Display for CredentialError {
                 write!(f, "the environment variable `{var}` is not set")
             }
             (SecretSource::File(_), StoreError::Missing) => f.write_str("no such file"),
+            (SecretSource::Command(_), StoreError::Value(ValueProblem::Empty)) => {
+                f.write_str("the command printed nothing")
+            }
+            (SecretSource::Vault(reference), StoreError::Missing) => write!(
+                f,
+                "Vault has no secret `{}/{}`{}, or no field `{}` in it",
+                reference.mount,
+                reference.path,
+                reference
+                    .version
+                    .map(|v| format!(" at version {v}"))
+                    .unwrap_or_default(),
+                reference.key
+            ),
             (_, problem) => write!(f, "{problem}"),
         }
     }
@@ -407,6 +560,36 @@ mod tests {
         let env = Arc::new(EnvStore::from_vars([("GH_TOKEN", "from-env")]));
         let sources = CredentialSources::new(keyring.clone(), env, Arc::new(FileStore::new()));
         (keyring, sources)
+    }
+
+    #[test]
+    fn refreshed_values_serve_until_their_staleness_bound() {
+        let lifetime = Lifetime {
+            cache: Duration::from_secs(10),
+            max_stale: Duration::from_secs(20),
+        };
+        let t0 = Instant::now();
+        let fresh = lifetime.starting(t0);
+        assert_eq!(fresh.refresh_at, t0 + Duration::from_secs(10));
+        assert_eq!(fresh.usable_until, t0 + Duration::from_secs(30));
+        let mut set = CredentialSet::default();
+        set.replace("cmd", CredentialValue::new(CANARY).unwrap(), fresh);
+        assert!(set.usable("cmd", t0 + Duration::from_secs(30)).is_ok());
+        assert_eq!(
+            set.usable("cmd", t0 + Duration::from_millis(30_001))
+                .unwrap_err(),
+            Unusable::Stale
+        );
+        assert_eq!(set.usable("other", t0).unwrap_err(), Unusable::Missing);
+        // A value read again moves the bound.
+        let later = t0 + Duration::from_secs(40);
+        set.replace(
+            "cmd",
+            CredentialValue::new("v2").unwrap(),
+            lifetime.starting(later),
+        );
+        assert!(set.usable("cmd", later + Duration::from_secs(5)).is_ok());
+        assert!(!format!("{set:?}").contains(CANARY));
     }
 
     #[test]
