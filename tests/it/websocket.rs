@@ -740,3 +740,111 @@ fn issue_21_an_open_socket_holds_its_connection_slot_and_closes_at_shutdown() {
     assert_eq!(outcome["reason"], "websocket_shutdown", "{outcome}");
     lab.assert_clean(&answer);
 }
+
+/// A raw frame from an agent: masked (with a fixed key).
+fn client_frame(first: u8, payload: &[u8]) -> Vec<u8> {
+    assert!(payload.len() < 126);
+    let key = [0x11u8, 0x22, 0x33, 0x44];
+    let mut frame = vec![first, 0x80 | payload.len() as u8];
+    frame.extend_from_slice(&key);
+    frame.extend(payload.iter().zip(key.iter().cycle()).map(|(b, k)| b ^ k));
+    frame
+}
+
+/// What the token-splitting upstream received after the handshake: every data payload, unmasked
+/// and joined, as the upstream's application would see the message.
+static JOINED: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+
+/// An outside review: a placeholder in `Sec-WebSocket-Key` made the upstream hash the secret
+/// into `Sec-WebSocket-Accept` (SHA-1, unsalted) for the agent to guess offline; and a ping
+/// between two fragments of the capability token hid it from the search of agent frames. Now
+/// the key must be a 16-byte nonce (anything else is refused before anything is sent), and
+/// control frames are searched on their own while the tail joins data frames only.
+#[test]
+fn issue_21_review_no_placeholder_in_the_key_and_no_token_around_a_ping() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    mint_broker::demo::echo_upstream::TestCa::generate()
+        .unwrap()
+        .write_pem(&ca)
+        .unwrap();
+
+    // 1. A placeholder as the key: 400, and the upstream never hears of it.
+    let upstream = RawUpstream::start(|mut stream| {
+        let head = read_head(&mut stream);
+        assert!(head.is_empty(), "the upstream got a handshake: {head}");
+    });
+    let lab = Lab::start(upstream.port, &ca, false, &[]);
+    let mut stream = TcpStream::connect(lab.broker.addr()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    for key in ["{{mint:wsapi}}", "%7B%7Bmint:wsapi%7D%7D", "c2hvcnQ="] {
+        let head = format!(
+            "GET /v1/proxy/http/127.0.0.1:{}/socket HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\nMint-Capability: {}\r\n\r\n",
+            lab.port,
+            lab.broker.addr(),
+            lab.cap
+        );
+        let mut stream = TcpStream::connect(lab.broker.addr()).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        stream.write_all(head.as_bytes()).unwrap();
+        let answer = read_head(&mut stream);
+        assert!(answer.starts_with("HTTP/1.1 400"), "{key}: {answer}");
+        lab.assert_clean(&answer);
+    }
+    drop(stream);
+    drop(upstream);
+
+    // 2. The token in two fragments with a ping between them: the second half is not sent.
+    let upstream = RawUpstream::start(|mut stream| {
+        read_head(&mut stream);
+        let _ = stream.write_all(format!("{SWITCHING}\r\n").as_bytes());
+        loop {
+            let mut head = [0u8; 2];
+            if stream.read_exact(&mut head).is_err() {
+                break;
+            }
+            let len = (head[1] & 0x7F) as usize;
+            let mut key = [0u8; 4];
+            let mut payload = vec![0u8; len];
+            if stream.read_exact(&mut key).is_err() || stream.read_exact(&mut payload).is_err() {
+                break;
+            }
+            let opcode = head[0] & 0x0F;
+            if opcode < 8 {
+                let plain = payload.iter().zip(key.iter().cycle()).map(|(b, k)| b ^ k);
+                JOINED.lock().unwrap().extend(plain);
+            }
+        }
+    });
+    let lab = Lab::start(upstream.port, &ca, false, &[]);
+    let (mut stream, answer) = raw_agent(&lab, "/socket");
+    assert!(answer.starts_with("HTTP/1.1 101"), "{answer}");
+    let token = lab.cap.as_bytes();
+    let (first_half, second_half) = token.split_at(token.len() / 2);
+    let mut frames = client_frame(0x01, first_half); // text, not final
+    frames.extend(client_frame(0x89, b"x")); // a ping between the fragments
+    frames.extend(client_frame(0x80, second_half)); // the final continuation
+    stream.write_all(&frames).unwrap();
+    let mut closed = None;
+    while let Some((first, payload)) = read_frame(&mut stream) {
+        if first == 0x88 {
+            closed = Some(u16::from_be_bytes([payload[0], payload[1]]));
+            break;
+        }
+    }
+    assert_eq!(closed, Some(1008));
+    let outcome = &lab.socket_outcomes(1)[0];
+    assert_eq!(outcome["reason"], "capability_token_outward", "{outcome}");
+    drop(stream);
+    drop(upstream);
+    let joined = JOINED.lock().unwrap().clone();
+    assert!(
+        !joined.windows(token.len()).any(|w| w == token),
+        "the upstream received the whole token"
+    );
+    assert!(!lab.broker.audit_text().contains(&lab.cap));
+}

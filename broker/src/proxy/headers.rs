@@ -158,11 +158,11 @@ pub(crate) fn check_websocket_offer(method: &Method, headers: &HeaderMap) -> Res
     };
     let version = single(header::SEC_WEBSOCKET_VERSION);
     if !connection_upgrade
-        || single(header::SEC_WEBSOCKET_KEY).is_none_or(|key| key.is_empty())
+        || single(header::SEC_WEBSOCKET_KEY).is_none_or(|key| !is_websocket_nonce(&key))
         || version.as_deref() != Some(b"13".as_slice())
     {
         return Err(Invalid::Header(
-            "a WebSocket opening handshake needs `Connection: Upgrade`, one `Sec-WebSocket-Key` and `Sec-WebSocket-Version: 13`",
+            "a WebSocket opening handshake needs `Connection: Upgrade`, one `Sec-WebSocket-Key` (16 random bytes in base64, RFC 6455) and `Sec-WebSocket-Version: 13`",
         ));
     }
     let empty_length = headers
@@ -1152,4 +1152,16 @@ mod tests {
         let names: Vec<&str> = map.keys().map(HeaderName::as_str).collect();
         assert_eq!(names, ["content-type"]);
     }
+}
+
+/// Whether `key` is what RFC 6455 section 4.1 asks of `Sec-WebSocket-Key`: 16 bytes in base64
+/// (24 characters, `==` at the end). Nothing else is accepted, so a placeholder can never sit
+/// there: the upstream answers with `Sec-WebSocket-Accept`, the SHA-1 of the key, and a secret
+/// substituted into the key would come back to the agent as an unsalted hash to guess offline.
+fn is_websocket_nonce(key: &[u8]) -> bool {
+    use base64::Engine as _;
+    key.len() == 24
+        && base64::engine::general_purpose::STANDARD
+            .decode(key)
+            .is_ok_and(|bytes| bytes.len() == 16)
 }

@@ -497,17 +497,25 @@ async fn from_agent(
         let end = head.size + head.len as usize;
         if let Some(outward) = outward {
             let payload = buf.get(head.size..end).unwrap_or_default();
+            // A control frame (which may sit between a message's fragments) is searched on its
+            // own; the tail joins data frames only, as the upstream joins a message's fragments:
+            // a ping between two halves of the token must not hide it.
+            let control = matches!(head.opcode, Opcode::Ping | Opcode::Pong | Opcode::Close);
             unmasked.clear();
-            unmasked.extend_from_slice(&tail);
+            if !control {
+                unmasked.extend_from_slice(&tail);
+            }
             let key = head.mask.unwrap_or([0; 4]);
             unmasked.extend(payload.iter().zip(key.iter().cycle()).map(|(b, k)| b ^ k));
             if outward.found_in(&unmasked) {
                 return Stop::TokenOutward;
             }
-            let keep = outward.len().saturating_sub(1);
-            let from = unmasked.len().saturating_sub(keep);
-            tail.clear();
-            tail.extend_from_slice(unmasked.get(from..).unwrap_or_default());
+            if !control {
+                let keep = outward.len().saturating_sub(1);
+                let from = unmasked.len().saturating_sub(keep);
+                tail.clear();
+                tail.extend_from_slice(unmasked.get(from..).unwrap_or_default());
+            }
         }
         if head.opcode == Opcode::Close {
             shared.saw_close(Peer::Agent);
