@@ -715,6 +715,18 @@ fn strip_common(headers: &mut HeaderMap, also: &[&str], underscored: &[&str]) {
     }
 }
 
+/// Whether `key` is what RFC 6455 section 4.1 asks of `Sec-WebSocket-Key`: 16 bytes in base64
+/// (24 characters, `==` at the end). Nothing else is accepted, so a placeholder can never sit
+/// there: the upstream answers with `Sec-WebSocket-Accept`, the SHA-1 of the key, and a secret
+/// substituted into the key would come back to the agent as an unsalted hash to guess offline.
+fn is_websocket_nonce(key: &[u8]) -> bool {
+    use base64::Engine as _;
+    key.len() == 24
+        && base64::engine::general_purpose::STANDARD
+            .decode(key)
+            .is_ok_and(|bytes| bytes.len() == 16)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
@@ -1152,16 +1164,4 @@ mod tests {
         let names: Vec<&str> = map.keys().map(HeaderName::as_str).collect();
         assert_eq!(names, ["content-type"]);
     }
-}
-
-/// Whether `key` is what RFC 6455 section 4.1 asks of `Sec-WebSocket-Key`: 16 bytes in base64
-/// (24 characters, `==` at the end). Nothing else is accepted, so a placeholder can never sit
-/// there: the upstream answers with `Sec-WebSocket-Accept`, the SHA-1 of the key, and a secret
-/// substituted into the key would come back to the agent as an unsalted hash to guess offline.
-fn is_websocket_nonce(key: &[u8]) -> bool {
-    use base64::Engine as _;
-    key.len() == 24
-        && base64::engine::general_purpose::STANDARD
-            .decode(key)
-            .is_ok_and(|bytes| bytes.len() == 16)
 }
