@@ -519,8 +519,10 @@ fn script_flush_mid_run_keeps_the_count_exact() {
         40,
         "{statuses:?}"
     );
+    // The rest are refused: spent (429), or, on a machine loaded enough that an admission and
+    // its reload of the flushed script outlast the wait, refused closed (503). Never forwarded.
     assert_eq!(
-        statuses.iter().filter(|&&s| s == 429).count(),
+        statuses.iter().filter(|&&s| s == 429 || s == 503).count(),
         60,
         "{statuses:?}"
     );
