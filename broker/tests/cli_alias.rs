@@ -1155,6 +1155,20 @@ fn edit_changes_the_parts_given_and_refuses_without_change() {
     assert_eq!(rows[0]["secret"], "present");
     assert_eq!(rows[0]["env"], serde_json::json!([]));
 
+    // A value-shaped placeholder added, its value shown and listed; then removed.
+    let out = ok(home
+        .mint()
+        .args(["alias", "edit", "npm", "--placeholder", "npm_:40"]));
+    let rows = home.list(&mut home.mint());
+    let shaped = rows[0]["placeholder"].as_str().unwrap().to_owned();
+    assert!(shaped.starts_with("npm_") && shaped.len() == 40, "{shaped}");
+    assert!(out.stdout.contains(&shaped), "{}", out.stdout);
+    ok(home
+        .mint()
+        .args(["alias", "edit", "npm", "--no-placeholder"]));
+    let rows = home.list(&mut home.mint());
+    assert_eq!(rows[0]["placeholder"], "{{mint:npm}}");
+
     // Refusals: nothing changes.
     let before = home.aliases_text();
     for (args, message) in [
@@ -1167,6 +1181,10 @@ fn edit_changes_the_parts_given_and_refuses_without_change() {
         (
             &["edit", "npm", "--source", "secret-value"],
             "invalid --source",
+        ),
+        (
+            &["edit", "npm", "--placeholder", "sk-:20"],
+            "invalid --placeholder",
         ),
         (
             &["edit", "npm", "--description", "x", "--secret-stdin"],

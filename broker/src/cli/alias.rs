@@ -179,6 +179,13 @@ pub struct AliasEditArgs {
     /// Remove every environment variable name of the alias.
     #[arg(long, conflicts_with = "env")]
     pub no_env: bool,
+    /// A value-shaped placeholder (as `add --placeholder`: `PREFIX:LENGTH[:ALPHABET]` or `jwt`),
+    /// replacing the declared one; its value changes with the shape.
+    #[arg(long, value_name = "SHAPE", conflicts_with = "no_placeholder")]
+    pub placeholder: Option<String>,
+    /// Remove the value-shaped placeholder: `mint run` sets `{{mint:NAME}}` again.
+    #[arg(long)]
+    pub no_placeholder: bool,
     /// With `--source keyring` on an alias that was not in the keyring: read the secret from
     /// stdin instead of the terminal.
     #[arg(long)]
@@ -291,7 +298,8 @@ pub enum AliasCommandError {
     /// `mint alias edit` with nothing to change.
     #[error(
         "nothing to change: give at least one of --host, --site, --body, --form, --source, \
-         --description, --env or --no-env (`mint alias set-secret` replaces a keyring secret)"
+         --description, --env, --no-env, --placeholder or --no-placeholder (`mint alias \
+         set-secret` replaces a keyring secret)"
     )]
     NothingToEdit,
     /// `--secret-stdin` on an edit that stores no secret.
@@ -480,7 +488,15 @@ pub fn run(
         }
         AliasCommand::Edit(args) => {
             let input = secret_input(args.secret_stdin, stdin);
-            edit(&paths.aliases, &sources, &keyring, args, input, out)?;
+            edit(
+                &paths.aliases,
+                &paths.placeholder_key,
+                &sources,
+                &keyring,
+                args,
+                input,
+                out,
+            )?;
             Ok(ExitStatus::Success)
         }
         AliasCommand::SetSecret(args) => {
@@ -668,18 +684,33 @@ fn read_keyring_value(
 /// atomically, and deletes the keyring item when the alias moves out of it.
 pub fn edit(
     file: &Path,
+    placeholder_key: &Path,
     sources: &CredentialSources,
     keyring: &KeyringConfig,
     args: AliasEditArgs,
     input: SecretInput<'_>,
     out: &mut dyn Write,
 ) -> Result<(), AliasCommandError> {
-    edit_with(file, sources, keyring, args, input, out, &write_atomic)
+    edit_with(
+        file,
+        placeholder_key,
+        sources,
+        keyring,
+        args,
+        input,
+        out,
+        &write_atomic,
+    )
 }
 
 /// [`edit`] with the final file write given, so tests can make it fail.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the arguments of `edit` and the write under test"
+)]
 fn edit_with(
     file: &Path,
+    placeholder_key: &Path,
     sources: &CredentialSources,
     keyring: &KeyringConfig,
     args: AliasEditArgs,
@@ -705,6 +736,19 @@ fn edit_with(
     }
     // Check everything that can be checked before asking for a secret.
     let (_, warnings) = with_replaced(&current, file, &alias)?;
+    // The shaped value, derived (and the home's key made) before anything is changed.
+    let shaped_value = match alias.placeholder {
+        Some(_) => shaped_placeholders(
+            placeholder_key,
+            &AliasFile {
+                aliases: vec![alias.clone()],
+            },
+        )
+        .map_err(AliasCommandError::PlaceholderKey)?
+        .value(&alias.name)
+        .map(str::to_owned),
+        None => None,
+    };
     let mut notes = Vec::new();
     let value = if into_keyring {
         Some(read_keyring_value(sources, &alias, input)?)
@@ -749,6 +793,12 @@ fn edit_with(
         file.display(),
         summary(&alias)
     );
+    if let Some(shaped) = &shaped_value {
+        report.push_str(&format!(
+            "Its value-shaped placeholder (public, not a secret; `mint run` puts it in its env \
+             variables): {shaped}\n"
+        ));
+    }
     if value.is_some() {
         report.push_str(&format!(
             "Stored its secret in the {}, service `{}`, account `{}`.\n",
@@ -806,6 +856,14 @@ fn edited(old: &Alias, args: &AliasEditArgs) -> Result<Alias, AliasCommandError>
         changed = true;
     } else if args.no_env {
         alias.env.clear();
+        changed = true;
+    }
+    if let Some(shape) = &args.placeholder {
+        alias.placeholder =
+            Some(PlaceholderShape::parse(shape).map_err(AliasCommandError::InvalidPlaceholder)?);
+        changed = true;
+    } else if args.no_placeholder {
+        alias.placeholder = None;
         changed = true;
     }
     if !changed {
