@@ -28,6 +28,8 @@ pub mod capability;
 pub mod cli;
 pub mod config;
 pub mod demo;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod net;
 pub mod proxy;
 pub mod secrets;

@@ -394,6 +394,25 @@ impl Drop for AnswerBody {
     }
 }
 
+/// Follows a connection's bytes read in these pieces, as `connection.rs` does, and returns the
+/// verdicts found and whether the stream ended up untracked or HTTP/2. Exists for the fuzz
+/// targets (`crate::fuzzing`); the proxy feeds a `RequestStream` itself.
+pub(crate) fn follow_pieces(pieces: &[&[u8]]) -> (Vec<crate::fuzzing::HeadVerdict>, bool, bool) {
+    let mut stream = RequestStream::new();
+    let mut found = Vec::new();
+    for piece in pieces {
+        stream.feed(piece, &mut |v: HeadVerdict| {
+            found.push((
+                v.framing.is_ok(),
+                v.method.map(|m| m.to_string()),
+                v.headers,
+                v.last,
+            ));
+        });
+    }
+    (found, stream.is_untracked(), stream.is_h2())
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
