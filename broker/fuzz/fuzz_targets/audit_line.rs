@@ -43,7 +43,10 @@ fuzz_target!(|data: &[u8]| {
             assert!(parsed.is_err());
             continue;
         };
-        assert_eq!(parsed.is_ok(), whole.len() <= MAX_LINE_BYTES && parse_record(text).is_ok());
+        assert_eq!(
+            parsed.is_ok(),
+            whole.len() <= MAX_LINE_BYTES && parse_record(text).is_ok()
+        );
         let Ok(record) = parsed else {
             continue;
         };
@@ -54,7 +57,11 @@ fuzz_target!(|data: &[u8]| {
         let again = parse_record(&line_out).unwrap();
         assert_eq!(again, record, "to_line does not round-trip");
         assert_eq!(again.to_line(), line_out, "to_line is not a fixed point");
-        assert_eq!(encode_line(&record), line_out.as_bytes(), "the writer differs");
+        assert_eq!(
+            encode_line(&record),
+            line_out.as_bytes(),
+            "the writer differs"
+        );
         assert_eq!(
             LineHash::of(whole).to_chain_hash(),
             ChainHash::of_line(text),

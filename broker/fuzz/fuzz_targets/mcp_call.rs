@@ -43,24 +43,29 @@ fuzz_target!(|data: &[u8]| {
             let name = name.as_str();
             assert!((1..=128).contains(&name.len()), "{name:?}");
             assert!(name.bytes().all(|b| b.is_ascii_graphic()), "{name:?}");
-            assert!(
-                !name.to_ascii_lowercase().contains("{{mint:"),
-                "{name:?}"
-            );
+            assert!(!name.to_ascii_lowercase().contains("{{mint:"), "{name:?}");
         }
     }
 
     let json_like = first_significant(body).is_some_and(|b| b == b'{' || b == b'[');
     match serde_texts(body) {
-        Texts::Read(texts) if json_like && matches!(texts.first(), Some(Value::Object(_) | Value::Array(_))) => {
+        Texts::Read(texts)
+            if json_like && matches!(texts.first(), Some(Value::Object(_) | Value::Array(_))) =>
+        {
             let reference = reference_calls(&texts);
             match &result {
                 Ok(ToolCalls::Calls(names)) => {
                     let ours: Vec<&str> = names.iter().map(|n| n.as_str()).collect();
-                    assert_eq!(ours, reference.iter().map(String::as_str).collect::<Vec<_>>());
+                    assert_eq!(
+                        ours,
+                        reference.iter().map(String::as_str).collect::<Vec<_>>()
+                    );
                 }
                 Ok(ToolCalls::None) => {
-                    assert!(reference.is_empty(), "a call hides from the check: {reference:?}")
+                    assert!(
+                        reference.is_empty(),
+                        "a call hides from the check: {reference:?}"
+                    )
                 }
                 Err(_) => {}
             }

@@ -65,8 +65,8 @@ fuzz_target!(|data: &[u8]| {
             HeaderValue::from_static("gzip"),
         );
     }
-    let header_name = HeaderName::from_bytes(name.as_bytes())
-        .unwrap_or(http::header::AUTHORIZATION);
+    let header_name =
+        HeaderName::from_bytes(name.as_bytes()).unwrap_or(http::header::AUTHORIZATION);
     let header_value = HeaderValue::from_bytes(value.as_bytes()).ok();
     if let Some(header_value) = &header_value {
         headers.append(header_name.clone(), header_value.clone());
@@ -225,11 +225,13 @@ fn check_json_sites(found: &Placeholders, body: &[u8], kind: BodyKind) {
         };
         let needle = String::from_utf8(placeholder(&site.alias)).unwrap();
         let there = texts.iter().any(|text| {
-            text.pointer(pointer).and_then(Value::as_str).is_some_and(|s| {
-                // Escaped spellings (refused) are the placeholder once percent-decoded.
-                let decoded = decode(s.as_bytes(), Layer::Percent).unwrap_or_default();
-                find(&decoded, needle.as_bytes()).is_some()
-            })
+            text.pointer(pointer)
+                .and_then(Value::as_str)
+                .is_some_and(|s| {
+                    // Escaped spellings (refused) are the placeholder once percent-decoded.
+                    let decoded = decode(s.as_bytes(), Layer::Percent).unwrap_or_default();
+                    find(&decoded, needle.as_bytes()).is_some()
+                })
         });
         assert!(
             there,
@@ -264,7 +266,9 @@ fn reference_aliases(decoded: &[u8]) -> Option<Vec<String>> {
             .get(name_start..)?
             .iter()
             .take(65)
-            .take_while(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || **b == b'_' || **b == b'-')
+            .take_while(|b| {
+                b.is_ascii_lowercase() || b.is_ascii_digit() || **b == b'_' || **b == b'-'
+            })
             .count();
         let name = std::str::from_utf8(decoded.get(name_start..name_start + name_len)?).ok()?;
         let end = name_start + name_len;

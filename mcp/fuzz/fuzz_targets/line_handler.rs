@@ -42,7 +42,10 @@ fn server() -> &'static Server {
             std::env::temp_dir().join(format!("mint-mcp-fuzz-{}", std::process::id()));
         std::fs::create_dir_all(&home).unwrap();
         for (name, text) in [
-            ("aliases.yaml", include_str!("../../../examples/aliases.yaml")),
+            (
+                "aliases.yaml",
+                include_str!("../../../examples/aliases.yaml"),
+            ),
             ("policy.yaml", include_str!("../../../examples/policy.yaml")),
             ("audit.log", include_str!("../../../examples/audit.log")),
         ] {
