@@ -5,7 +5,8 @@
 //! Input: two bytes choosing where to cut the stream in three reads, then the stream.
 //!
 //! Beyond "never panics", it checks that the verdicts do not depend on how the bytes were split
-//! between reads (whole, in three pieces, byte by byte), that they stay bounded (no more heads
+//! between reads (whole, in three pieces, byte by byte; nor, once the stream ends with a line
+//! feed, whether the stream is still followed), that they stay bounded (no more heads
 //! than line feeds, at most 100 header lines each, nothing after the last one followed, an HTTP/2
 //! preface gives none), and that an error answer is only ever recognised with a 4xx status.
 
@@ -29,10 +30,26 @@ fuzz_target!(|data: &[u8]| {
     if i > j {
         std::mem::swap(&mut i, &mut j);
     }
+    // The follower parses a pending head again only when a read brings a line feed (a head can
+    // only end on one), so a head hyper refuses for a byte after its last line feed is seen as
+    // refused at the next line feed, not at once: "untracked" may differ between splits until
+    // then (seeds/head_sniff/refused-after-last-line-feed). The verdicts never do.
+    let settled = stream.last() == Some(&b'\n');
+    let same = |(verdicts, untracked, h2): (Vec<_>, bool, bool)| {
+        verdicts == whole.0 && h2 == whole.2 && (!settled || untracked == whole.1)
+    };
     let pieces = [&stream[..i], &stream[i..j], &stream[j..]];
-    assert_eq!(head_verdicts(&pieces), whole, "split at {i} and {j}");
+    let split = head_verdicts(&pieces);
+    assert!(
+        same(split.clone()),
+        "split at {i} and {j}: {split:?} but whole {whole:?}"
+    );
     let bytewise: Vec<&[u8]> = stream.chunks(1).collect();
-    assert_eq!(head_verdicts(&bytewise), whole, "byte by byte");
+    let bytewise = head_verdicts(&bytewise);
+    assert!(
+        same(bytewise.clone()),
+        "byte by byte: {bytewise:?} but whole {whole:?}"
+    );
 
     let (verdicts, untracked, h2) = &whole;
     let line_feeds = stream.iter().filter(|&&b| b == b'\n').count();
@@ -47,9 +64,7 @@ fuzz_target!(|data: &[u8]| {
             assert!(*last, "a refused framing is not the last followed");
         }
         if let Some(method) = method {
-            let found = stream
-                .windows(method.len())
-                .any(|w| w == method.as_bytes());
+            let found = stream.windows(method.len()).any(|w| w == method.as_bytes());
             assert!(found, "method {method:?} not in the stream");
         }
     }

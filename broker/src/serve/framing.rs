@@ -544,6 +544,27 @@ mod tests {
         );
     }
 
+    /// Found by the `head_sniff` fuzz target (broker/fuzz): a pending head is parsed again only
+    /// when a read brings a line feed, so a head hyper refuses for a byte after its last line feed
+    /// is seen as refused at the next line feed, not at once. Only whether the stream is still
+    /// followed differs meanwhile (hyper closes the connection anyway); the verdicts never do.
+    #[test]
+    fn a_head_refused_after_its_last_line_feed_is_seen_at_the_next_one() {
+        assert_eq!(
+            follow_pieces(&[b"\n\xff".as_slice()]),
+            (vec![], true, false)
+        );
+        assert_eq!(
+            follow_pieces(&[b"\n".as_slice(), b"\xff"]),
+            (vec![], false, false)
+        );
+        assert_eq!(
+            follow_pieces(&[b"\n".as_slice(), b"\xff", b"\n"]),
+            (vec![], true, false)
+        );
+        assert_eq!(same_at_every_split(b"\n\xff\n"), vec![]);
+    }
+
     #[test]
     fn ignores_an_http2_connection() {
         let mut stream = RequestStream::new();
