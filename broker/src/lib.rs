@@ -29,6 +29,8 @@ pub mod capability;
 pub mod cli;
 pub mod config;
 pub mod demo;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod limits;
 pub mod net;
 pub mod proxy;

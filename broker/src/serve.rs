@@ -53,6 +53,9 @@ pub(crate) mod tunnel;
 
 use connection::ConnectionIo;
 use framing::AnswerBody;
+// For the fuzz targets (`crate::fuzzing`).
+pub(crate) use connection::hyper_error_status;
+pub(crate) use framing::follow_pieces;
 
 /// The most concurrent streams of one HTTP/2 connection.
 const H2_MAX_STREAMS: u32 = 64;

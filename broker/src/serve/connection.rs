@@ -448,7 +448,7 @@ fn json_answer(status: u16, message: &str, request_id: &str) -> Vec<u8> {
 }
 
 /// The status of hyper's automatic error answer, when `bytes` start with one.
-fn hyper_error_status(bytes: &[u8]) -> Option<u16> {
+pub(crate) fn hyper_error_status(bytes: &[u8]) -> Option<u16> {
     let rest = bytes
         .strip_prefix(b"HTTP/1.1 ")
         .or_else(|| bytes.strip_prefix(b"HTTP/1.0 "))?;

@@ -1,0 +1,436 @@
+//! Fuzzes the placeholder scan over every part of a request: the target, a header, and a JSON,
+//! form or text body (`mint_broker::secrets::placeholder`).
+//!
+//! Input: one flags byte (bits 0-1: no `Content-Type`, `application/json`, a form or
+//! `text/plain`; bit 2: a `Content-Encoding: gzip`), then scheme, authority, path, query, a
+//! header value and a header name separated by NUL bytes; the rest is the body.
+//!
+//! Beyond "never panics", it checks every placeholder found against a reference decoder written
+//! here from the module's documentation: the span lies within its part, decodes (percent escapes,
+//! and in JSON string escapes first) to exactly `{{mint:ALIAS}}` with a valid alias name, and a
+//! raw site is spelled raw; the query and the header value, scanned alone, hold exactly the
+//! placeholders the reference finds after decoding them once (or the scan refuses them exactly
+//! when the reference finds a malformed one); a JSON body site is, by serde_json's reading of the
+//! body (duplicate keys refused), a string at the pointer the scan names holding the placeholder;
+//! the limit of 16 only ever turns a result into `TooMany`; and the check for a body with a
+//! content coding agrees with scanning the same body without the coding.
+
+#![no_main]
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::OnceLock;
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use libfuzzer_sys::fuzz_target;
+use mint_broker::secrets::placeholder::{
+    BodyKind, Forbidden, Part, Place, PlaceholderError, Placeholders, RequestParts, body_kind,
+    live_in_encoded_body, scan, scan_with_limit,
+};
+use mint_policy::body::{BodyPlaces, NamedPlace};
+use mint_policy::policy::is_alias_name;
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+
+const PREFIX: &[u8] = b"{{mint:";
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&flags, rest)) = data.split_first() else {
+        return;
+    };
+    let mut fields = rest.splitn(7, |&b| b == 0);
+    let mut next = || String::from_utf8_lossy(fields.next().unwrap_or_default()).into_owned();
+    let (scheme, authority, path, query) = (next(), next(), next(), next());
+    let (value, name) = (next(), next());
+    let body = fields.next().unwrap_or_default().to_vec();
+    let query = (!query.is_empty()).then_some(query);
+
+    let mut headers = HeaderMap::new();
+    let content_type = match flags & 3 {
+        1 => Some("application/json"),
+        2 => Some("application/x-www-form-urlencoded"),
+        3 => Some("text/plain"),
+        _ => None,
+    };
+    if let Some(content_type) = content_type {
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static(content_type),
+        );
+    }
+    let coded = flags & 4 != 0;
+    if coded {
+        headers.insert(
+            http::header::CONTENT_ENCODING,
+            HeaderValue::from_static("gzip"),
+        );
+    }
+    let header_name =
+        HeaderName::from_bytes(name.as_bytes()).unwrap_or(http::header::AUTHORIZATION);
+    let header_value = HeaderValue::from_bytes(value.as_bytes()).ok();
+    if let Some(header_value) = &header_value {
+        headers.append(header_name.clone(), header_value.clone());
+    }
+
+    let places = places();
+    let parts = RequestParts {
+        scheme: &scheme,
+        authority: &authority,
+        path: &path,
+        query: query.as_deref(),
+        headers: &headers,
+        body: &body,
+    };
+    let all = scan_with_limit(&parts, places, usize::MAX);
+    let limited = scan(&parts, places);
+    match (&all, &limited) {
+        (Ok(all), Ok(limited)) => assert_eq!(all, limited),
+        (Ok(all), Err(PlaceholderError::TooMany { limit })) => assert!(all.found().len() > *limit),
+        (Err(all), Err(limited)) if all == limited => {}
+        (Err(_), Err(PlaceholderError::TooMany { .. })) => {}
+        (all, limited) => panic!("the limit changed the result: {all:?} then {limited:?}"),
+    }
+
+    let kind = body_kind(&headers);
+    if let Ok(found) = &all {
+        check_found(found, &parts, kind);
+        check_json_sites(found, &body, kind);
+    }
+
+    // The query and the header value alone, against the reference decoder.
+    let no_headers = HeaderMap::new();
+    if let Some(query) = &query {
+        let alone = RequestParts {
+            query: Some(query),
+            ..empty_parts(&no_headers)
+        };
+        check_against_reference(
+            scan_with_limit(&alone, places, usize::MAX),
+            query.as_bytes(),
+        );
+    }
+    if let Some(header_value) = header_value {
+        let mut only = HeaderMap::new();
+        // A name with no placeholder, so only the value is looked at.
+        only.insert(http::header::AUTHORIZATION, header_value.clone());
+        check_against_reference(
+            scan_with_limit(&empty_parts(&only), places, usize::MAX),
+            header_value.as_bytes(),
+        );
+    }
+
+    // A coded body is never substituted in; the check on its decoded text must agree with a
+    // scan of that text sent without the coding.
+    let header_is_framing =
+        header_name == http::header::CONTENT_TYPE || header_name == http::header::CONTENT_ENCODING;
+    if coded && !header_is_framing {
+        let mut plain = HeaderMap::new();
+        if let Some(content_type) = content_type {
+            plain.insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static(content_type),
+            );
+        }
+        let live = live_in_encoded_body(&headers, &body, places);
+        let scanned = scan_with_limit(
+            &RequestParts {
+                body: &body,
+                ..empty_parts(&plain)
+            },
+            places,
+            usize::MAX,
+        );
+        match (&live, &scanned) {
+            (None, Ok(found)) => assert!(found.found().is_empty(), "{found:?}"),
+            (Some(Some(alias)), Ok(found)) => {
+                assert_eq!(found.found().first().map(|f| &f.alias), Some(alias));
+            }
+            (Some(None), Err(PlaceholderError::Malformed { .. })) => {}
+            (live, scanned) => panic!("coded body check {live:?} but plain scan {scanned:?}"),
+        }
+    }
+});
+
+/// Every placeholder found lies within its part and decodes there to itself.
+fn check_found(found: &Placeholders, parts: &RequestParts<'_>, kind: BodyKind) {
+    for hit in found.found() {
+        assert!(is_alias_name(&hit.alias), "alias {:?}", hit.alias);
+        let expected = placeholder(&hit.alias);
+        let candidates: Vec<(&[u8], Layer)> = match &hit.part {
+            Part::Scheme => vec![(parts.scheme.as_bytes(), Layer::Percent)],
+            Part::Authority => vec![(parts.authority.as_bytes(), Layer::Percent)],
+            Part::Path => vec![(parts.path.as_bytes(), Layer::Percent)],
+            Part::Query => vec![(parts.query.unwrap_or_default().as_bytes(), Layer::Percent)],
+            Part::Header(name) if hit.place == Place::Forbidden(Forbidden::HeaderName) => {
+                vec![(name.as_str().as_bytes(), Layer::Percent)]
+            }
+            Part::Header(name) => parts
+                .headers
+                .get_all(name)
+                .iter()
+                .map(|v| (v.as_bytes(), Layer::Percent))
+                .collect(),
+            Part::Body => match kind {
+                BodyKind::Json => vec![(parts.body, Layer::JsonPercent)],
+                BodyKind::Form => vec![(parts.body, Layer::Percent)],
+                BodyKind::Text => panic!("a site in a text body: {hit:?}"),
+            },
+        };
+        let spelled = candidates.iter().find_map(|(bytes, layer)| {
+            let raw = bytes.get(hit.span.clone())?;
+            (decode(raw, *layer).as_deref() == Some(expected.as_slice())).then_some(raw)
+        });
+        let Some(raw) = spelled else {
+            panic!("{hit:?} does not decode to its placeholder");
+        };
+        match hit.place {
+            Place::Site(_) if hit.part == Part::Body && kind == BodyKind::Json => {
+                assert_eq!(raw, expected.as_slice(), "escaped JSON site")
+            }
+            Place::Site(mint_policy::site::Site::Header) => {
+                assert_eq!(raw, expected.as_slice(), "escaped header site")
+            }
+            Place::Forbidden(Forbidden::EncodedInHeader | Forbidden::EncodedInJson) => {
+                assert_ne!(raw, expected.as_slice(), "raw spelling refused as encoded")
+            }
+            _ => {}
+        }
+        if matches!(hit.part, Part::Scheme | Part::Authority | Part::Path) {
+            assert_eq!(hit.place, Place::Forbidden(Forbidden::Target));
+        }
+    }
+}
+
+/// Every JSON body site is, by serde_json's reading, a string at the named pointer holding it
+/// (percent-decoded, for an escaped one).
+fn check_json_sites(found: &Placeholders, body: &[u8], kind: BodyKind) {
+    if kind != BodyKind::Json {
+        return;
+    }
+    let sites: Vec<_> = found
+        .found()
+        .iter()
+        .filter(|f| f.part == Part::Body)
+        .collect();
+    if sites.is_empty() {
+        return;
+    }
+    let Some(texts) = serde_texts(body) else {
+        // serde_json refuses some texts the scan reads (numbers past f64's range).
+        return;
+    };
+    for site in sites {
+        let Some(NamedPlace::Pointer(pointer)) = &site.matched else {
+            panic!("JSON site without its pointer: {site:?}");
+        };
+        let needle = String::from_utf8(placeholder(&site.alias)).unwrap();
+        let there = texts.iter().any(|text| {
+            text.pointer(pointer)
+                .and_then(Value::as_str)
+                .is_some_and(|s| {
+                    // Escaped spellings (refused) are the placeholder once percent-decoded.
+                    let decoded = decode(s.as_bytes(), Layer::Percent).unwrap_or_default();
+                    find(&decoded, needle.as_bytes()).is_some()
+                })
+        });
+        assert!(
+            there,
+            "serde_json finds no {needle} at {pointer} of {texts:?}"
+        );
+    }
+}
+
+/// The placeholders of one part scanned alone agree with the reference decoder.
+fn check_against_reference(scanned: Result<Placeholders, PlaceholderError>, raw: &[u8]) {
+    let reference = reference_aliases(&decode(raw, Layer::Percent).unwrap_or_default());
+    match (scanned, reference) {
+        (Ok(found), Some(aliases)) => {
+            let ours: Vec<&str> = found.found().iter().map(|f| f.alias.as_str()).collect();
+            assert_eq!(ours, aliases, "scan and reference disagree on {raw:?}");
+        }
+        (Err(PlaceholderError::Malformed { .. }), None) => {}
+        (scanned, reference) => {
+            panic!("scan {scanned:?} but reference {reference:?} on {raw:?}")
+        }
+    }
+}
+
+/// The aliases of the placeholders in decoded text, in order; `None` when `{{mint:` appears
+/// without a valid alias name and `}}` after it (the scan's "malformed").
+fn reference_aliases(decoded: &[u8]) -> Option<Vec<String>> {
+    let mut aliases = Vec::new();
+    let mut at = 0;
+    while let Some(found) = find(decoded.get(at..)?, PREFIX) {
+        let name_start = at + found + PREFIX.len();
+        let name_len = decoded
+            .get(name_start..)?
+            .iter()
+            .take(65)
+            .take_while(|b| {
+                b.is_ascii_lowercase() || b.is_ascii_digit() || **b == b'_' || **b == b'-'
+            })
+            .count();
+        let name = std::str::from_utf8(decoded.get(name_start..name_start + name_len)?).ok()?;
+        let end = name_start + name_len;
+        if decoded.get(end..end + 2) != Some(b"}}".as_slice()) || !is_alias_name(name) {
+            return None;
+        }
+        aliases.push(name.to_owned());
+        at = end + 2;
+    }
+    Some(aliases)
+}
+
+#[derive(Clone, Copy)]
+enum Layer {
+    Percent,
+    JsonPercent,
+}
+
+/// Decodes `raw` once as the receiver does: JSON string escapes first (for `JsonPercent`), then
+/// `%XX` escapes (any hex case; a `%` without two hex digits is itself).
+fn decode(raw: &[u8], layer: Layer) -> Option<Vec<u8>> {
+    let text = match layer {
+        Layer::Percent => raw.to_vec(),
+        Layer::JsonPercent => {
+            let mut quoted = Vec::with_capacity(raw.len() + 2);
+            quoted.push(b'"');
+            quoted.extend_from_slice(raw);
+            quoted.push(b'"');
+            serde_json::from_slice::<String>(&quoted).ok()?.into_bytes()
+        }
+    };
+    let mut out = Vec::with_capacity(text.len());
+    let mut i = 0;
+    while i < text.len() {
+        let hex = |at: usize| text.get(at).and_then(|b| (*b as char).to_digit(16));
+        match (text[i], hex(i + 1), hex(i + 2)) {
+            (b'%', Some(high), Some(low)) => {
+                out.push((high * 16 + low) as u8);
+                i += 3;
+            }
+            (byte, _, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    Some(out)
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+fn placeholder(alias: &str) -> Vec<u8> {
+    format!("{{{{mint:{alias}}}}}").into_bytes()
+}
+
+fn empty_parts(headers: &HeaderMap) -> RequestParts<'_> {
+    RequestParts {
+        scheme: "",
+        authority: "",
+        path: "",
+        query: None,
+        headers,
+        body: b"",
+    }
+}
+
+/// The places of the scanner's own tests: JSON pointers and form fields (loaded once).
+fn places() -> &'static BodyPlaces {
+    static PLACES: OnceLock<BodyPlaces> = OnceLock::new();
+    PLACES.get_or_init(load_places)
+}
+
+fn load_places() -> BodyPlaces {
+    let yaml = "aliases:
+  - name: github
+    hosts: [api.github.com]
+    sites: [header, {body: [/token, /0]}]
+  - name: slack
+    hosts: [api.github.com]
+    sites: [header, {body: [/nested/0/x, /1]}]
+  - name: b
+    hosts: [api.github.com]
+    sites: [header, query, {body: [/v, /a~1b/0, /~0/1/x]}]
+  - name: client
+    hosts: [api.github.com]
+    sites: [{form: [client_secret, client secret]}, {body: [/client_secret]}]
+  - name: headeronly
+    hosts: [api.github.com]
+";
+    let load = mint_policy::aliases::load_aliases(yaml.as_bytes(), "aliases.yaml");
+    BodyPlaces::new(&load.aliases.unwrap())
+}
+
+/// The JSON texts of a body as serde_json reads them (one optional byte order mark, then one
+/// or more texts), with duplicate member names refused; `None` when serde_json refuses it.
+fn serde_texts(body: &[u8]) -> Option<Vec<Value>> {
+    let body = body.strip_prefix("\u{feff}".as_bytes()).unwrap_or(body);
+    let mut stream = serde_json::Deserializer::from_slice(body).into_iter::<Strict>();
+    let mut texts = Vec::new();
+    loop {
+        match stream.next() {
+            None => return (!texts.is_empty()).then_some(texts),
+            Some(Err(_)) => return None,
+            Some(Ok(Strict(value))) => texts.push(value),
+        }
+    }
+}
+
+/// A JSON value read with duplicate member names refused.
+struct Strict(Value);
+
+impl<'de> Deserialize<'de> for Strict {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Strict, D::Error> {
+        deserializer.deserialize_any(StrictVisitor).map(Strict)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("JSON")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(Strict(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut seen = BTreeSet::new();
+        let mut object = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if !seen.insert(key.clone()) {
+                return Err(de::Error::custom("duplicate key"));
+            }
+            let Strict(value) = map.next_value()?;
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
+    }
+}
