@@ -584,6 +584,8 @@ fn add_with(
     }
     // Check everything that can be checked before asking for the secret.
     let (_, warnings) = with_alias(&load_file(file)?, file, &alias)?;
+    // The shaped value, derived (and the home's key made) before anything is changed.
+    let shaped_value = shaped_value_of(placeholder_key, &alias)?;
 
     let mut notes = Vec::new();
     let value = if is_keyring {
@@ -596,25 +598,15 @@ fn add_with(
     let _lock = DirLock::for_file(file).map_err(AliasCommandError::Insecure)?;
     // Re-read under the lock: another command may have changed the file meanwhile.
     let (text, _) = with_alias(&load_file(file)?, file, &alias)?;
-    if let Some(value) = &value {
-        sources
-            .keyring()
-            .write(&alias.name, value)
-            .map_err(|problem| AliasCommandError::Store(CredentialError::new(&alias, problem)))?;
-    }
-    if let Err(write) = commit(file, text.as_bytes()) {
-        if value.is_some()
-            && let Err(cleanup) = sources.keyring().delete(&alias.name)
-        {
-            return Err(AliasCommandError::WriteAndCleanup {
-                name: alias.name.clone(),
-                service: keyring.service.clone(),
-                write: Box::new(write),
-                cleanup: Box::new(cleanup),
-            });
-        }
-        return Err(AliasCommandError::Write(write));
-    }
+    store_and_write(
+        file,
+        &text,
+        &alias,
+        value.as_ref(),
+        sources,
+        keyring,
+        commit,
+    )?;
     tracing::debug!(alias = %alias.name, alias.source = %alias.source, "Alias added");
 
     let mut report = format!(
@@ -623,20 +615,8 @@ fn add_with(
         file.display(),
         summary(&alias)
     );
-    if alias.placeholder.is_some() {
-        let shaped = shaped_placeholders(
-            placeholder_key,
-            &AliasFile {
-                aliases: vec![alias.clone()],
-            },
-        )
-        .map_err(AliasCommandError::PlaceholderKey)?;
-        if let Some(value) = shaped.value(&alias.name) {
-            report.push_str(&format!(
-                "Its value-shaped placeholder (public, not a secret; `mint run` puts it in its env \
-                 variables): {value}\n"
-            ));
-        }
+    if let Some(shaped) = &shaped_value {
+        report.push_str(&shaped_line(shaped));
     }
     if is_keyring {
         report.push_str(&format!(
@@ -737,18 +717,7 @@ fn edit_with(
     // Check everything that can be checked before asking for a secret.
     let (_, warnings) = with_replaced(&current, file, &alias)?;
     // The shaped value, derived (and the home's key made) before anything is changed.
-    let shaped_value = match alias.placeholder {
-        Some(_) => shaped_placeholders(
-            placeholder_key,
-            &AliasFile {
-                aliases: vec![alias.clone()],
-            },
-        )
-        .map_err(AliasCommandError::PlaceholderKey)?
-        .value(&alias.name)
-        .map(str::to_owned),
-        None => None,
-    };
+    let shaped_value = shaped_value_of(placeholder_key, &alias)?;
     let mut notes = Vec::new();
     let value = if into_keyring {
         Some(read_keyring_value(sources, &alias, input)?)
@@ -766,25 +735,15 @@ fn edit_with(
     let _lock = DirLock::for_file(file).map_err(AliasCommandError::Insecure)?;
     // Re-read under the lock: another command may have changed the file meanwhile.
     let (text, _) = with_replaced(&load_file(file)?, file, &alias)?;
-    if let Some(value) = &value {
-        sources
-            .keyring()
-            .write(&alias.name, value)
-            .map_err(|problem| AliasCommandError::Store(CredentialError::new(&alias, problem)))?;
-    }
-    if let Err(write) = commit(file, text.as_bytes()) {
-        if value.is_some()
-            && let Err(cleanup) = sources.keyring().delete(&alias.name)
-        {
-            return Err(AliasCommandError::WriteAndCleanup {
-                name: alias.name.clone(),
-                service: keyring.service.clone(),
-                write: Box::new(write),
-                cleanup: Box::new(cleanup),
-            });
-        }
-        return Err(AliasCommandError::Write(write));
-    }
+    store_and_write(
+        file,
+        &text,
+        &alias,
+        value.as_ref(),
+        sources,
+        keyring,
+        commit,
+    )?;
     tracing::debug!(alias = %alias.name, alias.source = %alias.source, "Alias changed");
 
     let mut report = format!(
@@ -794,10 +753,7 @@ fn edit_with(
         summary(&alias)
     );
     if let Some(shaped) = &shaped_value {
-        report.push_str(&format!(
-            "Its value-shaped placeholder (public, not a secret; `mint run` puts it in its env \
-             variables): {shaped}\n"
-        ));
+        report.push_str(&shaped_line(shaped));
     }
     if value.is_some() {
         report.push_str(&format!(
@@ -829,6 +785,65 @@ fn edit_with(
     }
     report.push_str(RELOAD_NOTE);
     write_out(out, report.as_bytes())
+}
+
+/// Under the directory lock: stores `value` (a secret moving into the keyring) first, then
+/// writes the alias file's new `text`; if the write fails, the item just stored is removed again
+/// (or the error says to remove it by hand), so a failure leaves nothing half done.
+fn store_and_write(
+    file: &Path,
+    text: &str,
+    alias: &Alias,
+    value: Option<&CredentialValue>,
+    sources: &CredentialSources,
+    keyring: &KeyringConfig,
+    commit: &CommitFn,
+) -> Result<(), AliasCommandError> {
+    if let Some(value) = value {
+        sources
+            .keyring()
+            .write(&alias.name, value)
+            .map_err(|problem| AliasCommandError::Store(CredentialError::new(alias, problem)))?;
+    }
+    let Err(write) = commit(file, text.as_bytes()) else {
+        return Ok(());
+    };
+    if value.is_some()
+        && let Err(cleanup) = sources.keyring().delete(&alias.name)
+    {
+        return Err(AliasCommandError::WriteAndCleanup {
+            name: alias.name.clone(),
+            service: keyring.service.clone(),
+            write: Box::new(write),
+            cleanup: Box::new(cleanup),
+        });
+    }
+    Err(AliasCommandError::Write(write))
+}
+
+/// The value-shaped placeholder of `alias`, if it declares a shape (the home's key at
+/// `placeholder_key` is created if there is none yet).
+fn shaped_value_of(
+    placeholder_key: &Path,
+    alias: &Alias,
+) -> Result<Option<String>, AliasCommandError> {
+    if alias.placeholder.is_none() {
+        return Ok(None);
+    }
+    let single = AliasFile {
+        aliases: vec![alias.clone()],
+    };
+    let shaped =
+        shaped_placeholders(placeholder_key, &single).map_err(AliasCommandError::PlaceholderKey)?;
+    Ok(shaped.value(&alias.name).map(str::to_owned))
+}
+
+/// The report line that shows a value-shaped placeholder (public, like `{{mint:NAME}}`).
+fn shaped_line(value: &str) -> String {
+    format!(
+        "Its value-shaped placeholder (public, not a secret; `mint run` puts it in its env \
+         variables): {value}\n"
+    )
 }
 
 /// `old` with the parts `args` gives replaced.
