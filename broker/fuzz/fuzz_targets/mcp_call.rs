@@ -20,8 +20,9 @@
 
 #![no_main]
 
-use std::collections::BTreeSet;
-use std::fmt;
+#[path = "../shared/strict_json.rs"]
+mod strict_json;
+
 use std::io::Write;
 
 use flate2::Compression;
@@ -29,8 +30,8 @@ use flate2::write::GzEncoder;
 use http::{HeaderMap, HeaderValue, Method};
 use libfuzzer_sys::fuzz_target;
 use mint_broker::proxy::mcp_call::{ToolCalls, examine, tool_calls};
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
+use strict_json::Strict;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&flags, body)) = data.split_first() else {
@@ -195,61 +196,5 @@ fn serde_texts(body: &[u8]) -> Texts {
                 texts.push(value);
             }
         }
-    }
-}
-
-/// A JSON value read with duplicate member names refused.
-struct Strict(Value);
-
-impl<'de> Deserialize<'de> for Strict {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Strict, D::Error> {
-        deserializer.deserialize_any(StrictVisitor).map(Strict)
-    }
-}
-
-struct StrictVisitor;
-
-impl<'de> Visitor<'de> for StrictVisitor {
-    type Value = Value;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("JSON")
-    }
-    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_owned()))
-    }
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut items = Vec::new();
-        while let Some(Strict(item)) = seq.next_element()? {
-            items.push(item);
-        }
-        Ok(Value::Array(items))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut seen = BTreeSet::new();
-        let mut object = Map::new();
-        while let Some(key) = map.next_key::<String>()? {
-            if !seen.insert(key.clone()) {
-                return Err(de::Error::custom("duplicate key"));
-            }
-            let Strict(value) = map.next_value()?;
-            object.insert(key, value);
-        }
-        Ok(Value::Object(object))
     }
 }
