@@ -184,26 +184,7 @@ fn a_rotated_secret_stays_scrubbed_after_the_reload() {
     use mint_tests::broker::ScriptedUpstream;
 
     // An upstream that remembers every Authorization it was sent and hands them all back.
-    let upstream = ScriptedUpstream::start(Box::new(|request, earlier| {
-        let authorization = |raw: &[u8]| {
-            String::from_utf8_lossy(raw)
-                .lines()
-                .find_map(|line| {
-                    let (name, value) = line.split_once(':')?;
-                    name.eq_ignore_ascii_case("authorization")
-                        .then(|| value.trim().to_owned())
-                })
-                .unwrap_or_default()
-        };
-        let mut body: Vec<String> = earlier.iter().map(|r| authorization(r)).collect();
-        body.push(authorization(request));
-        let body = body.join("\n");
-        format!(
-            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )
-        .into_bytes()
-    }));
+    let upstream = ScriptedUpstream::remembering_authorizations();
     let port = upstream.port();
     let dir = tempfile::tempdir().unwrap();
     let peer = echo_peer(dir.path(), EchoConfig::default());

@@ -17,30 +17,6 @@ const OLD: &str = "canary-cmd-old-9Qe4Tz7Wm2";
 const NEW: &str = "canary-cmd-new-3Rk8Vb5Jn6";
 const STATIC: &str = "canary-static-file-6Gh2Lp4Ds";
 
-/// An upstream that hands back every `Authorization` it was ever sent.
-fn remembering_upstream() -> ScriptedUpstream {
-    ScriptedUpstream::start(Box::new(|request, earlier| {
-        let authorization = |raw: &[u8]| {
-            String::from_utf8_lossy(raw)
-                .lines()
-                .find_map(|line| {
-                    let (name, value) = line.split_once(':')?;
-                    name.eq_ignore_ascii_case("authorization")
-                        .then(|| value.trim().to_owned())
-                })
-                .unwrap_or_default()
-        };
-        let mut body: Vec<String> = earlier.iter().map(|r| authorization(r)).collect();
-        body.push(authorization(request));
-        let body = body.join("\n");
-        format!(
-            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )
-        .into_bytes()
-    }))
-}
-
 fn policy(port: u16, aliases: &str) -> String {
     format!(
         "version: 1\ndefault: deny\nrules:\n  - id: remember\n    effect: allow\n    match:\n      alias: [{aliases}]\n      scheme: [http]\n      host: [127.0.0.1]\n      port: [{port}]\n      method: [GET]\n"
@@ -101,7 +77,7 @@ fn assert_secrets_absent(broker: &Broker, seen: &[&CurlResponse], secrets: &[&st
 /// value, and it prints the value on stderr as well, which Mint never logs.
 #[test]
 fn a_command_secret_is_read_rotated_served_stale_then_refused_and_recovers() {
-    let upstream = remembering_upstream();
+    let upstream = ScriptedUpstream::remembering_authorizations();
     let port = upstream.port();
     let dir = tempfile::tempdir().unwrap();
     let peer = echo_peer(dir.path(), EchoConfig::default());
@@ -379,7 +355,7 @@ fn vault_secrets_from_openbao_with_approle() {
         .map(|(k, v)| (k.as_str(), v.as_os_str()))
         .collect();
     let never = vault_secrets(&bao);
-    let upstream = remembering_upstream();
+    let upstream = ScriptedUpstream::remembering_authorizations();
     let port = upstream.port();
     let dir = tempfile::tempdir().unwrap();
     let peer = echo_peer(dir.path(), EchoConfig::default());

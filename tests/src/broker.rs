@@ -923,6 +923,25 @@ impl ScriptedUpstream {
         }
     }
 
+    /// An upstream that hands back, one per line, the `Authorization` of every request it was
+    /// ever sent (this one last): a hostile upstream replaying the secrets it saw, which Mint
+    /// must scrub from the answer, old values after a rotation included.
+    #[track_caller]
+    pub fn remembering_authorizations() -> ScriptedUpstream {
+        ScriptedUpstream::start(Box::new(|request, earlier| {
+            let authorization =
+                |raw: &[u8]| request_header(raw, "authorization").unwrap_or_default();
+            let mut body: Vec<String> = earlier.iter().map(|r| authorization(r)).collect();
+            body.push(authorization(request));
+            let body = body.join("\n");
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes()
+        }))
+    }
+
     /// The bound port.
     pub fn port(&self) -> u16 {
         self.port
