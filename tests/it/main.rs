@@ -12,6 +12,8 @@ mod demo;
 mod doctor;
 mod examples;
 mod headless;
+mod hostile_http2;
+mod hostile_tls;
 mod hostile_upstreams;
 mod inert_placeholders;
 mod interception;

@@ -164,7 +164,8 @@ impl MintHome {
         self.start_broker(command, stderr_path)
     }
 
-    /// Like [`MintHome::serve`], with `env` (name, value) added to the broker's environment.
+    /// Like [`MintHome::serve`], with `env` (name, value) added to the broker's environment
+    /// (`RUST_LOG` among them replaces the harness's `mint_broker=debug`).
     #[track_caller]
     pub fn serve_with_env(
         &self,
@@ -252,12 +253,11 @@ impl MintHome {
         } else {
             Stdio::piped()
         };
-        let mut child = command
-            .env("RUST_LOG", "mint_broker=debug")
-            .stdin(Stdio::null())
-            .stdout(stdout)
-            .spawn()
-            .unwrap();
+        // Mint's own debug lines, unless the test chose a filter (`serve_with_env`).
+        if !command.get_envs().any(|(name, _)| name == "RUST_LOG") {
+            command.env("RUST_LOG", "mint_broker=debug");
+        }
+        let mut child = command.stdin(Stdio::null()).stdout(stdout).spawn().unwrap();
         if let Some(mut pipe) = child.stderr.take() {
             let mut file = std::fs::File::create(&stderr_path).unwrap();
             std::thread::spawn(move || {

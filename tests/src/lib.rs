@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 pub mod approvals;
 pub mod broker;
+pub mod hostile;
 pub mod interception;
 pub mod lab;
 pub mod openbao;

@@ -13,7 +13,10 @@
 //! each, and a request is never sent twice. hyper's `retry_canceled_requests` stays on: it only
 //! re-dispatches a request that was queued on a pooled connection the upstream closed before a
 //! single byte of the request was written (otherwise every keep-alive race would surface as a
-//! spurious `unknown`). Every socket gets
+//! spurious `unknown`). Over HTTP/2 the client keeps hyper's guards against a hostile upstream:
+//! push refused (`SETTINGS_ENABLE_PUSH` 0), the header list bounded
+//! ([`MAX_UPSTREAM_HEADER_LIST`]), SETTINGS and PING acknowledged one at a time (a flood is read
+//! no faster than it is answered). Every socket gets
 //! `TCP_NODELAY`. Plain `http` is only ever used toward loopback targets (the target was refused
 //! earlier otherwise, and the address check refuses a loopback name resolving elsewhere).
 
@@ -46,6 +49,12 @@ pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// The most idle connections kept per upstream.
 pub const POOL_MAX_IDLE_PER_HOST: usize = 256;
+
+/// The largest HTTP/2 header list (HPACK-decoded) Mint accepts in an upstream's answer, and
+/// announces in `SETTINGS_MAX_HEADER_LIST_SIZE`. hyper's client default, pinned here so that an
+/// upgrade cannot raise it unseen: a larger head breaks the exchange (`502 upstream_unknown`), and
+/// h2 counts CONTINUATION frames against it, so a header list that never ends is cut off early.
+pub const MAX_UPSTREAM_HEADER_LIST: u32 = 16 * 1024;
 
 /// The request body type sent upstream: the whole (size-limited) body.
 pub type UpstreamBody = Full<Bytes>;
@@ -229,6 +238,7 @@ impl UpstreamClient {
             };
             Client::builder(TokioExecutor::new())
                 .retry_canceled_requests(true)
+                .http2_max_header_list_size(MAX_UPSTREAM_HEADER_LIST)
                 .pool_idle_timeout(POOL_IDLE_TIMEOUT)
                 .pool_max_idle_per_host(POOL_MAX_IDLE_PER_HOST)
                 .pool_timer(TokioTimer::new())
