@@ -35,27 +35,39 @@
 //!   character of a text message, which RFC 6455 allows.
 //!
 //! Bounds: a frame or message larger than `max_websocket_message` (either way) closes the
-//! socket with 1009; a socket with no frame either way for the idle timeout closes with 1001;
-//! the socket holds its agent connection's `--max-connections` slot until it closes, and at
-//! shutdown closes with 1001. A peer that breaks the protocol gets 1002. Mint's own close frames
-//! to the upstream are masked, as a client's must be.
+//! socket with 1009; a socket with no frame either way for the idle timeout closes with 1001, and
+//! so does one open for `max_websocket_lifetime`; the socket holds its agent connection's
+//! `--max-connections` slot until it closes, and at shutdown closes with 1001. A peer that breaks
+//! the protocol gets 1002. Mint's own close frames to the upstream are masked, as a client's must
+//! be.
+//!
+//! Standing: every second (and once as it opens) the socket's capability is looked up again by
+//! id (`CapabilityStore::status`, which re-reads a changed file): revoked, removed or expired,
+//! the socket closes with 1008. After a reload of the declarations the handshake is decided again
+//! (`proxy::handshake_still_allowed`): denied now, it closes with 1008.
 //!
 //! The outcome record: status 101, `bytes_up` and `bytes_down` the frame bytes relayed each way
-//! (heads included), `duration_ms` to the close, and `reason` for who closed it:
-//! `websocket_closed_by_agent` or `websocket_closed_by_upstream` (a close frame, outcome
-//! `completed`), `client_closed` (the agent went away without one, `completed`), and, outcome
-//! `unknown`, `upstream_reset`, `websocket_idle_timeout`, `websocket_shutdown`, or
-//! `websocket_{agent,upstream}_{message_too_large,protocol_error}`, `capability_token_outward`.
+//! (heads included), `duration_ms` to the close, `reason` for who or what closed it
+//! (`websocket_closed_by_agent` or `websocket_closed_by_upstream`: a close frame, outcome
+//! `completed`; `client_closed`: the agent went away without one, `completed`; and, outcome
+//! `unknown`, `upstream_reset`, `websocket_idle_timeout`, `websocket_open_timeout`,
+//! `websocket_lifetime`, `websocket_capability_{revoked,expired}`, `websocket_policy_denied`,
+//! `websocket_shutdown`, `websocket_{agent,upstream}_{message_too_large,protocol_error}`,
+//! `capability_token_outward`), and `ended`, the cause as a tunnel's record says it, which an
+//! intercepted tunnel that carried the socket takes as its own ([`Relays`]).
 
 use std::pin::pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::BytesMut;
+use http::Method;
 use http::StatusCode;
 use hyper::upgrade::{OnUpgrade, Upgraded};
 use hyper_util::rt::TokioIo;
-use mint_policy::audit::Outcome;
+use mint_policy::audit::{Outcome, TunnelEnd};
+use mint_policy::evaluate::AliasUse;
+use mint_policy::normalize::Target;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::time::Instant;
 use zeroize::Zeroizing;
@@ -63,6 +75,7 @@ use zeroize::Zeroizing;
 use super::AppState;
 use super::answer::OutcomeWriter;
 use super::pipeline::OutwardToken;
+use crate::capability::{CapabilityGrant, CapabilityStatus};
 use crate::config::declarations::Declarations;
 use crate::secrets::scrub::{REDACTED, Scrubber};
 use crate::serve::ConnectionSlot;
@@ -76,6 +89,9 @@ use frame::{FrameError, Head, MAX_CONTROL, Opcode};
 /// may take to go out.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
+/// How often an open socket's capability and policy standing is checked.
+const STANDING_CHECK: Duration = Duration::from_secs(1);
+
 /// How much is read at a time.
 const READ_SIZE: usize = 16 << 10;
 
@@ -85,13 +101,56 @@ const PROTOCOL_ERROR: u16 = 1002;
 const POLICY_VIOLATION: u16 = 1008;
 const TOO_BIG: u16 = 1009;
 
-/// Held by a WebSocket relay for as long as it runs, so that an intercepted tunnel, whose
-/// connection hyper hands over at the upgrade, waits for the socket before it writes its own
-/// `tunnel_closed` record (`serve/tunnel.rs`). In the extensions of the tunnel's requests.
+/// What an intercepted tunnel keeps of the WebSocket its connection may carry: it waits for the
+/// socket (hyper hands the connection over at the upgrade) before it writes its own
+/// `tunnel_closed` record (`serve/tunnel.rs`), and takes the socket's ending as its own.
+#[derive(Debug)]
+pub(crate) struct Relays {
+    alive: tokio::sync::watch::Sender<()>,
+    ended: Arc<Mutex<Option<TunnelEnd>>>,
+}
+
+/// Held by a WebSocket relay for as long as it runs (in the extensions of a tunnel's requests);
+/// the relay reports how its socket ended through it.
 #[derive(Clone, Debug)]
-pub(crate) struct RelayHold(
-    #[expect(dead_code, reason = "held for its drop")] pub(crate) tokio::sync::watch::Receiver<()>,
-);
+pub(crate) struct RelayHold {
+    _alive: tokio::sync::watch::Receiver<()>,
+    ended: Arc<Mutex<Option<TunnelEnd>>>,
+}
+
+// === impl Relays ===
+
+impl Relays {
+    pub(crate) fn new() -> Relays {
+        Relays {
+            alive: tokio::sync::watch::channel(()).0,
+            ended: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// A hold for one request of the tunnel.
+    pub(crate) fn hold(&self) -> RelayHold {
+        RelayHold {
+            _alive: self.alive.subscribe(),
+            ended: Arc::clone(&self.ended),
+        }
+    }
+
+    /// Waits until no hold is left, then says how the last socket the tunnel carried ended
+    /// (`None`: it carried none).
+    pub(crate) async fn closed(&self) -> Option<TunnelEnd> {
+        self.alive.closed().await;
+        *self.ended.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+// === impl RelayHold ===
+
+impl RelayHold {
+    fn report(&self, ended: TunnelEnd) {
+        *self.ended.lock().unwrap_or_else(PoisonError::into_inner) = Some(ended);
+    }
+}
 
 /// The agent's side of an accepted opening handshake: its connection, once hyper has written
 /// the `101`, and what the socket holds while it lives.
@@ -102,6 +161,19 @@ pub(crate) struct AgentSide {
     pub(crate) hold: Option<RelayHold>,
     /// The capability token the handshake presented, never to be forwarded in a frame.
     pub(crate) outward: Option<OutwardToken>,
+    /// What that token granted: the socket ends when the capability is revoked or expires.
+    pub(crate) grant: CapabilityGrant,
+    /// The handshake as the policy decided it (set once it is decided): the socket ends when a
+    /// reload no longer allows it.
+    pub(crate) decided: Option<Decided>,
+}
+
+/// A WebSocket's opening handshake as the policy decided it, to decide it again after a reload.
+#[derive(Debug)]
+pub(crate) struct Decided {
+    pub(crate) method: Method,
+    pub(crate) target: Target,
+    pub(crate) uses: Vec<AliasUse>,
 }
 
 /// Which end of the socket.
@@ -126,6 +198,14 @@ enum Ending {
     Protocol(Peer),
     /// The agent wrote its capability token into a frame, which was not forwarded.
     TokenOutward,
+    /// Open for `max_websocket_lifetime`.
+    Lifetime,
+    /// The capability the handshake presented was revoked (or removed from the file).
+    CapabilityRevoked,
+    /// It expired.
+    CapabilityExpired,
+    /// A reload no longer allows the handshake.
+    PolicyDenied,
 }
 
 /// Why a direction stopped relaying.
@@ -146,6 +226,8 @@ enum First {
     Stopped(Peer, Stop),
     Idle,
     Shutdown,
+    /// The socket's lifetime, capability or policy standing ended it.
+    Standing(Ending),
 }
 
 /// One direction's writer and what it knows about the stream it writes.
@@ -210,22 +292,73 @@ impl Message {
 // === impl Ending ===
 
 impl Ending {
-    fn outcome(self) -> (Outcome, &'static str) {
+    /// The outcome record's `outcome`, `reason` and `ended`.
+    fn outcome(self) -> (Outcome, &'static str, TunnelEnd) {
         use Peer::{Agent, Upstream};
         match self {
-            Ending::Closed(Agent) => (Outcome::Completed, "websocket_closed_by_agent"),
-            Ending::Closed(Upstream) => (Outcome::Completed, "websocket_closed_by_upstream"),
-            Ending::AgentGone => (Outcome::Completed, "client_closed"),
-            Ending::UpstreamGone => (Outcome::Unknown, "upstream_reset"),
-            Ending::Idle => (Outcome::Unknown, "websocket_idle_timeout"),
-            Ending::Shutdown => (Outcome::Unknown, "websocket_shutdown"),
-            Ending::TooLarge(Agent) => (Outcome::Unknown, "websocket_agent_message_too_large"),
-            Ending::TooLarge(Upstream) => {
-                (Outcome::Unknown, "websocket_upstream_message_too_large")
-            }
-            Ending::Protocol(Agent) => (Outcome::Unknown, "websocket_agent_protocol_error"),
-            Ending::Protocol(Upstream) => (Outcome::Unknown, "websocket_upstream_protocol_error"),
-            Ending::TokenOutward => (Outcome::Unknown, "capability_token_outward"),
+            Ending::Closed(Agent) => (
+                Outcome::Completed,
+                "websocket_closed_by_agent",
+                TunnelEnd::ClientClosed,
+            ),
+            Ending::Closed(Upstream) => (
+                Outcome::Completed,
+                "websocket_closed_by_upstream",
+                TunnelEnd::UpstreamClosed,
+            ),
+            Ending::AgentGone => (Outcome::Completed, "client_closed", TunnelEnd::ClientClosed),
+            Ending::UpstreamGone => (
+                Outcome::Unknown,
+                "upstream_reset",
+                TunnelEnd::UpstreamClosed,
+            ),
+            Ending::Idle => (
+                Outcome::Unknown,
+                "websocket_idle_timeout",
+                TunnelEnd::Timeout,
+            ),
+            Ending::Shutdown => (Outcome::Unknown, "websocket_shutdown", TunnelEnd::Shutdown),
+            Ending::TooLarge(Agent) => (
+                Outcome::Unknown,
+                "websocket_agent_message_too_large",
+                TunnelEnd::Error,
+            ),
+            Ending::TooLarge(Upstream) => (
+                Outcome::Unknown,
+                "websocket_upstream_message_too_large",
+                TunnelEnd::Error,
+            ),
+            Ending::Protocol(Agent) => (
+                Outcome::Unknown,
+                "websocket_agent_protocol_error",
+                TunnelEnd::Error,
+            ),
+            Ending::Protocol(Upstream) => (
+                Outcome::Unknown,
+                "websocket_upstream_protocol_error",
+                TunnelEnd::Error,
+            ),
+            Ending::TokenOutward => (
+                Outcome::Unknown,
+                "capability_token_outward",
+                TunnelEnd::Error,
+            ),
+            Ending::Lifetime => (Outcome::Unknown, "websocket_lifetime", TunnelEnd::Lifetime),
+            Ending::CapabilityRevoked => (
+                Outcome::Unknown,
+                "websocket_capability_revoked",
+                TunnelEnd::CapabilityRevoked,
+            ),
+            Ending::CapabilityExpired => (
+                Outcome::Unknown,
+                "websocket_capability_expired",
+                TunnelEnd::CapabilityExpired,
+            ),
+            Ending::PolicyDenied => (
+                Outcome::Unknown,
+                "websocket_policy_denied",
+                TunnelEnd::PolicyDenied,
+            ),
         }
     }
 
@@ -238,6 +371,10 @@ impl Ending {
             Ending::TooLarge(_) => Some((TOO_BIG, "message too large")),
             Ending::Protocol(_) => Some((PROTOCOL_ERROR, "protocol error")),
             Ending::TokenOutward => Some((POLICY_VIOLATION, "capability token in a frame")),
+            Ending::Lifetime => Some((GOING_AWAY, "maximum lifetime reached")),
+            Ending::CapabilityRevoked => Some((POLICY_VIOLATION, "capability revoked")),
+            Ending::CapabilityExpired => Some((POLICY_VIOLATION, "capability expired")),
+            Ending::PolicyDenied => Some((POLICY_VIOLATION, "policy no longer allows it")),
         }
     }
 }
@@ -297,6 +434,8 @@ pub(crate) async fn relay(
         slot,
         hold,
         outward,
+        grant,
+        decided,
     } = agent;
     let limits = *state.limits();
     let id = outcome.facts.id.clone();
@@ -306,23 +445,36 @@ pub(crate) async fn relay(
     .await;
     let (agent_io, upstream_io) = match taken {
         Ok((Ok(agent_io), Ok(upstream_io))) => (agent_io, upstream_io),
-        Ok((Err(_), _)) | Err(_) => {
+        Ok((Err(_), _)) => {
             tracing::info!(request.id = %id, "Agent went away before its WebSocket opened");
-            outcome.write(
+            not_opened(
+                outcome,
+                hold,
                 Outcome::Completed,
-                Some(StatusCode::SWITCHING_PROTOCOLS),
-                Some(0),
-                Some("client_closed"),
+                "client_closed",
+                TunnelEnd::ClientClosed,
+            );
+            return;
+        }
+        Err(_) => {
+            tracing::info!(request.id = %id, "WebSocket not taken over in time");
+            not_opened(
+                outcome,
+                hold,
+                Outcome::Unknown,
+                "websocket_open_timeout",
+                TunnelEnd::Timeout,
             );
             return;
         }
         Ok((Ok(_), Err(_))) => {
             tracing::info!(request.id = %id, "Upstream connection broke as its WebSocket opened");
-            outcome.write(
+            not_opened(
+                outcome,
+                hold,
                 Outcome::Unknown,
-                Some(StatusCode::SWITCHING_PROTOCOLS),
-                Some(0),
-                Some("upstream_reset"),
+                "upstream_reset",
+                TunnelEnd::UpstreamClosed,
             );
             return;
         }
@@ -357,15 +509,23 @@ pub(crate) async fn relay(
                 None => std::future::pending().await,
             }
         };
+        let standing = standing(
+            &state,
+            &grant,
+            decided.as_ref(),
+            Instant::now() + limits.max_websocket_lifetime,
+        );
         let first = tokio::select! {
             stop = &mut up => First::Stopped(Peer::Agent, stop),
             stop = &mut down => First::Stopped(Peer::Upstream, stop),
             () = shared.idle(limits.idle_timeout) => First::Idle,
             () = drained => First::Shutdown,
+            ending = standing => First::Standing(ending),
         };
         match first {
             First::Idle => Ending::Idle,
             First::Shutdown => Ending::Shutdown,
+            First::Standing(ending) => ending,
             First::Stopped(peer, Stop::TooLarge) => Ending::TooLarge(peer),
             First::Stopped(peer, Stop::Protocol) => Ending::Protocol(peer),
             First::Stopped(_, Stop::TokenOutward) => Ending::TokenOutward,
@@ -397,23 +557,82 @@ pub(crate) async fn relay(
     }
     let bytes_up = shared.to_upstream.lock().await.bytes;
     let bytes_down = shared.to_agent.lock().await.bytes;
-    let (result, reason) = ending.outcome();
-    tracing::info!(request.id = %id, reason, bytes_up, bytes_down, "WebSocket closed");
+    let (result, reason, ended) = ending.outcome();
+    tracing::info!(request.id = %id, reason, ended = %ended, bytes_up, bytes_down, "WebSocket closed");
     let outcome = OutcomeWriter {
         bytes_up,
         ..outcome
     };
-    outcome.write(
+    outcome.write_ended(
         result,
         Some(StatusCode::SWITCHING_PROTOCOLS),
         Some(bytes_down),
         Some(reason),
+        Some(ended),
     );
+    if let Some(hold) = &hold {
+        hold.report(ended);
+    }
     // The slot and the hold go last: the record is queued before a shutdown's sync, and before
     // an intercepted tunnel writes its own.
     drop(drain);
     drop(slot);
     drop(hold);
+}
+
+/// Completes when the socket must end whatever its peers do: at `deadline` (its maximum
+/// lifetime), or when a check every [`STANDING_CHECK`] (and one at once) finds its capability
+/// revoked, expired or gone, or, after a reload, the handshake `decided` no longer allowed.
+async fn standing(
+    state: &AppState,
+    grant: &CapabilityGrant,
+    decided: Option<&Decided>,
+    deadline: Instant,
+) -> Ending {
+    let mut checked: Option<Arc<Declarations>> = None;
+    loop {
+        if Instant::now() >= deadline {
+            return Ending::Lifetime;
+        }
+        match state.capability_status(grant.id.as_str()) {
+            Some(CapabilityStatus::Active) => {}
+            Some(CapabilityStatus::Expired) => return Ending::CapabilityExpired,
+            Some(CapabilityStatus::Revoked) | None => return Ending::CapabilityRevoked,
+        }
+        let declarations = state.declarations();
+        let reloaded = checked
+            .as_ref()
+            .is_none_or(|checked| !Arc::ptr_eq(checked, &declarations));
+        if reloaded {
+            if let Some(decided) = decided
+                && !super::handshake_still_allowed(&declarations, grant, decided)
+            {
+                return Ending::PolicyDenied;
+            }
+            checked = Some(declarations);
+        }
+        tokio::time::sleep_until(deadline.min(Instant::now() + STANDING_CHECK)).await;
+    }
+}
+
+/// Writes the outcome of a socket that never opened, and reports how it ended to the tunnel.
+fn not_opened(
+    outcome: OutcomeWriter,
+    hold: Option<RelayHold>,
+    result: Outcome,
+    reason: &'static str,
+    ended: TunnelEnd,
+) {
+    if let Some(hold) = &hold {
+        hold.report(ended);
+    }
+    outcome.write_ended(
+        result,
+        Some(StatusCode::SWITCHING_PROTOCOLS),
+        Some(0),
+        Some(reason),
+        Some(ended),
+    );
 }
 
 /// Writes Mint's close frame with `code` and `text` (masked with `mask` toward the upstream)
