@@ -1135,3 +1135,120 @@ fn issue_21_review_a_socket_ends_at_its_lifetime_and_when_a_reload_denies_it() {
     assert_eq!(outcome["ended"], "policy_denied", "{outcome}");
     lab.assert_clean(&answer);
 }
+
+/// The head of a frame of `len` bytes (at least 65,536), masked with `key` or not.
+fn big_head(first: u8, len: u64, key: Option<[u8; 4]>) -> Vec<u8> {
+    let mut head = vec![first, if key.is_some() { 0x80 | 127 } else { 127 }];
+    head.extend_from_slice(&len.to_be_bytes());
+    if let Some(key) = key {
+        head.extend_from_slice(&key);
+    }
+    head
+}
+
+/// `VmRSS` and `VmHWM` of `pid`, in KiB.
+fn memory_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// An outside review: a socket's memory was about 3.5 x `--max-websocket-message` (the frame
+/// read whole, a scrubbed copy, an output buffer; the agent's frame and an unmasked copy), not
+/// the documented 2 x. Now an upstream frame is scrubbed as it arrives and written without a
+/// copy, and an agent frame is searched for the token a window at a time. A measurement, run by
+/// hand (`--ignored`, the figures go to stderr and docs/security.md): 8 sockets each holding a
+/// message of the largest size less one byte, both ways, cost at most 2.5 x the bound each.
+#[test]
+#[ignore = "a memory measurement: run by hand with --ignored"]
+fn issue_21_review_memory_per_socket_holding_the_largest_messages() {
+    const SOCKETS: usize = 8;
+    const MAX: u64 = 4 << 20;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let upstream = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for _ in 0..SOCKETS {
+            let (mut stream, _) = listener.accept().unwrap();
+            read_head(&mut stream);
+            let mut out = format!("{SWITCHING}\r\n").into_bytes();
+            out.extend(big_head(0x82, MAX, None));
+            out.extend(std::iter::repeat_n(b'u', (MAX - 1) as usize));
+            stream.write_all(&out).unwrap();
+            held.push(stream);
+        }
+        held
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    mint_broker::demo::echo_upstream::TestCa::generate()
+        .unwrap()
+        .write_pem(&ca)
+        .unwrap();
+    let lab = Lab::start(port, &ca, false, &["--max-websocket-message", "4MiB"]);
+    let pid = lab.broker.pid().unwrap();
+    let (before, _) = memory_kib(pid);
+    let key = [0x11u8, 0x22, 0x33, 0x44];
+    let mut agents = Vec::new();
+    for _ in 0..SOCKETS {
+        let (mut stream, answer) = raw_agent(&lab, "/socket");
+        assert!(answer.starts_with("HTTP/1.1 101"), "{answer}");
+        let mut frame = big_head(0x82, MAX, Some(key));
+        frame.extend(
+            std::iter::repeat_n(b'a', (MAX - 1) as usize)
+                .zip(key.iter().cycle())
+                .map(|(b, k)| b ^ k),
+        );
+        stream.write_all(&frame).unwrap();
+        agents.push(stream);
+    }
+    let mut held = upstream.join().unwrap();
+    // Let Mint read everything that was sent (a hang guard: RSS stops growing).
+    let mut last = 0;
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(200));
+        let (rss, _) = memory_kib(pid);
+        if rss == last {
+            break;
+        }
+        last = rss;
+    }
+    let (rss, _) = memory_kib(pid);
+    // Then the last byte each way: every frame completes, is scrubbed or searched, and relayed.
+    for stream in &mut held {
+        stream.write_all(b"u").unwrap();
+    }
+    for agent in &mut agents {
+        agent
+            .write_all(&[b'a' ^ key[((MAX - 1) % 4) as usize]])
+            .unwrap();
+    }
+    for agent in &mut agents {
+        let mut head = [0u8; 10];
+        agent.read_exact(&mut head).unwrap();
+        let mut payload = vec![0u8; MAX as usize];
+        agent.read_exact(&mut payload).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let (_, hwm) = memory_kib(pid);
+    let per_socket = |kib: u64| (kib.saturating_sub(before) as f64 * 1024.0) / SOCKETS as f64;
+    let (held_ratio, peak_ratio) = (per_socket(rss) / MAX as f64, per_socket(hwm) / MAX as f64);
+    let _ = writeln!(
+        std::io::stderr(),
+        "memory: {SOCKETS} sockets, max {MAX} bytes: RSS {before} KiB before, {rss} KiB holding (x{held_ratio:.2} the bound a socket), peak {hwm} KiB once the frames completed (x{peak_ratio:.2})"
+    );
+    assert!(held_ratio < 2.5, "{held_ratio:.2} x the bound a socket");
+    assert!(
+        peak_ratio < 3.0,
+        "{peak_ratio:.2} x the bound a socket at the peak"
+    );
+    lab.assert_clean("");
+}

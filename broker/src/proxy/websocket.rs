@@ -13,13 +13,14 @@
 //!
 //! - **Agent to upstream**: each frame is read whole (bounded) and forwarded byte for byte,
 //!   masked as the agent masked it; its head is read for the bounds and to see who closes, and
-//!   its payload, unmasked on the side, is searched for the capability token the handshake
+//!   its payload, unmasked on the side 16 KiB at a time, is searched for the capability token the handshake
 //!   presented (with the end of the frame before it): a frame holding it is not forwarded and
 //!   the socket closes with 1008 (`capability_token_outward`). A token cut across two frames is
 //!   caught at the second, after the first went. Placeholders in frames are inert text:
 //!   nothing is substituted in a frame.
-//! - **Upstream to agent**: each frame is read whole (bounded), its payload run through a
-//!   [`Scrubber`](crate::secrets::scrub::Scrubber), and written to the agent as a new frame with
+//! - **Upstream to agent**: each data frame's payload is run through a
+//!   [`Scrubber`](crate::secrets::scrub::Scrubber) as it arrives (bounded; only the scrubbed
+//!   output is held), and written to the agent, after a head of its own, as a new frame with
 //!   the scrubbed payload's own length; frames are never patched in place. A data message
 //!   (text or binary, fragmented or not) is one scrubbing stream, so a secret split across
 //!   fragments is caught; at its last fragment the scrubber flushes, so each message reaches the
@@ -60,7 +61,7 @@ use std::pin::pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Buf as _, BytesMut};
 use http::Method;
 use http::StatusCode;
 use hyper::upgrade::{OnUpgrade, Upgraded};
@@ -94,6 +95,14 @@ const STANDING_CHECK: Duration = Duration::from_secs(1);
 
 /// How much is read at a time.
 const READ_SIZE: usize = 16 << 10;
+
+/// How much of an agent's frame is unmasked at a time to search it for the capability token:
+/// a multiple of 4 (the masking key's length).
+const WINDOW: usize = 16 << 10;
+const _: () = assert!(WINDOW.is_multiple_of(4));
+
+/// The longest frame head Mint writes (no mask).
+const MAX_HEAD: usize = 10;
 
 /// Close codes (RFC 6455 section 7.4.1).
 const GOING_AWAY: u16 = 1001;
@@ -261,31 +270,38 @@ struct Message {
 // === impl Message ===
 
 impl Message {
-    /// Appends to `out` the frame that relays one upstream data frame of this message (`fin`:
-    /// its last): the scrubber's output for `payload`, all of it in one frame, and at the last
-    /// frame the flushed rest. No frame when the scrubber released nothing and the message goes
-    /// on: how much it releases never depends on whether held bytes start a secret, so neither
-    /// do the frames.
-    fn reframe(&mut self, fin: bool, payload: &[u8], out: &mut Vec<u8>) {
-        // An empty fragment releases nothing: skip the scrubber's pass over its held bytes (a
-        // flood of empty fragments cost a pass each).
-        if payload.is_empty() && !fin {
+    /// Scrubs one piece of an upstream data frame's payload (as it arrives: the frame is never
+    /// held whole), adding what the scrubber releases to `scrubbed`. An empty piece is skipped:
+    /// it releases nothing (a flood of empty fragments would cost a pass over the held bytes
+    /// each).
+    fn push(&mut self, piece: &[u8], scrubbed: &mut Vec<u8>) {
+        if piece.is_empty() {
             return;
         }
-        let mut scrubbed = self.scrubber.push_slice(payload);
+        scrubbed.extend_from_slice(&self.scrubber.push_slice(piece));
+    }
+
+    /// Ends one upstream data frame of this message (`fin`: its last), whose payload went
+    /// through [`Message::push`] into `scrubbed`: at the last frame the flushed rest is added.
+    /// Returns the head of the frame that carries `scrubbed` to the agent, all of it in one
+    /// frame; `None` when the scrubber released nothing and the message goes on: how much it
+    /// releases never depends on whether held bytes start a secret, so neither do the frames.
+    fn end_frame(&mut self, fin: bool, scrubbed: &mut Vec<u8>) -> Option<Vec<u8>> {
         if fin {
             scrubbed.extend_from_slice(&self.scrubber.finish_vec());
         }
         if scrubbed.is_empty() && !fin {
-            return;
+            return None;
         }
         let opcode = if self.emitted {
             Opcode::Continuation
         } else {
             self.opcode
         };
-        frame::write(out, fin, opcode, &scrubbed, None);
+        let mut head = Vec::with_capacity(MAX_HEAD);
+        frame::write_head(&mut head, fin, opcode, scrubbed.len(), None);
         self.emitted = true;
+        Some(head)
     }
 }
 
@@ -683,6 +699,50 @@ async fn send(side: &tokio::sync::Mutex<Side>, bytes: &[u8]) -> bool {
     true
 }
 
+/// Writes one frame, its `head` then its `payload`, to `side` (no copy of the payload into a
+/// frame buffer); `false` when the stream is gone. Marked mid-frame until both are out.
+async fn send_frame(side: &tokio::sync::Mutex<Side>, head: &[u8], payload: &[u8]) -> bool {
+    let mut side = side.lock().await;
+    side.mid_frame = true;
+    if side.writer.write_all(head).await.is_err()
+        || side.writer.write_all(payload).await.is_err()
+        || side.writer.flush().await.is_err()
+    {
+        return false;
+    }
+    side.bytes += (head.len() + payload.len()) as u64;
+    side.mid_frame = false;
+    true
+}
+
+/// Whether the capability token is in `carry` followed by `payload` unmasked with `key`. The
+/// payload is unmasked [`WINDOW`] bytes at a time into `scratch` (after the carry), so no
+/// unmasked copy of a whole frame is ever made; on return `carry` holds the last bytes unmasked,
+/// the token's length less one, for a token split across frames.
+fn holds_token(
+    outward: &OutwardToken,
+    carry: &mut Zeroizing<Vec<u8>>,
+    payload: &[u8],
+    key: [u8; 4],
+    scratch: &mut Zeroizing<Vec<u8>>,
+) -> bool {
+    let keep = outward.len().saturating_sub(1);
+    // `WINDOW` is a multiple of 4: each window starts at key byte 0.
+    for chunk in payload.chunks(WINDOW) {
+        scratch.clear();
+        scratch.reserve_exact(carry.len() + chunk.len());
+        scratch.extend_from_slice(carry);
+        scratch.extend(chunk.iter().zip(key.iter().cycle()).map(|(b, k)| b ^ k));
+        if outward.found_in(scratch) {
+            return true;
+        }
+        let from = scratch.len().saturating_sub(keep);
+        carry.clear();
+        carry.extend_from_slice(scratch.get(from..).unwrap_or_default());
+    }
+    false
+}
+
 /// The agent's frames, each read whole (bounded) and forwarded byte for byte, masked as the
 /// agent masked it. A frame whose payload (unmasked, with the end of the frame before it)
 /// holds the capability token the handshake presented is not forwarded: the socket closes.
@@ -695,10 +755,11 @@ async fn from_agent(
     let mut buf = BytesMut::new();
     // The size so far of the data message in progress.
     let mut message: Option<u64> = None;
-    // The last unmasked payload bytes, the token's length less one, for a token split
-    // between two frames; and the frame's payload unmasked.
+    // The last unmasked payload bytes of data frames, the token's length less one, for a
+    // token split between two frames; a control frame's own; and one window unmasked.
     let mut tail: Zeroizing<Vec<u8>> = Zeroizing::new(Vec::new());
-    let mut unmasked: Zeroizing<Vec<u8>> = Zeroizing::new(Vec::new());
+    let mut control_carry: Zeroizing<Vec<u8>> = Zeroizing::new(Vec::new());
+    let mut scratch: Zeroizing<Vec<u8>> = Zeroizing::new(Vec::new());
     loop {
         let head = match Head::read(&buf) {
             Err(_) => return Stop::Protocol,
@@ -724,21 +785,15 @@ async fn from_agent(
             // A control frame (which may sit between a message's fragments) is searched on its
             // own; the tail joins data frames only, as the upstream joins a message's fragments:
             // a ping between two halves of the token must not hide it.
-            let control = matches!(head.opcode, Opcode::Ping | Opcode::Pong | Opcode::Close);
-            unmasked.clear();
-            if !control {
-                unmasked.extend_from_slice(&tail);
-            }
+            let carry = if head.opcode.is_control() {
+                control_carry.clear();
+                &mut control_carry
+            } else {
+                &mut tail
+            };
             let key = head.mask.unwrap_or([0; 4]);
-            unmasked.extend(payload.iter().zip(key.iter().cycle()).map(|(b, k)| b ^ k));
-            if outward.found_in(&unmasked) {
+            if holds_token(outward, carry, payload, key, &mut scratch) {
                 return Stop::TokenOutward;
-            }
-            if !control {
-                let keep = outward.len().saturating_sub(1);
-                let from = unmasked.len().saturating_sub(keep);
-                tail.clear();
-                tail.extend_from_slice(unmasked.get(from..).unwrap_or_default());
             }
         }
         if head.opcode == Opcode::Close {
@@ -772,7 +827,10 @@ fn check_frame(head: &Head, message: &mut Option<u64>, max: u64) -> Option<Stop>
     None
 }
 
-/// The upstream's frames, each read whole, scrubbed and written to the agent anew.
+/// The upstream's frames, scrubbed and written to the agent anew: a data frame's payload goes
+/// through the message's scrubber as it arrives (only the scrubbed output is held until the
+/// frame ends, when its length is known for the new head); a control frame is read whole (125
+/// bytes at most).
 async fn from_upstream(
     shared: &Shared,
     mut reader: ReadHalf<TokioIo<Upgraded>>,
@@ -793,13 +851,10 @@ async fn from_upstream(
                 return Stop::Protocol;
             }
             Err(_) => return Stop::Protocol,
-            Ok(Some(head)) if head.len > max => return Stop::TooLarge,
-            Ok(Some(head)) if (buf.len() - head.size) as u64 >= head.len => head,
-            Ok(_) => {
+            Ok(Some(head)) => head,
+            Ok(None) => {
                 if !read_more(&mut reader, &mut buf).await {
-                    let mut side = shared.to_agent.lock().await;
-                    let _ = side.writer.shutdown().await;
-                    return Stop::End;
+                    return upstream_ended(shared).await;
                 }
                 shared.touch();
                 continue;
@@ -812,50 +867,84 @@ async fn from_upstream(
         if let Some(stop) = check_frame(&head, &mut size, max) {
             return stop;
         }
-        // INVARIANT: the whole frame is in `buf` (checked above), so its length fits a `usize`.
-        let whole = buf.split_to(head.size + head.len as usize).freeze();
-        let payload = whole.slice(head.size..);
-        let mut out = Vec::new();
-        match head.opcode {
-            Opcode::Text | Opcode::Binary | Opcode::Continuation => {
-                // The declarations in force now: a message still streaming when a reload brings
-                // a new secret hides that one too from its next fragment on (the new
-                // declarations keep the old secrets), as an answer's body does.
-                let latest = state.declarations();
-                let mut current = match message.take() {
-                    Some(mut current) => {
-                        if !Arc::ptr_eq(&latest, &built_from) {
-                            current.scrubber.adopt(latest.scrubber());
-                        }
-                        current
-                    }
-                    None => Message {
-                        opcode: head.opcode,
-                        scrubber: latest.scrubber(),
-                        emitted: false,
-                    },
-                };
-                built_from = latest;
-                current.reframe(head.fin, &payload, &mut out);
-                if !head.fin {
-                    message = Some(current);
+        buf.advance(head.size);
+        if head.opcode.is_control() {
+            // INVARIANT: a control frame's length is at most 125 (`Head::read` checked it).
+            let len = head.len as usize;
+            while buf.len() < len {
+                if !read_more(&mut reader, &mut buf).await {
+                    return upstream_ended(shared).await;
                 }
+                shared.touch();
             }
-            Opcode::Close | Opcode::Ping | Opcode::Pong => {
-                if head.opcode == Opcode::Close {
-                    shared.saw_close(Peer::Upstream);
-                }
-                let mut scrubber = state.declarations().scrubber();
-                let Some(control) = scrub_control(head.opcode, &payload, &mut scrubber) else {
-                    return Stop::Protocol;
-                };
-                frame::write(&mut out, true, head.opcode, &control, None);
+            let payload = buf.split_to(len);
+            if head.opcode == Opcode::Close {
+                shared.saw_close(Peer::Upstream);
             }
+            let mut scrubber = state.declarations().scrubber();
+            let Some(control) = scrub_control(head.opcode, &payload, &mut scrubber) else {
+                return Stop::Protocol;
+            };
+            let mut out = Vec::new();
+            frame::write(&mut out, true, head.opcode, &control, None);
+            if !send_frame(&shared.to_agent, &out, &[]).await {
+                return Stop::End;
+            }
+            continue;
         }
-        if !out.is_empty() && !send(&shared.to_agent, &out).await {
+        // The declarations in force now: a message still streaming when a reload brings a new
+        // secret hides that one too from its next fragment on (the new declarations keep the
+        // old secrets), as an answer's body does.
+        let latest = state.declarations();
+        let mut current = match message.take() {
+            Some(mut current) => {
+                if !Arc::ptr_eq(&latest, &built_from) {
+                    current.scrubber.adopt(latest.scrubber());
+                }
+                current
+            }
+            None => Message {
+                opcode: head.opcode,
+                scrubber: latest.scrubber(),
+                emitted: false,
+            },
+        };
+        built_from = latest;
+        // INVARIANT: `check_frame` bounded the length by `max`, which fits memory.
+        let mut scrubbed = Vec::with_capacity(usize::try_from(head.len).unwrap_or(0));
+        let mut remaining = head.len;
+        loop {
+            let take = usize::try_from(remaining).map_or(buf.len(), |left| left.min(buf.len()));
+            if take > 0 {
+                let piece = buf.split_to(take);
+                current.push(&piece, &mut scrubbed);
+                remaining -= take as u64;
+            }
+            if remaining == 0 {
+                break;
+            }
+            if !read_more(&mut reader, &mut buf).await {
+                return upstream_ended(shared).await;
+            }
+            shared.touch();
+        }
+        let frame_head = current.end_frame(head.fin, &mut scrubbed);
+        if !head.fin {
+            message = Some(current);
+        }
+        if let Some(frame_head) = frame_head
+            && !send_frame(&shared.to_agent, &frame_head, &scrubbed).await
+        {
             return Stop::End;
         }
     }
+}
+
+/// The upstream's stream ended (or broke): the agent's is ended too.
+async fn upstream_ended(shared: &Shared) -> Stop {
+    let mut side = shared.to_agent.lock().await;
+    let _ = side.writer.shutdown().await;
+    Stop::End
 }
 
 /// A control frame's payload, scrubbed on its own; one that would grow past 125 bytes carries
@@ -888,8 +977,8 @@ mod tests {
         Scrubber::from_secrets([SECRET.as_bytes()]).unwrap()
     }
 
-    /// Relays one message given as fragments; returns each frame Mint writes: (first byte,
-    /// payload).
+    /// Relays one message given as fragments, each arriving in pieces of 7 bytes as the relay
+    /// reads them; returns each frame Mint writes: (first byte, payload).
     fn relay(fragments: &[&[u8]]) -> Vec<(u8, Vec<u8>)> {
         let mut message = Message {
             opcode: Opcode::Text,
@@ -898,7 +987,14 @@ mod tests {
         };
         let mut out = Vec::new();
         for (i, fragment) in fragments.iter().enumerate() {
-            message.reframe(i + 1 == fragments.len(), fragment, &mut out);
+            let mut scrubbed = Vec::new();
+            for piece in fragment.chunks(7) {
+                message.push(piece, &mut scrubbed);
+            }
+            if let Some(head) = message.end_frame(i + 1 == fragments.len(), &mut scrubbed) {
+                out.extend_from_slice(&head);
+                out.extend_from_slice(&scrubbed);
+            }
         }
         let mut frames = Vec::new();
         let mut rest = out.as_slice();
@@ -952,6 +1048,67 @@ mod tests {
                 assert_eq!(shape(&held), shape(&other), "prefix {prefix} cut {cut}");
             }
         }
+    }
+
+    /// The token is found wherever it sits in a masked frame, across the search's windows
+    /// and split between two frames, and the carry never grows past the token's length less
+    /// one.
+    #[test]
+    fn the_token_is_found_across_windows_and_frames_without_unmasking_a_whole_frame() {
+        let token = "mint_cap_0123456789ab_canaryWindowTokenQx7Lm2Vt9Hd4";
+        let outward = OutwardToken::new(token);
+        let key = [0x5a, 0x13, 0xc4, 0x7e];
+        let mask = |plain: &[u8]| -> Vec<u8> {
+            plain
+                .iter()
+                .zip(key.iter().cycle())
+                .map(|(b, k)| b ^ k)
+                .collect()
+        };
+        let mut scratch = Zeroizing::new(Vec::new());
+        for at in [
+            0,
+            1,
+            WINDOW - 10,
+            WINDOW - 1,
+            WINDOW,
+            2 * WINDOW - 3,
+            40_000,
+        ] {
+            let mut plain = vec![b'.'; 50_000];
+            plain[at..at + token.len()].copy_from_slice(token.as_bytes());
+            let mut carry = Zeroizing::new(Vec::new());
+            assert!(
+                holds_token(&outward, &mut carry, &mask(&plain), key, &mut scratch),
+                "at {at}"
+            );
+            // Cut in two frames anywhere around it: found at the second.
+            for cut in [at + 1, at + token.len() / 2, at + token.len() - 1] {
+                let mut carry = Zeroizing::new(Vec::new());
+                let (first, second) = plain.split_at(cut);
+                assert!(!holds_token(
+                    &outward,
+                    &mut carry,
+                    &mask(first),
+                    key,
+                    &mut scratch
+                ));
+                assert!(carry.len() < token.len());
+                assert!(
+                    holds_token(&outward, &mut carry, &mask(second), key, &mut scratch),
+                    "at {at} cut {cut}"
+                );
+            }
+        }
+        let mut carry = Zeroizing::new(Vec::new());
+        assert!(!holds_token(
+            &outward,
+            &mut carry,
+            &mask(&vec![b'.'; 50_000]),
+            key,
+            &mut scratch
+        ));
+        assert!(scratch.capacity() < WINDOW + 2 * token.len() + 64);
     }
 
     #[test]
