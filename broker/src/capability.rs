@@ -446,6 +446,13 @@ impl CapabilityIndex {
         self.by_id.is_empty()
     }
 
+    /// Where the capability `id` stands at `now`; `None` when no capability has that id (it was
+    /// removed from the file). For a WebSocket opened with a token this index verified: its
+    /// standing is checked again while it stays open.
+    pub fn status(&self, id: &str, now: SystemTime) -> Option<CapabilityStatus> {
+        self.by_id.get(id).map(|c| c.status(now))
+    }
+
     /// Checks `token` at `now`. Every failure is the same [`CapabilityRejected`], reached by the
     /// same steps: hash the token, find its id (or a dummy), compare digests in constant time,
     /// and fold in expiry and revocation.
@@ -559,6 +566,14 @@ impl CapabilityStore {
     ) -> Result<CapabilityGrant, CapabilityRejected> {
         self.refresh_if_due();
         self.index().verify(token, now)
+    }
+
+    /// Where the capability `id` stands at `now` ([`CapabilityIndex::status`]), first reloading
+    /// the file if it changed and the check interval has passed: an open WebSocket asks this
+    /// periodically, so a revocation ends it without another request coming in.
+    pub fn status(&self, id: &str, now: SystemTime) -> Option<CapabilityStatus> {
+        self.refresh_if_due();
+        self.index().status(id, now)
     }
 
     /// The capabilities in force.

@@ -62,7 +62,7 @@ use crate::approval::webhook::Webhook;
 use crate::approval::{ApprovalBook, ApprovalBounds};
 use crate::audit::facts::{DecisionFacts, RequestFacts, decision_record};
 use crate::audit::{AuditError, AuditLog, now};
-use crate::capability::{CapabilityGrant, CapabilityStore};
+use crate::capability::{CapabilityGrant, CapabilityStatus, CapabilityStore};
 use crate::config::declarations::{Declarations, DeclarationsError, SecretsError};
 use crate::limits::{CallLimits, Receipt, Refusal};
 use crate::net::ca::LeafCache;
@@ -113,6 +113,8 @@ pub struct ProxyLimits {
     pub max_connections: usize,
     /// The largest WebSocket message (and so frame), either way, before any decoding.
     pub max_websocket_message: u64,
+    /// The longest a WebSocket stays open, whatever goes through it.
+    pub max_websocket_lifetime: Duration,
 }
 
 /// A combination of limits that cannot work; both values are shown.
@@ -157,6 +159,7 @@ impl Default for ProxyLimits {
             shutdown_grace: Duration::from_secs(10),
             max_connections: 1024,
             max_websocket_message: 16 << 20,
+            max_websocket_lifetime: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -414,6 +417,12 @@ impl AppState {
         let _ = write!(text, "{n}");
         // INVARIANT: 12 hex digits, `-` and a decimal number match `[A-Za-z0-9_-]{1,64}`.
         RequestId::new(text).unwrap_or_else(|_| fallback_request_id())
+    }
+
+    /// Where the capability `id` stands now (`None`: no longer in the file), for an open
+    /// WebSocket.
+    pub(crate) fn capability_status(&self, id: &str) -> Option<CapabilityStatus> {
+        self.inner.capabilities.status(id, SystemTime::now())
     }
 
     fn authenticate(&self, token: Option<&str>, mode: Mode) -> Result<CapabilityGrant, ProxyError> {
@@ -1013,6 +1022,8 @@ async fn forward(
                 .cloned(),
             hold: parts.extensions.get::<websocket::RelayHold>().cloned(),
             outward: token.as_deref().map(|token| OutwardToken::new(token)),
+            grant: grant.clone(),
+            decided: None,
         })
     } else {
         None
@@ -1265,6 +1276,38 @@ fn check_alias_uses(
     Ok(())
 }
 
+/// Whether the declarations in force still allow a WebSocket's opening handshake `decided`
+/// (the capability `grant` presented): every alias still bound to the target and within the
+/// capability's narrowing, and no call denied by the policy. A call an approve rule now holds is
+/// not denied: the socket was admitted, by a rule or an operator, when it opened.
+pub(crate) fn handshake_still_allowed(
+    declarations: &Declarations,
+    grant: &CapabilityGrant,
+    decided: &websocket::Decided,
+) -> bool {
+    let websocket::Decided {
+        method,
+        target,
+        uses,
+    } = decided;
+    // Each alias still declared, bound to the target, in the sites it allows, and within the
+    // capability's narrowing.
+    if check_alias_uses(declarations, target, grant, uses).is_err() {
+        return false;
+    }
+    pipeline::evaluate_calls(
+        declarations.policy(),
+        grant.agent.as_str(),
+        method,
+        target,
+        uses,
+        &[],
+        true,
+    )
+    .allowed()
+    .is_ok()
+}
+
 /// What is about to be sent, before substitution.
 struct Outgoing {
     method: Method,
@@ -1324,7 +1367,13 @@ async fn send(
     *upstream_request.headers_mut() = request_headers;
 
     let limits = *state.limits();
-    if let Some(agent) = websocket {
+    if let Some(mut agent) = websocket {
+        // What the socket's standing is checked against while it stays open.
+        agent.decided = Some(websocket::Decided {
+            method: upstream_request.method().clone(),
+            target,
+            uses,
+        });
         return open_websocket(
             state,
             exchange,

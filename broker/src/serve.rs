@@ -47,6 +47,7 @@ use crate::secrets::credential_store::{
 };
 
 mod connection;
+mod fd_limit;
 mod framing;
 mod h2_watch;
 pub(crate) mod tunnel;
@@ -349,6 +350,9 @@ pub async fn run(
     }
     let notifier = state.spawn_approval_webhook();
     tokio::pin!(shutdown);
+    // Whether the last accept failed for want of file descriptors: logged once as it starts and
+    // once as it ends, not at every retry.
+    let mut out_of_fds = false;
     loop {
         // At most `max_connections` at once: past it, new connections wait in the listen
         // backlog instead of exhausting file descriptors.
@@ -365,12 +369,26 @@ pub async fn run(
                 let (stream, peer) = match accepted {
                     Ok(accepted) => accepted,
                     Err(error) => {
-                        // Out of file descriptors and the like: wait a little, keep serving.
-                        tracing::warn!(error = %error, "Accept failed");
+                        // Out of file descriptors and the like: wait a little, keep serving;
+                        // connections wait in the listen backlog meanwhile.
+                        let fds = matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
+                        if fds && !out_of_fds {
+                            tracing::error!(
+                                error = %error,
+                                fd.soft = fd_limit::current(),
+                                "Out of file descriptors: new connections wait until others close; raise the open-file limit (LimitNOFILE=) or lower --max-connections"
+                            );
+                        } else if !fds {
+                            tracing::warn!(error = %error, "Accept failed");
+                        }
+                        out_of_fds |= fds;
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     }
                 };
+                if std::mem::take(&mut out_of_fds) {
+                    tracing::info!("Accepting connections again: file descriptors were freed");
+                }
                 // The agent gave up while the connection waited to be accepted: its request
                 // (if it sent one) is not served, so it is never sent upstream after the agent
                 // took it for failed. The permit goes back with this iteration.
@@ -617,6 +635,7 @@ pub fn serve_blocking(
     // Loaded before the runtime starts: the keyring's Secret Service client runs a runtime of
     // its own, which cannot start inside another.
     let (state, reloader) = state_loader()?;
+    fd_limit::raise_and_check(state.limits().max_connections);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

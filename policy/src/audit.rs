@@ -22,7 +22,8 @@
 //! - `outcome`: requires `outcome`, `status` when the outcome is `completed`, and `reason`
 //!   otherwise. May carry `status`, `bytes_up`, `bytes_down`, `duration_ms`, `requests`, `ended`,
 //!   `reason`; `requests` and `ended` (a closed intercepted tunnel, reason `tunnel_closed`) come
-//!   together. Refuses `decision` and `rule`.
+//!   together, except that a WebSocket's outcome (status 101) carries `ended` alone. Refuses
+//!   `decision` and `rule`.
 //! - `event`: requires `reason`. May carry `dropped` (how many records the broker could not copy
 //!   to its stdout, reason `audit_stdout_dropped`; no other phase carries it). Refuses
 //!   `decision`, `rule`, `outcome`, `status`, `bytes_up`, `bytes_down`, `duration_ms`,
@@ -126,7 +127,7 @@ pub enum Field {
     DurationMs,
     /// `requests`: how many requests an intercepted tunnel carried.
     Requests,
-    /// `ended`: how an intercepted tunnel ended.
+    /// `ended`: how an intercepted tunnel or a WebSocket ended.
     Ended,
     /// `dropped`: how many records could not be copied to the broker's stdout.
     Dropped,
@@ -627,42 +628,67 @@ impl fmt::Display for Outcome {
     }
 }
 
-/// `ended`: how an intercepted `CONNECT` tunnel ended (its `tunnel_closed` outcome record).
+/// `ended`: how an intercepted `CONNECT` tunnel (its `tunnel_closed` outcome record) or a
+/// WebSocket (its outcome record, status 101) ended. A tunnel that carried a WebSocket ends as
+/// the socket did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TunnelEnd {
     /// The agent closed it (or it was never taken over).
     ClientClosed,
+    /// The upstream closed it, with a close frame or without (a WebSocket).
+    UpstreamClosed,
     /// Mint's shutdown closed it.
     Shutdown,
-    /// A deadline closed it: the TLS handshake, a request head, or an idle keep-alive.
+    /// A deadline closed it: the TLS handshake, a request head, an idle keep-alive, or a
+    /// WebSocket's idle timeout.
     Timeout,
-    /// A TLS or protocol error closed it, or Mint refused its handshake.
+    /// A WebSocket reached `--max-websocket-lifetime`.
+    Lifetime,
+    /// The capability it was opened with was revoked (or removed from the capabilities file).
+    CapabilityRevoked,
+    /// The capability it was opened with expired.
+    CapabilityExpired,
+    /// A reload of the policy or the aliases no longer allows a WebSocket's opening handshake.
+    PolicyDenied,
+    /// A TLS or protocol error closed it, or Mint refused its handshake; for a WebSocket, a
+    /// frame over the bound, a broken frame, or the capability token in a frame.
     Error,
 }
 
 // === impl TunnelEnd ===
 
 impl TunnelEnd {
+    /// Every ending, in documentation order.
+    pub const ALL: [TunnelEnd; 9] = [
+        TunnelEnd::ClientClosed,
+        TunnelEnd::UpstreamClosed,
+        TunnelEnd::Shutdown,
+        TunnelEnd::Timeout,
+        TunnelEnd::Lifetime,
+        TunnelEnd::CapabilityRevoked,
+        TunnelEnd::CapabilityExpired,
+        TunnelEnd::PolicyDenied,
+        TunnelEnd::Error,
+    ];
+
     /// The JSON spelling.
     pub fn as_str(self) -> &'static str {
         match self {
             TunnelEnd::ClientClosed => "client_closed",
+            TunnelEnd::UpstreamClosed => "upstream_closed",
             TunnelEnd::Shutdown => "shutdown",
             TunnelEnd::Timeout => "timeout",
+            TunnelEnd::Lifetime => "lifetime",
+            TunnelEnd::CapabilityRevoked => "capability_revoked",
+            TunnelEnd::CapabilityExpired => "capability_expired",
+            TunnelEnd::PolicyDenied => "policy_denied",
             TunnelEnd::Error => "error",
         }
     }
 
     fn from_name(name: &str) -> Option<TunnelEnd> {
-        [
-            TunnelEnd::ClientClosed,
-            TunnelEnd::Shutdown,
-            TunnelEnd::Timeout,
-            TunnelEnd::Error,
-        ]
-        .into_iter()
-        .find(|end| end.as_str() == name)
+        TunnelEnd::ALL.into_iter().find(|end| end.as_str() == name)
     }
 }
 
@@ -759,7 +785,8 @@ pub struct AuditRecord {
     /// How many requests an intercepted tunnel carried (its `tunnel_closed` outcome only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub requests: Option<u64>,
-    /// How an intercepted tunnel ended (its `tunnel_closed` outcome only).
+    /// How an intercepted tunnel (its `tunnel_closed` outcome) or a WebSocket (its outcome,
+    /// status 101) ended.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ended: Option<TunnelEnd>,
     /// How many records, since the last such event, the broker wrote to this log but could not
@@ -920,10 +947,12 @@ impl AuditRecord {
                 if outcome != Outcome::Completed && self.reason.is_none() {
                     return missing(Field::Reason);
                 }
-                // A closed tunnel's summary is whole or absent.
+                // A closed tunnel's summary is whole or absent; a WebSocket's outcome (status
+                // 101) says how it ended without counting requests.
+                let websocket = self.status.is_some_and(|status| status.get() == 101);
                 match (self.requests.is_some(), self.ended.is_some()) {
                     (true, false) => return missing(Field::Ended),
-                    (false, true) => return missing(Field::Requests),
+                    (false, true) if !websocket => return missing(Field::Requests),
                     _ => {}
                 }
             }

@@ -1249,13 +1249,54 @@ fn a_closed_tunnel_round_trips_with_requests_and_ended_in_order() {
         "{line}"
     );
     assert_eq!(parse_record(&line).unwrap(), record);
-    for ended in [TunnelEnd::Shutdown, TunnelEnd::Timeout, TunnelEnd::Error] {
+    for ended in TunnelEnd::ALL {
         let record = AuditRecord {
             ended: Some(ended),
             ..tunnel_closed()
         };
+        assert!(
+            record
+                .to_line()
+                .contains(&format!(r#""ended":"{}""#, ended.as_str()))
+        );
         assert_eq!(parse_record(&record.to_line()).unwrap(), record);
     }
+}
+
+/// Issue 21 review: a WebSocket's outcome (status 101) says how the socket ended, without a
+/// request count; any other outcome with `ended` alone is refused.
+#[test]
+fn a_websocket_outcome_carries_ended_alone() {
+    let mut record = AuditRecord::outcome(
+        ts("2026-11-30T05:39:21.000Z"),
+        rid("req-7"),
+        Outcome::Unknown,
+        ChainHash::genesis(),
+    );
+    record.method = Some(Method::new("GET").unwrap());
+    record.status = status(101);
+    record.bytes_up = Some(10);
+    record.bytes_down = Some(20);
+    record.ended = Some(TunnelEnd::CapabilityRevoked);
+    record.reason = Some(reason("websocket_capability_revoked"));
+    record.check().unwrap();
+    let line = record.to_line();
+    assert!(line.contains(r#""ended":"capability_revoked""#), "{line}");
+    assert_eq!(parse_record(&line).unwrap(), record);
+    record.status = status(200);
+    assert_eq!(
+        record.check(),
+        Err(ShapeError::MissingField {
+            field: Field::Requests,
+            phase: Phase::Outcome
+        })
+    );
+    assert_eq!(
+        refused(&record.to_line()).kind(),
+        RecordErrorKind::MissingField {
+            field: Field::Requests
+        }
+    );
 }
 
 #[test]

@@ -605,3 +605,84 @@ fn the_keyring_backend_is_probed() {
     report.assert_code(1);
     report.assert("keyring", None, "fail");
 }
+
+/// An outside review: `mint doctor` did not look at `$MINT_HOME/placeholder.key`, the key the
+/// value-shaped placeholders are derived from. Now: no check while no alias declares a shape;
+/// once one does, a missing key warns, a key `mint alias list` made is ok, one readable by the
+/// group warns, one writable by the group or not holding a key fails (the broker would refuse
+/// it), each with its fix.
+#[test]
+fn issue_21_the_placeholder_key_is_checked() {
+    let healthy = Healthy::new();
+    let report = healthy.doctor(&[]);
+    assert!(
+        report.all("placeholder.key", None).is_empty(),
+        "{}",
+        report.text
+    );
+
+    let shaped = ALIASES.replace(
+        "    source:",
+        "    placeholder: {prefix: ghp_, length: 40}\n    source:",
+    );
+    healthy
+        .home
+        .write_private("aliases.yaml", &aliases(&healthy.home, &shaped));
+    let key = healthy.path("placeholder.key");
+    let report = healthy.doctor(&[]);
+    report.assert_code(0);
+    assert!(
+        report
+            .assert("placeholder.key", None, "warn")
+            .contains("no key yet, and 1 alias declares")
+    );
+    assert!(!key.exists(), "the doctor wrote the key");
+
+    let listed = healthy
+        .home
+        .mint()
+        .args(["alias", "list"])
+        .output()
+        .unwrap();
+    assert!(
+        listed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    assert!(key.exists());
+    let report = healthy.doctor(&[]);
+    report.assert_code(0);
+    assert!(
+        report
+            .assert("placeholder.key", None, "ok")
+            .contains("mode 0600")
+    );
+
+    chmod(&key, 0o640);
+    let report = healthy.doctor(&[]);
+    report.assert_code(0);
+    report.assert("placeholder.key", None, "warn");
+    assert!(
+        report
+            .text
+            .contains(&format!("chmod 600 {}", key.display())),
+        "{}",
+        report.text
+    );
+
+    chmod(&key, 0o660);
+    let report = healthy.doctor(&[]);
+    report.assert_code(1);
+    report.assert("placeholder.key", None, "fail");
+
+    chmod(&key, 0o600);
+    std::fs::write(&key, "0123abcd\n").unwrap();
+    let report = healthy.doctor(&[]);
+    report.assert_code(1);
+    assert!(
+        report
+            .assert("placeholder.key", None, "fail")
+            .contains("does not hold a placeholder key")
+    );
+    assert!(report.text.contains("every value-shaped placeholder"));
+}

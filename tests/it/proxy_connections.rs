@@ -125,3 +125,100 @@ fn an_answer_that_streams_longer_than_the_head_deadline_arrives_whole() {
     assert_eq!(outcome["outcome"], "completed");
     assert!(outcome.get("reason").is_none(), "{outcome}");
 }
+
+/// An outside review: each WebSocket holds two file descriptors, so under the common soft limit
+/// of 1024 Mint ran out near 510 sockets. `mint serve` now raises its soft `RLIMIT_NOFILE` to the
+/// hard limit (seen in /proc/PID/limits), warns when `--max-connections` needs more than the
+/// limit allows, and when accepts do fail with `EMFILE` it says so once, keeps running, and
+/// serves again once descriptors are freed.
+#[test]
+fn issue_21_the_open_file_limit_is_raised_and_running_out_is_survived() {
+    use mint_tests::broker::MintHome;
+    let prlimit = std::process::Command::new("prlimit")
+        .arg("--version")
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if !prlimit {
+        assert!(
+            !std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false" && v != "0"),
+            "`prlimit` is not installed, and CI must run this test"
+        );
+        let _ = writeln!(std::io::stderr(), "skipped: `prlimit` is not installed");
+        return;
+    }
+    let home = MintHome::new(
+        "version: 1\ndefault: deny\nrules: []\n",
+        "aliases:\n  - name: conn\n    hosts: [\"127.0.0.1\"]\n    source: file:$SECRETS/conn\n",
+        &[("conn", CANARY)],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    mint_broker::demo::echo_upstream::TestCa::generate()
+        .unwrap()
+        .write_pem(&ca)
+        .unwrap();
+    let mut broker = home.serve_wrapped(
+        &["prlimit", "--nofile=40:160", "--"],
+        &ca,
+        &["--header-read-timeout", "60s"],
+    );
+    let pid = broker.pid().unwrap();
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let open_files = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))
+        .unwrap();
+    let figures: Vec<&str> = open_files.split_whitespace().collect();
+    assert_eq!(&figures[3..5], &["160", "160"], "{open_files}");
+    let stderr = broker.stderr();
+    assert!(stderr.contains("Raised the open-file limit"), "{stderr}");
+    // 1024 connections (the default) need 2 * 1024 + 64 descriptors.
+    assert!(
+        stderr.contains("The open-file limit cannot serve --max-connections"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("fd.needed=2112"), "{stderr}");
+
+    // More idle connections than the limit allows: accepts fail with EMFILE, said once.
+    let mut held: Vec<TcpStream> = (0..220)
+        .map(|_| TcpStream::connect(broker.addr()).unwrap())
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !broker.stderr().contains("Out of file descriptors") {
+        assert!(std::time::Instant::now() < deadline, "{}", broker.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let stderr = broker.stderr();
+    assert_eq!(
+        stderr.matches("Out of file descriptors").count(),
+        1,
+        "{stderr}"
+    );
+    // Free them: Mint serves again.
+    held.clear();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let answer = loop {
+        let mut stream = TcpStream::connect(broker.addr()).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: mint\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let answer = String::from_utf8_lossy(&read_until_closed(&mut stream)).into_owned();
+        if answer.starts_with("HTTP/1.1 200") {
+            break answer;
+        }
+        assert!(std::time::Instant::now() < deadline, "{answer}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        broker.stderr().contains("Accepting connections again"),
+        "{}",
+        broker.stderr()
+    );
+    assert!(broker.stop().success());
+    broker.assert_clean(&answer, &[CANARY]);
+}

@@ -115,6 +115,13 @@ impl Drop for WsUpstream {
     }
 }
 
+/// The policy of [`Lab`]: the rule `ws` allows `GET path` with the alias `wsapi`.
+fn ws_policy(scheme: &str, host: &str, port: u16, path: &str) -> String {
+    format!(
+        "version: 1\ndefault: deny\nrules:\n  - id: ws\n    effect: allow\n    match:\n      alias: [wsapi]\n      scheme: [{scheme}]\n      host: [\"{host}\"]\n      port: [{port}]\n      method: [GET]\n      path: [{path}]\n"
+    )
+}
+
 /// A broker in front of one upstream, with a capability of agent `mino`. The rule `ws` allows
 /// `GET /socket` with the alias `wsapi` (bound to the upstream's host).
 struct Lab {
@@ -134,9 +141,7 @@ impl Lab {
         } else {
             ("127.0.0.1", "http")
         };
-        let policy = format!(
-            "version: 1\ndefault: deny\nrules:\n  - id: ws\n    effect: allow\n    match:\n      alias: [wsapi]\n      scheme: [{scheme}]\n      host: [\"{host}\"]\n      port: [{port}]\n      method: [GET]\n      path: [/socket]\n"
-        );
+        let policy = ws_policy(scheme, host, port, "/socket");
         let aliases = format!(
             "aliases:\n  - name: wsapi\n    hosts: [\"{host}\"]\n    source: file:$SECRETS/wsapi\n"
         );
@@ -206,6 +211,22 @@ fn python_client(args: &[&str], vars: &[(&str, &str)]) -> (Value, String) {
         .output()
         .unwrap();
     parse_client(&output)
+}
+
+/// Starts tests/python/websocket_client.py with `args` and only `vars` in its environment;
+/// [`finish_client`] collects what it printed.
+fn spawn_python_client(args: &[&str], vars: &[(&str, &str)]) -> Child {
+    client_command(repo_root().join(".venv/bin/python"), vars)
+        .arg(repo_root().join("tests/python/websocket_client.py"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn finish_client(child: Child) -> (Value, String) {
+    parse_client(&child.wait_with_output().unwrap())
 }
 
 /// Runs tests/node/websocket_client.mjs with `args` and only `vars` in its environment.
@@ -280,6 +301,11 @@ fn assert_upstream_saw(handshake: &Value, messages: &[&str]) {
 fn assert_socket_records(lab: &Lab, outcome: &Value, reason: &str) {
     assert_eq!(outcome["outcome"], "completed", "{outcome}");
     assert_eq!(outcome["reason"], reason, "{outcome}");
+    let ended = match reason {
+        "websocket_closed_by_upstream" => "upstream_closed",
+        _ => "client_closed",
+    };
+    assert_eq!(outcome["ended"], ended, "{outcome}");
     assert!(outcome["bytes_up"].as_u64().unwrap() > 0, "{outcome}");
     assert!(outcome["bytes_down"].as_u64().unwrap() > 0, "{outcome}");
     let decision = lab
@@ -467,6 +493,7 @@ fn issue_21_refusals_come_before_anything_is_sent() {
     let outcome = &lab.socket_outcomes(1)[0];
     assert_eq!(outcome["outcome"], "unknown", "{outcome}");
     assert_eq!(outcome["reason"], "websocket_upstream_message_too_large");
+    assert_eq!(outcome["ended"], "error", "{outcome}");
     lab.assert_clean(&printed);
 
     // The agent's capability token in a frame: that frame is not forwarded, the socket closes
@@ -489,6 +516,7 @@ fn issue_21_refusals_come_before_anything_is_sent() {
     assert_eq!(handshakes[1]["received"], json!(["echo:hi"]));
     let outcome = &lab.socket_outcomes(2)[1];
     assert_eq!(outcome["reason"], "capability_token_outward", "{outcome}");
+    assert_eq!(outcome["ended"], "error", "{outcome}");
     assert!(!lab.broker.audit_text().contains(&lab.cap));
 }
 
@@ -661,6 +689,7 @@ fn issue_21_extensions_compressed_frames_and_control_frames_from_the_upstream() 
     let outcome = &lab.socket_outcomes(1)[0];
     assert_eq!(outcome["reason"], "websocket_upstream_protocol_error");
     assert_eq!(outcome["outcome"], "unknown");
+    assert_eq!(outcome["ended"], "error", "{outcome}");
     lab.assert_clean(&format!("{answer}{}", String::from_utf8_lossy(&payload)));
 }
 
@@ -699,6 +728,7 @@ fn issue_21_a_client_that_never_completes_the_handshake_or_goes_silent() {
     assert_eq!(&payload[..2], &1001u16.to_be_bytes());
     let outcome = &lab.socket_outcomes(1)[0];
     assert_eq!(outcome["reason"], "websocket_idle_timeout");
+    assert_eq!(outcome["ended"], "timeout", "{outcome}");
     let handshake = &upstream.wait_for_handshakes(1)[0];
     assert_eq!(handshake["received"], json!([]));
     assert_eq!(handshake["authorization_ok"], true);
@@ -738,6 +768,7 @@ fn issue_21_an_open_socket_holds_its_connection_slot_and_closes_at_shutdown() {
     assert_eq!(&payload[..2], &1001u16.to_be_bytes());
     let outcome = &lab.socket_outcomes(1)[0];
     assert_eq!(outcome["reason"], "websocket_shutdown", "{outcome}");
+    assert_eq!(outcome["ended"], "shutdown", "{outcome}");
     lab.assert_clean(&answer);
 }
 
@@ -842,4 +873,382 @@ fn issue_21_review_no_placeholder_in_the_key_and_no_token_around_a_ping() {
         "the upstream received the whole token"
     );
     assert!(!lab.broker.audit_text().contains(&lab.cap));
+}
+
+/// Waits (bounded) for the `n`th `tunnel_closed` record.
+fn tunnel_records(lab: &Lab, n: usize) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let closed: Vec<Value> = lab
+            .broker
+            .audit_records()
+            .into_iter()
+            .filter(|r| r["reason"] == "tunnel_closed")
+            .collect();
+        if closed.len() >= n {
+            return closed;
+        }
+        assert!(Instant::now() < deadline, "{}", lab.broker.audit_text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits (bounded) until `n` WebSocket handshakes have their `allow` decision: the socket is
+/// being opened (or is open).
+fn wait_for_socket_decisions(lab: &Lab, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while lab
+        .broker
+        .audit_records()
+        .iter()
+        .filter(|r| r["phase"] == "decision" && r["method"] == "GET" && r["decision"] == "allow")
+        .count()
+        < n
+    {
+        assert!(Instant::now() < deadline, "{}", lab.broker.audit_text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// An outside review: a tunnel that carried a WebSocket recorded `ended: client_closed`
+/// whatever ended the socket (hyper's connection ends cleanly at the upgrade). Now the socket's
+/// outcome and the tunnel's `tunnel_closed` record say what did: the upstream, the idle
+/// timeout, the agent, Mint's shutdown.
+#[test]
+fn issue_21_review_a_tunnel_ends_as_its_socket_did() {
+    let upstream = WsUpstream::start(true);
+    let mut lab = Lab::start(upstream.port, &upstream.ca, true, &["--idle-timeout", "2s"]);
+    let url = format!("wss://{HOST}:{}/socket", upstream.port);
+    let proxy = lab.proxy();
+    let ca = lab.home.path().join("ca.pem");
+    let ca = ca.to_str().unwrap().to_owned();
+    let vars = [
+        ("HTTPS_PROXY", proxy.as_str()),
+        ("SSL_CERT_FILE", ca.as_str()),
+    ];
+    let auth = "Authorization:Bearer {{mint:wsapi}}";
+    let cases: [(&str, &str, &str); 3] = [
+        // The upstream closes (with the secret in its reason).
+        (
+            r#"["echo:hi","close-leak"]"#,
+            "websocket_closed_by_upstream",
+            "upstream_closed",
+        ),
+        // Silence: the idle timeout closes it (1001).
+        (
+            r#"["echo:hi","hold:30"]"#,
+            "websocket_idle_timeout",
+            "timeout",
+        ),
+        // The agent closes.
+        (
+            r#"["echo:hi","close"]"#,
+            "websocket_closed_by_agent",
+            "client_closed",
+        ),
+    ];
+    for (i, (steps, reason, ended)) in cases.into_iter().enumerate() {
+        let (result, printed) = python_client(&[&url, steps, "--header", auth], &vars);
+        assert_eq!(result["answers"], json!(["hi"]), "{printed}");
+        assert_eq!(result.get("held"), None, "{printed}");
+        if ended == "timeout" {
+            assert_eq!(result["close"]["code"], 1001, "{printed}");
+        }
+        let outcome = &lab.socket_outcomes(i + 1)[i];
+        assert_eq!(outcome["reason"], reason, "{outcome}");
+        assert_eq!(outcome["ended"], ended, "{outcome}");
+        let tunnel = &tunnel_records(&lab, i + 1)[i];
+        assert_eq!(tunnel["ended"], ended, "{tunnel}");
+        assert_eq!(tunnel["requests"], 1, "{tunnel}");
+        lab.assert_clean(&printed);
+    }
+
+    // Mint's shutdown while the socket is open: `shutdown` both.
+    let client = spawn_python_client(&[&url, r#"["echo:hi","hold:30"]"#, "--header", auth], &vars);
+    wait_for_socket_decisions(&lab, 4);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(lab.broker.stop().success());
+    let (result, printed) = finish_client(client);
+    assert_eq!(result["close"]["code"], 1001, "{printed}");
+    let outcome = &lab.socket_outcomes(4)[3];
+    assert_eq!(outcome["reason"], "websocket_shutdown", "{outcome}");
+    assert_eq!(outcome["ended"], "shutdown", "{outcome}");
+    let tunnel = &tunnel_records(&lab, 4)[3];
+    assert_eq!(tunnel["ended"], "shutdown", "{tunnel}");
+    lab.assert_clean(&printed);
+}
+
+/// Holds a socket open through the route with the python client (`hold:30`) and the capability
+/// `cap`, runs `act` once the handshake is decided, and returns what the client printed (the
+/// socket must have been closed by Mint's side, not held for the 30 seconds).
+fn hold_and(lab: &Lab, cap: &str, sockets_before: usize, act: impl FnOnce()) -> (Value, String) {
+    let header = format!("Mint-Capability:{cap}");
+    let client = spawn_python_client(
+        &[
+            &lab.route("/socket"),
+            r#"["echo:hi","hold:30"]"#,
+            "--header",
+            &header,
+            "--header",
+            "Authorization:Bearer {{mint:wsapi}}",
+        ],
+        &[],
+    );
+    wait_for_socket_decisions(lab, sockets_before + 1);
+    act();
+    let (result, printed) = finish_client(client);
+    assert_eq!(result["answers"], json!(["hi"]), "{printed}");
+    assert_eq!(
+        result.get("held"),
+        None,
+        "the socket stayed open: {printed}"
+    );
+    (result, printed)
+}
+
+/// An outside review: an open WebSocket outlived `mint cap revoke`. Now an open socket's
+/// capability is checked every second: revoked, it ends (1008 to the agent, a close to the
+/// upstream, `ended: capability_revoked`); expired, the same with `capability_expired`. On the
+/// route with Python's `websockets`, and through an intercepted tunnel, whose record says so too.
+#[test]
+fn issue_21_review_revoking_a_capability_ends_its_open_sockets() {
+    let upstream = WsUpstream::start(false);
+    let lab = Lab::start(upstream.port, &upstream.ca, false, &[]);
+    let (result, printed) = hold_and(&lab, &lab.cap, 0, || {
+        lab.home.revoke_capability(&lab.cap);
+    });
+    assert_eq!(result["close"]["code"], 1008, "{printed}");
+    assert_eq!(result["close"]["reason"], "capability revoked", "{printed}");
+    let outcome = &lab.socket_outcomes(1)[0];
+    assert_eq!(
+        outcome["reason"], "websocket_capability_revoked",
+        "{outcome}"
+    );
+    assert_eq!(outcome["ended"], "capability_revoked", "{outcome}");
+    assert_eq!(outcome["outcome"], "unknown", "{outcome}");
+    // The upstream's side was closed too (it logs a socket when it ends).
+    let handshake = &upstream.wait_for_handshakes(1)[0];
+    assert_eq!(handshake["received"], json!(["echo:hi"]), "{handshake}");
+    lab.assert_clean(&printed);
+
+    // A capability that expires while its socket is open.
+    let short = lab.home.issue_capability("mino", &["--ttl", "4s"]);
+    let (result, printed) = hold_and(&lab, &short, 1, || {});
+    assert_eq!(result["close"]["code"], 1008, "{printed}");
+    let outcome = &lab.socket_outcomes(2)[1];
+    assert_eq!(
+        outcome["reason"], "websocket_capability_expired",
+        "{outcome}"
+    );
+    assert_eq!(outcome["ended"], "capability_expired", "{outcome}");
+    lab.assert_clean(&printed);
+
+    // Through an intercepted tunnel: the tunnel's record ends as its socket did.
+    let upstream = WsUpstream::start(true);
+    let lab = Lab::start(upstream.port, &upstream.ca, true, &[]);
+    let ca = lab.home.path().join("ca.pem");
+    let ca = ca.to_str().unwrap().to_owned();
+    let proxy = lab.proxy();
+    let client = spawn_python_client(
+        &[
+            &format!("wss://{HOST}:{}/socket", upstream.port),
+            r#"["echo:hi","hold:30"]"#,
+            "--header",
+            "Authorization:Bearer {{mint:wsapi}}",
+        ],
+        &[("HTTPS_PROXY", &proxy), ("SSL_CERT_FILE", &ca)],
+    );
+    wait_for_socket_decisions(&lab, 1);
+    lab.home.revoke_capability(&lab.cap);
+    let (result, printed) = finish_client(client);
+    assert_eq!(result.get("held"), None, "{printed}");
+    assert_eq!(result["close"]["code"], 1008, "{printed}");
+    let outcome = &lab.socket_outcomes(1)[0];
+    assert_eq!(outcome["ended"], "capability_revoked", "{outcome}");
+    let tunnel = &tunnel_records(&lab, 1)[0];
+    assert_eq!(tunnel["ended"], "capability_revoked", "{tunnel}");
+    lab.assert_clean(&printed);
+    assert!(!lab.broker.audit_text().contains(&lab.cap));
+}
+
+/// An outside review: a WebSocket had no maximum lifetime, and a reload that no longer allows
+/// its handshake left it open. Now `--max-websocket-lifetime` closes it (1001, `lifetime`), and
+/// a reload is checked against every open socket: one the new policy still allows stays open,
+/// one it denies closes (1008, `policy_denied`).
+#[test]
+fn issue_21_review_a_socket_ends_at_its_lifetime_and_when_a_reload_denies_it() {
+    let upstream = WsUpstream::start(false);
+    let lab = Lab::start(
+        upstream.port,
+        &upstream.ca,
+        false,
+        &["--max-websocket-lifetime", "2s"],
+    );
+    let (result, printed) = hold_and(&lab, &lab.cap, 0, || {});
+    assert_eq!(result["close"]["code"], 1001, "{printed}");
+    let outcome = &lab.socket_outcomes(1)[0];
+    assert_eq!(outcome["reason"], "websocket_lifetime", "{outcome}");
+    assert_eq!(outcome["ended"], "lifetime", "{outcome}");
+    lab.assert_clean(&printed);
+    drop(lab);
+
+    let lab = Lab::start(upstream.port, &upstream.ca, false, &[]);
+    let (mut stream, answer) = raw_agent(&lab, "/socket");
+    assert!(answer.starts_with("HTTP/1.1 101"), "{answer}");
+    let replace_policy = |text: &str, reloads: usize| {
+        let temp = lab.home.path().join("policy.yaml.new");
+        std::fs::write(&temp, text).unwrap();
+        std::fs::set_permissions(&temp, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        std::fs::rename(&temp, lab.home.path().join("policy.yaml")).unwrap();
+        lab.broker.hangup();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while lab
+            .broker
+            .audit_records()
+            .iter()
+            .filter(|r| r["reason"] == "policy_reloaded")
+            .count()
+            < reloads
+        {
+            assert!(Instant::now() < deadline, "{}", lab.broker.audit_text());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    // Still allowed (another path besides): the socket goes on.
+    replace_policy(
+        &ws_policy("http", "127.0.0.1", lab.port, "/socket, /other"),
+        1,
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    stream
+        .write_all(&client_frame(0x81, b"echo:still"))
+        .unwrap();
+    assert_eq!(read_frame(&mut stream), Some((0x81, b"still".to_vec())));
+    // No longer allowed: closed with 1008.
+    replace_policy(&ws_policy("http", "127.0.0.1", lab.port, "/other"), 2);
+    let (first, payload) = read_frame(&mut stream).unwrap();
+    assert_eq!(first, 0x88);
+    assert_eq!(&payload[..2], &1008u16.to_be_bytes());
+    let outcome = &lab.socket_outcomes(1)[0];
+    assert_eq!(outcome["reason"], "websocket_policy_denied", "{outcome}");
+    assert_eq!(outcome["ended"], "policy_denied", "{outcome}");
+    lab.assert_clean(&answer);
+}
+
+/// The head of a frame of `len` bytes (at least 65,536), masked with `key` or not.
+fn big_head(first: u8, len: u64, key: Option<[u8; 4]>) -> Vec<u8> {
+    let mut head = vec![first, if key.is_some() { 0x80 | 127 } else { 127 }];
+    head.extend_from_slice(&len.to_be_bytes());
+    if let Some(key) = key {
+        head.extend_from_slice(&key);
+    }
+    head
+}
+
+/// `VmRSS` and `VmHWM` of `pid`, in KiB.
+fn memory_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// An outside review: a socket's memory was about 3.5 x `--max-websocket-message` (the frame
+/// read whole, a scrubbed copy, an output buffer; the agent's frame and an unmasked copy), not
+/// the documented 2 x. Now an upstream frame is scrubbed as it arrives and written without a
+/// copy, and an agent frame is searched for the token a window at a time. A measurement, run by
+/// hand (`--ignored`, the figures go to stderr and docs/security.md): 8 sockets each holding a
+/// message of the largest size less one byte, both ways, cost at most 2.5 x the bound each.
+#[test]
+#[ignore = "a memory measurement: run by hand with --ignored"]
+fn issue_21_review_memory_per_socket_holding_the_largest_messages() {
+    const SOCKETS: usize = 8;
+    const MAX: u64 = 4 << 20;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let upstream = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for _ in 0..SOCKETS {
+            let (mut stream, _) = listener.accept().unwrap();
+            read_head(&mut stream);
+            let mut out = format!("{SWITCHING}\r\n").into_bytes();
+            out.extend(big_head(0x82, MAX, None));
+            out.extend(std::iter::repeat_n(b'u', (MAX - 1) as usize));
+            stream.write_all(&out).unwrap();
+            held.push(stream);
+        }
+        held
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    mint_broker::demo::echo_upstream::TestCa::generate()
+        .unwrap()
+        .write_pem(&ca)
+        .unwrap();
+    let lab = Lab::start(port, &ca, false, &["--max-websocket-message", "4MiB"]);
+    let pid = lab.broker.pid().unwrap();
+    let (before, _) = memory_kib(pid);
+    let key = [0x11u8, 0x22, 0x33, 0x44];
+    let mut agents = Vec::new();
+    for _ in 0..SOCKETS {
+        let (mut stream, answer) = raw_agent(&lab, "/socket");
+        assert!(answer.starts_with("HTTP/1.1 101"), "{answer}");
+        let mut frame = big_head(0x82, MAX, Some(key));
+        frame.extend(
+            std::iter::repeat_n(b'a', (MAX - 1) as usize)
+                .zip(key.iter().cycle())
+                .map(|(b, k)| b ^ k),
+        );
+        stream.write_all(&frame).unwrap();
+        agents.push(stream);
+    }
+    let mut held = upstream.join().unwrap();
+    // Let Mint read everything that was sent (a hang guard: RSS stops growing).
+    let mut last = 0;
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(200));
+        let (rss, _) = memory_kib(pid);
+        if rss == last {
+            break;
+        }
+        last = rss;
+    }
+    let (rss, _) = memory_kib(pid);
+    // Then the last byte each way: every frame completes, is scrubbed or searched, and relayed.
+    for stream in &mut held {
+        stream.write_all(b"u").unwrap();
+    }
+    for agent in &mut agents {
+        agent
+            .write_all(&[b'a' ^ key[((MAX - 1) % 4) as usize]])
+            .unwrap();
+    }
+    for agent in &mut agents {
+        let mut head = [0u8; 10];
+        agent.read_exact(&mut head).unwrap();
+        let mut payload = vec![0u8; MAX as usize];
+        agent.read_exact(&mut payload).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let (_, hwm) = memory_kib(pid);
+    let per_socket = |kib: u64| (kib.saturating_sub(before) as f64 * 1024.0) / SOCKETS as f64;
+    let (held_ratio, peak_ratio) = (per_socket(rss) / MAX as f64, per_socket(hwm) / MAX as f64);
+    let _ = writeln!(
+        std::io::stderr(),
+        "memory: {SOCKETS} sockets, max {MAX} bytes: RSS {before} KiB before, {rss} KiB holding (x{held_ratio:.2} the bound a socket), peak {hwm} KiB once the frames completed (x{peak_ratio:.2})"
+    );
+    assert!(held_ratio < 2.5, "{held_ratio:.2} x the bound a socket");
+    assert!(
+        peak_ratio < 3.0,
+        "{peak_ratio:.2} x the bound a socket at the peak"
+    );
+    lab.assert_clean("");
 }

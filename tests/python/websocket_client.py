@@ -4,7 +4,9 @@ requirements.txt), offering `permessage-deflate` as it does by default.
     websocket_client.py URL STEPS [--header NAME:VALUE]... [--forward-proxy HOST:PORT]
 
 STEPS is a JSON list of text messages: each is sent and one answer awaited (`close-leak`: the
-upstream closes instead; `close`: the client closes with 1000). Prints a JSON object: the
+upstream closes instead; `close`: the client closes with 1000; `hold:N`: nothing is sent, the
+client waits up to N seconds for the socket to be closed by the other side, and prints
+`"held": true` if it was not). Prints a JSON object: the
 extensions negotiated, each answer (binary ones as `{"binary": hex}`), and the close code and
 reason the client saw.
 
@@ -54,6 +56,12 @@ async def main():
             for step in json.loads(args.steps):
                 if step == "close":
                     await ws.close(1000, "done")
+                    break
+                if step.startswith("hold:"):
+                    try:
+                        await asyncio.wait_for(ws.wait_closed(), float(step[len("hold:"):]))
+                    except asyncio.TimeoutError:
+                        result["held"] = True
                     break
                 await ws.send(step)
                 try:

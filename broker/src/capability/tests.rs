@@ -276,6 +276,37 @@ fn store_sees_new_and_revoked_capabilities() {
     assert_eq!(store.verify(&second, at(T0 + 1)), Err(CapabilityRejected));
 }
 
+/// An open WebSocket asks the store where its capability stands, by id: the store reloads the
+/// file for it, as for a request, so a revocation, an expiry and a removal are seen.
+#[test]
+fn store_reports_a_capabilitys_standing_by_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("capabilities.yaml");
+    let (mut file, _) = issued(3600);
+    file.save(&path).unwrap();
+    let store = CapabilityStore::open(&path)
+        .unwrap()
+        .with_check_interval(Duration::ZERO);
+    let id = file.capabilities()[0].id.as_str().to_owned();
+    assert_eq!(
+        store.status(&id, at(T0 + 1)),
+        Some(CapabilityStatus::Active)
+    );
+    assert_eq!(
+        store.status(&id, at(T0 + 3600)),
+        Some(CapabilityStatus::Expired)
+    );
+    assert_eq!(store.status("0123456789ab", at(T0 + 1)), None);
+    file.revoke(&id).unwrap();
+    file.save(&path).unwrap();
+    assert_eq!(
+        store.status(&id, at(T0 + 1)),
+        Some(CapabilityStatus::Revoked)
+    );
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(store.status(&id, at(T0 + 1)), None);
+}
+
 #[test]
 fn store_respects_its_check_interval() {
     let dir = tempfile::tempdir().unwrap();

@@ -33,6 +33,7 @@ use crate::config::declarations::{
 };
 use crate::config::env::Paths;
 use crate::config::listen;
+use crate::config::placeholder_key::{self, PlaceholderKeyError};
 use crate::config::secure_file::{SecureFileError, check_private_dir};
 use crate::net::ca::CA_EXPIRY_WARNING;
 use crate::secrets::credential_store::file_store::FileProblem;
@@ -231,8 +232,8 @@ pub fn run(
 }
 
 /// Every check, in report order: the home, the listen address, the keyring, the alias file and
-/// each alias's secret, the policy and how it uses the aliases, the capabilities, the audit log,
-/// the interception CA. A check whose file did not load skips those that need its contents.
+/// each alias's secret, the policy and how it uses the aliases, the placeholder key, the
+/// capabilities, the audit log, the interception CA. A check whose file did not load skips those that need its contents.
 pub fn diagnose(
     paths: &Paths,
     listen: &str,
@@ -288,6 +289,9 @@ pub fn diagnose(
             }
         }
         Err(error) => checks.push(declarations_failure("policy", &error, &paths.policy)),
+    }
+    if let Some(aliases) = &aliases {
+        checks.extend(check_placeholder_key(&paths.placeholder_key, aliases));
     }
     checks.push(check_capabilities(&paths.capabilities, now));
     checks.push(check_audit_log(&paths.audit_log));
@@ -661,6 +665,79 @@ fn check_alias_use(policy: &Policy, aliases: &AliasFile, policy_path: &Path) -> 
         }
     }
     checks
+}
+
+/// The placeholder key (`placeholder.key`), which the value-shaped placeholders of the aliases
+/// are derived from: there when an alias declares a shape, read as the broker reads it (owned by
+/// root or Mint's user, closed to writing by others, 64 hex digits), mode 0600 and owned by
+/// Mint's user. Nothing when no alias declares a shape and there is no key.
+fn check_placeholder_key(path: &Path, aliases: &AliasFile) -> Option<Check> {
+    const CHECK: &str = "placeholder.key";
+    let shaped = aliases
+        .aliases
+        .iter()
+        .filter(|alias| alias.placeholder.is_some())
+        .count();
+    let shown = path.display();
+    let metadata = match std::fs::symlink_metadata(path) {
+        Ok(metadata) => metadata,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {
+            return (shaped > 0).then(|| {
+                Check::warn(
+                    CHECK,
+                    format!(
+                        "no key yet, and {} a value-shaped placeholder: `mint serve` and `mint                          alias list` create `{shown}` when they first need it",
+                        count(shaped, "alias declares", "aliases declare")
+                    ),
+                    "run `mint alias list` to create it (mode 0600) before handing out                      placeholders",
+                )
+            });
+        }
+        Err(error) => {
+            return Some(Check::fail(
+                CHECK,
+                format!("cannot read `{shown}`: {error}"),
+                format!("make `{shown}` a regular file Mint's user owns and can read"),
+            ));
+        }
+    };
+    if let Err(error) = placeholder_key::check_existing(path) {
+        let fix = match &error {
+            PlaceholderKeyError::File(e) => secure_fix(e),
+            _ => format!(
+                "remove `{shown}`: Mint writes a new key, and every value-shaped placeholder                  changes (agents must read them again: `mint env`, `mint alias list`)"
+            ),
+        };
+        return Some(Check::fail(CHECK, error.to_string(), fix));
+    }
+    let euid = rustix::process::geteuid().as_raw();
+    if metadata.uid() != euid {
+        return Some(Check::warn(
+            CHECK,
+            format!(
+                "`{shown}` is owned by uid {}, not by the user Mint runs as (uid {euid})",
+                metadata.uid()
+            ),
+            format!("run `chown {euid} {shown}`"),
+        ));
+    }
+    if metadata.mode() & 0o077 != 0 {
+        return Some(Check::warn(
+            CHECK,
+            format!(
+                "`{shown}` is mode {:04o}: group or others can read the key every value-shaped                  placeholder is derived from",
+                metadata.mode() & 0o7777
+            ),
+            format!("run `chmod 600 {shown}`"),
+        ));
+    }
+    Some(Check::ok(
+        CHECK,
+        format!(
+            "`{shown}` holds a key, mode 0600; {} a value-shaped placeholder",
+            count(shaped, "alias declares", "aliases declare")
+        ),
+    ))
 }
 
 /// The capabilities file, and how many capabilities are active, expired and revoked.

@@ -77,6 +77,12 @@ pub struct ServeArgs {
     #[arg(long, value_parser = crate::cli::quantity::size, default_value = "16MiB")]
     pub max_websocket_message: u64,
 
+    /// The longest a WebSocket stays open, however busy: past it Mint closes it (1001). A
+    /// revoked or expired capability, or a reload that no longer allows the handshake, closes
+    /// it (1008) sooner.
+    #[arg(long, value_parser = crate::cli::quantity::duration, default_value = "24h")]
+    pub max_websocket_lifetime: Duration,
+
     /// The most agent connections served at once; more wait in the listen backlog.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_connections: u32,
@@ -164,6 +170,7 @@ pub fn run(args: ServeArgs, paths: &Paths, out: &mut dyn Write) -> Result<(), Se
             shutdown_grace: args.shutdown_grace,
             max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
             max_websocket_message: args.max_websocket_message,
+            max_websocket_lifetime: args.max_websocket_lifetime,
         },
         audit,
         approval_webhook: args

@@ -88,6 +88,11 @@ pub fn existing_shaped_placeholders(
     }
 }
 
+/// Reads the key at `path` as the broker would, creating nothing (`mint doctor`).
+pub fn check_existing(path: &Path) -> Result<(), PlaceholderKeyError> {
+    read(path).map(drop)
+}
+
 fn read(path: &Path) -> Result<PlaceholderKey, PlaceholderKeyError> {
     let mut trusted = open_trusted(path)?;
     let mut text = Zeroizing::new(String::new());

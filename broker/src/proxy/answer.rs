@@ -36,7 +36,7 @@ use flate2::write::{MultiGzDecoder, ZlibDecoder};
 use http::StatusCode;
 use http::header::{self, HeaderValue};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use mint_policy::audit::{HttpStatus, Outcome, ReasonCode};
+use mint_policy::audit::{HttpStatus, Outcome, ReasonCode, TunnelEnd};
 use tokio::time::Sleep;
 
 use super::error::{ProxyError, REQUEST_ID_HEADER};
@@ -104,6 +104,18 @@ impl OutcomeWriter {
         bytes_down: Option<u64>,
         reason: Option<&'static str>,
     ) {
+        self.write_ended(outcome, status, bytes_down, reason, None);
+    }
+
+    /// Writes the record of a WebSocket (status 101) with `ended`, how the socket ended.
+    pub(crate) fn write_ended(
+        self,
+        outcome: Outcome,
+        status: Option<StatusCode>,
+        bytes_down: Option<u64>,
+        reason: Option<&'static str>,
+        ended: Option<TunnelEnd>,
+    ) {
         let facts = OutcomeFacts {
             outcome,
             status: status.and_then(|s| HttpStatus::new(s.as_u16()).ok()),
@@ -114,7 +126,8 @@ impl OutcomeWriter {
             ),
             reason: reason.and_then(|r| ReasonCode::new(r).ok()),
         };
-        let record = outcome_record(now(), self.facts, facts);
+        let mut record = outcome_record(now(), self.facts, facts);
+        record.ended = ended;
         if let Err(error) = self.audit.defer(&record) {
             tracing::error!(request.id = %record.id, error = %error, "Outcome record not written");
         }

@@ -13,13 +13,14 @@
 //!
 //! - **Agent to upstream**: each frame is read whole (bounded) and forwarded byte for byte,
 //!   masked as the agent masked it; its head is read for the bounds and to see who closes, and
-//!   its payload, unmasked on the side, is searched for the capability token the handshake
+//!   its payload, unmasked on the side 16 KiB at a time, is searched for the capability token the handshake
 //!   presented (with the end of the frame before it): a frame holding it is not forwarded and
 //!   the socket closes with 1008 (`capability_token_outward`). A token cut across two frames is
 //!   caught at the second, after the first went. Placeholders in frames are inert text:
 //!   nothing is substituted in a frame.
-//! - **Upstream to agent**: each frame is read whole (bounded), its payload run through a
-//!   [`Scrubber`](crate::secrets::scrub::Scrubber), and written to the agent as a new frame with
+//! - **Upstream to agent**: each data frame's payload is run through a
+//!   [`Scrubber`](crate::secrets::scrub::Scrubber) as it arrives (bounded; only the scrubbed
+//!   output is held), and written to the agent, after a head of its own, as a new frame with
 //!   the scrubbed payload's own length; frames are never patched in place. A data message
 //!   (text or binary, fragmented or not) is one scrubbing stream, so a secret split across
 //!   fragments is caught; at its last fragment the scrubber flushes, so each message reaches the
@@ -35,27 +36,39 @@
 //!   character of a text message, which RFC 6455 allows.
 //!
 //! Bounds: a frame or message larger than `max_websocket_message` (either way) closes the
-//! socket with 1009; a socket with no frame either way for the idle timeout closes with 1001;
-//! the socket holds its agent connection's `--max-connections` slot until it closes, and at
-//! shutdown closes with 1001. A peer that breaks the protocol gets 1002. Mint's own close frames
-//! to the upstream are masked, as a client's must be.
+//! socket with 1009; a socket with no frame either way for the idle timeout closes with 1001, and
+//! so does one open for `max_websocket_lifetime`; the socket holds its agent connection's
+//! `--max-connections` slot until it closes, and at shutdown closes with 1001. A peer that breaks
+//! the protocol gets 1002. Mint's own close frames to the upstream are masked, as a client's must
+//! be.
+//!
+//! Standing: every second (and once as it opens) the socket's capability is looked up again by
+//! id (`CapabilityStore::status`, which re-reads a changed file): revoked, removed or expired,
+//! the socket closes with 1008. After a reload of the declarations the handshake is decided again
+//! (`proxy::handshake_still_allowed`): denied now, it closes with 1008.
 //!
 //! The outcome record: status 101, `bytes_up` and `bytes_down` the frame bytes relayed each way
-//! (heads included), `duration_ms` to the close, and `reason` for who closed it:
-//! `websocket_closed_by_agent` or `websocket_closed_by_upstream` (a close frame, outcome
-//! `completed`), `client_closed` (the agent went away without one, `completed`), and, outcome
-//! `unknown`, `upstream_reset`, `websocket_idle_timeout`, `websocket_shutdown`, or
-//! `websocket_{agent,upstream}_{message_too_large,protocol_error}`, `capability_token_outward`.
+//! (heads included), `duration_ms` to the close, `reason` for who or what closed it
+//! (`websocket_closed_by_agent` or `websocket_closed_by_upstream`: a close frame, outcome
+//! `completed`; `client_closed`: the agent went away without one, `completed`; and, outcome
+//! `unknown`, `upstream_reset`, `websocket_idle_timeout`, `websocket_open_timeout`,
+//! `websocket_lifetime`, `websocket_capability_{revoked,expired}`, `websocket_policy_denied`,
+//! `websocket_shutdown`, `websocket_{agent,upstream}_{message_too_large,protocol_error}`,
+//! `capability_token_outward`), and `ended`, the cause as a tunnel's record says it, which an
+//! intercepted tunnel that carried the socket takes as its own ([`Relays`]).
 
 use std::pin::pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Buf as _, BytesMut};
+use http::Method;
 use http::StatusCode;
 use hyper::upgrade::{OnUpgrade, Upgraded};
 use hyper_util::rt::TokioIo;
-use mint_policy::audit::Outcome;
+use mint_policy::audit::{Outcome, TunnelEnd};
+use mint_policy::evaluate::AliasUse;
+use mint_policy::normalize::Target;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::time::Instant;
 use zeroize::Zeroizing;
@@ -63,6 +76,7 @@ use zeroize::Zeroizing;
 use super::AppState;
 use super::answer::OutcomeWriter;
 use super::pipeline::OutwardToken;
+use crate::capability::{CapabilityGrant, CapabilityStatus};
 use crate::config::declarations::Declarations;
 use crate::secrets::scrub::{REDACTED, Scrubber};
 use crate::serve::ConnectionSlot;
@@ -76,8 +90,19 @@ use frame::{FrameError, Head, MAX_CONTROL, Opcode};
 /// may take to go out.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
+/// How often an open socket's capability and policy standing is checked.
+const STANDING_CHECK: Duration = Duration::from_secs(1);
+
 /// How much is read at a time.
 const READ_SIZE: usize = 16 << 10;
+
+/// How much of an agent's frame is unmasked at a time to search it for the capability token:
+/// a multiple of 4 (the masking key's length).
+const WINDOW: usize = 16 << 10;
+const _: () = assert!(WINDOW.is_multiple_of(4));
+
+/// The longest frame head Mint writes (no mask).
+const MAX_HEAD: usize = 10;
 
 /// Close codes (RFC 6455 section 7.4.1).
 const GOING_AWAY: u16 = 1001;
@@ -85,13 +110,56 @@ const PROTOCOL_ERROR: u16 = 1002;
 const POLICY_VIOLATION: u16 = 1008;
 const TOO_BIG: u16 = 1009;
 
-/// Held by a WebSocket relay for as long as it runs, so that an intercepted tunnel, whose
-/// connection hyper hands over at the upgrade, waits for the socket before it writes its own
-/// `tunnel_closed` record (`serve/tunnel.rs`). In the extensions of the tunnel's requests.
+/// What an intercepted tunnel keeps of the WebSocket its connection may carry: it waits for the
+/// socket (hyper hands the connection over at the upgrade) before it writes its own
+/// `tunnel_closed` record (`serve/tunnel.rs`), and takes the socket's ending as its own.
+#[derive(Debug)]
+pub(crate) struct Relays {
+    alive: tokio::sync::watch::Sender<()>,
+    ended: Arc<Mutex<Option<TunnelEnd>>>,
+}
+
+/// Held by a WebSocket relay for as long as it runs (in the extensions of a tunnel's requests);
+/// the relay reports how its socket ended through it.
 #[derive(Clone, Debug)]
-pub(crate) struct RelayHold(
-    #[expect(dead_code, reason = "held for its drop")] pub(crate) tokio::sync::watch::Receiver<()>,
-);
+pub(crate) struct RelayHold {
+    _alive: tokio::sync::watch::Receiver<()>,
+    ended: Arc<Mutex<Option<TunnelEnd>>>,
+}
+
+// === impl Relays ===
+
+impl Relays {
+    pub(crate) fn new() -> Relays {
+        Relays {
+            alive: tokio::sync::watch::channel(()).0,
+            ended: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// A hold for one request of the tunnel.
+    pub(crate) fn hold(&self) -> RelayHold {
+        RelayHold {
+            _alive: self.alive.subscribe(),
+            ended: Arc::clone(&self.ended),
+        }
+    }
+
+    /// Waits until no hold is left, then says how the last socket the tunnel carried ended
+    /// (`None`: it carried none).
+    pub(crate) async fn closed(&self) -> Option<TunnelEnd> {
+        self.alive.closed().await;
+        *self.ended.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+// === impl RelayHold ===
+
+impl RelayHold {
+    fn report(&self, ended: TunnelEnd) {
+        *self.ended.lock().unwrap_or_else(PoisonError::into_inner) = Some(ended);
+    }
+}
 
 /// The agent's side of an accepted opening handshake: its connection, once hyper has written
 /// the `101`, and what the socket holds while it lives.
@@ -102,6 +170,19 @@ pub(crate) struct AgentSide {
     pub(crate) hold: Option<RelayHold>,
     /// The capability token the handshake presented, never to be forwarded in a frame.
     pub(crate) outward: Option<OutwardToken>,
+    /// What that token granted: the socket ends when the capability is revoked or expires.
+    pub(crate) grant: CapabilityGrant,
+    /// The handshake as the policy decided it (set once it is decided): the socket ends when a
+    /// reload no longer allows it.
+    pub(crate) decided: Option<Decided>,
+}
+
+/// A WebSocket's opening handshake as the policy decided it, to decide it again after a reload.
+#[derive(Debug)]
+pub(crate) struct Decided {
+    pub(crate) method: Method,
+    pub(crate) target: Target,
+    pub(crate) uses: Vec<AliasUse>,
 }
 
 /// Which end of the socket.
@@ -126,6 +207,14 @@ enum Ending {
     Protocol(Peer),
     /// The agent wrote its capability token into a frame, which was not forwarded.
     TokenOutward,
+    /// Open for `max_websocket_lifetime`.
+    Lifetime,
+    /// The capability the handshake presented was revoked (or removed from the file).
+    CapabilityRevoked,
+    /// It expired.
+    CapabilityExpired,
+    /// A reload no longer allows the handshake.
+    PolicyDenied,
 }
 
 /// Why a direction stopped relaying.
@@ -146,6 +235,8 @@ enum First {
     Stopped(Peer, Stop),
     Idle,
     Shutdown,
+    /// The socket's lifetime, capability or policy standing ended it.
+    Standing(Ending),
 }
 
 /// One direction's writer and what it knows about the stream it writes.
@@ -179,53 +270,111 @@ struct Message {
 // === impl Message ===
 
 impl Message {
-    /// Appends to `out` the frame that relays one upstream data frame of this message (`fin`:
-    /// its last): the scrubber's output for `payload`, all of it in one frame, and at the last
-    /// frame the flushed rest. No frame when the scrubber released nothing and the message goes
-    /// on: how much it releases never depends on whether held bytes start a secret, so neither
-    /// do the frames.
-    fn reframe(&mut self, fin: bool, payload: &[u8], out: &mut Vec<u8>) {
-        // An empty fragment releases nothing: skip the scrubber's pass over its held bytes (a
-        // flood of empty fragments cost a pass each).
-        if payload.is_empty() && !fin {
+    /// Scrubs one piece of an upstream data frame's payload (as it arrives: the frame is never
+    /// held whole), adding what the scrubber releases to `scrubbed`. An empty piece is skipped:
+    /// it releases nothing (a flood of empty fragments would cost a pass over the held bytes
+    /// each).
+    fn push(&mut self, piece: &[u8], scrubbed: &mut Vec<u8>) {
+        if piece.is_empty() {
             return;
         }
-        let mut scrubbed = self.scrubber.push_slice(payload);
+        scrubbed.extend_from_slice(&self.scrubber.push_slice(piece));
+    }
+
+    /// Ends one upstream data frame of this message (`fin`: its last), whose payload went
+    /// through [`Message::push`] into `scrubbed`: at the last frame the flushed rest is added.
+    /// Returns the head of the frame that carries `scrubbed` to the agent, all of it in one
+    /// frame; `None` when the scrubber released nothing and the message goes on: how much it
+    /// releases never depends on whether held bytes start a secret, so neither do the frames.
+    fn end_frame(&mut self, fin: bool, scrubbed: &mut Vec<u8>) -> Option<Vec<u8>> {
         if fin {
             scrubbed.extend_from_slice(&self.scrubber.finish_vec());
         }
         if scrubbed.is_empty() && !fin {
-            return;
+            return None;
         }
         let opcode = if self.emitted {
             Opcode::Continuation
         } else {
             self.opcode
         };
-        frame::write(out, fin, opcode, &scrubbed, None);
+        let mut head = Vec::with_capacity(MAX_HEAD);
+        frame::write_head(&mut head, fin, opcode, scrubbed.len(), None);
         self.emitted = true;
+        Some(head)
     }
 }
 
 // === impl Ending ===
 
 impl Ending {
-    fn outcome(self) -> (Outcome, &'static str) {
+    /// The outcome record's `outcome`, `reason` and `ended`.
+    fn outcome(self) -> (Outcome, &'static str, TunnelEnd) {
         use Peer::{Agent, Upstream};
         match self {
-            Ending::Closed(Agent) => (Outcome::Completed, "websocket_closed_by_agent"),
-            Ending::Closed(Upstream) => (Outcome::Completed, "websocket_closed_by_upstream"),
-            Ending::AgentGone => (Outcome::Completed, "client_closed"),
-            Ending::UpstreamGone => (Outcome::Unknown, "upstream_reset"),
-            Ending::Idle => (Outcome::Unknown, "websocket_idle_timeout"),
-            Ending::Shutdown => (Outcome::Unknown, "websocket_shutdown"),
-            Ending::TooLarge(Agent) => (Outcome::Unknown, "websocket_agent_message_too_large"),
-            Ending::TooLarge(Upstream) => {
-                (Outcome::Unknown, "websocket_upstream_message_too_large")
-            }
-            Ending::Protocol(Agent) => (Outcome::Unknown, "websocket_agent_protocol_error"),
-            Ending::Protocol(Upstream) => (Outcome::Unknown, "websocket_upstream_protocol_error"),
-            Ending::TokenOutward => (Outcome::Unknown, "capability_token_outward"),
+            Ending::Closed(Agent) => (
+                Outcome::Completed,
+                "websocket_closed_by_agent",
+                TunnelEnd::ClientClosed,
+            ),
+            Ending::Closed(Upstream) => (
+                Outcome::Completed,
+                "websocket_closed_by_upstream",
+                TunnelEnd::UpstreamClosed,
+            ),
+            Ending::AgentGone => (Outcome::Completed, "client_closed", TunnelEnd::ClientClosed),
+            Ending::UpstreamGone => (
+                Outcome::Unknown,
+                "upstream_reset",
+                TunnelEnd::UpstreamClosed,
+            ),
+            Ending::Idle => (
+                Outcome::Unknown,
+                "websocket_idle_timeout",
+                TunnelEnd::Timeout,
+            ),
+            Ending::Shutdown => (Outcome::Unknown, "websocket_shutdown", TunnelEnd::Shutdown),
+            Ending::TooLarge(Agent) => (
+                Outcome::Unknown,
+                "websocket_agent_message_too_large",
+                TunnelEnd::Error,
+            ),
+            Ending::TooLarge(Upstream) => (
+                Outcome::Unknown,
+                "websocket_upstream_message_too_large",
+                TunnelEnd::Error,
+            ),
+            Ending::Protocol(Agent) => (
+                Outcome::Unknown,
+                "websocket_agent_protocol_error",
+                TunnelEnd::Error,
+            ),
+            Ending::Protocol(Upstream) => (
+                Outcome::Unknown,
+                "websocket_upstream_protocol_error",
+                TunnelEnd::Error,
+            ),
+            Ending::TokenOutward => (
+                Outcome::Unknown,
+                "capability_token_outward",
+                TunnelEnd::Error,
+            ),
+            Ending::Lifetime => (Outcome::Unknown, "websocket_lifetime", TunnelEnd::Lifetime),
+            Ending::CapabilityRevoked => (
+                Outcome::Unknown,
+                "websocket_capability_revoked",
+                TunnelEnd::CapabilityRevoked,
+            ),
+            Ending::CapabilityExpired => (
+                Outcome::Unknown,
+                "websocket_capability_expired",
+                TunnelEnd::CapabilityExpired,
+            ),
+            Ending::PolicyDenied => (
+                Outcome::Unknown,
+                "websocket_policy_denied",
+                TunnelEnd::PolicyDenied,
+            ),
         }
     }
 
@@ -238,6 +387,10 @@ impl Ending {
             Ending::TooLarge(_) => Some((TOO_BIG, "message too large")),
             Ending::Protocol(_) => Some((PROTOCOL_ERROR, "protocol error")),
             Ending::TokenOutward => Some((POLICY_VIOLATION, "capability token in a frame")),
+            Ending::Lifetime => Some((GOING_AWAY, "maximum lifetime reached")),
+            Ending::CapabilityRevoked => Some((POLICY_VIOLATION, "capability revoked")),
+            Ending::CapabilityExpired => Some((POLICY_VIOLATION, "capability expired")),
+            Ending::PolicyDenied => Some((POLICY_VIOLATION, "policy no longer allows it")),
         }
     }
 }
@@ -297,6 +450,8 @@ pub(crate) async fn relay(
         slot,
         hold,
         outward,
+        grant,
+        decided,
     } = agent;
     let limits = *state.limits();
     let id = outcome.facts.id.clone();
@@ -306,23 +461,36 @@ pub(crate) async fn relay(
     .await;
     let (agent_io, upstream_io) = match taken {
         Ok((Ok(agent_io), Ok(upstream_io))) => (agent_io, upstream_io),
-        Ok((Err(_), _)) | Err(_) => {
+        Ok((Err(_), _)) => {
             tracing::info!(request.id = %id, "Agent went away before its WebSocket opened");
-            outcome.write(
+            not_opened(
+                outcome,
+                hold,
                 Outcome::Completed,
-                Some(StatusCode::SWITCHING_PROTOCOLS),
-                Some(0),
-                Some("client_closed"),
+                "client_closed",
+                TunnelEnd::ClientClosed,
+            );
+            return;
+        }
+        Err(_) => {
+            tracing::info!(request.id = %id, "WebSocket not taken over in time");
+            not_opened(
+                outcome,
+                hold,
+                Outcome::Unknown,
+                "websocket_open_timeout",
+                TunnelEnd::Timeout,
             );
             return;
         }
         Ok((Ok(_), Err(_))) => {
             tracing::info!(request.id = %id, "Upstream connection broke as its WebSocket opened");
-            outcome.write(
+            not_opened(
+                outcome,
+                hold,
                 Outcome::Unknown,
-                Some(StatusCode::SWITCHING_PROTOCOLS),
-                Some(0),
-                Some("upstream_reset"),
+                "upstream_reset",
+                TunnelEnd::UpstreamClosed,
             );
             return;
         }
@@ -357,15 +525,23 @@ pub(crate) async fn relay(
                 None => std::future::pending().await,
             }
         };
+        let standing = standing(
+            &state,
+            &grant,
+            decided.as_ref(),
+            Instant::now() + limits.max_websocket_lifetime,
+        );
         let first = tokio::select! {
             stop = &mut up => First::Stopped(Peer::Agent, stop),
             stop = &mut down => First::Stopped(Peer::Upstream, stop),
             () = shared.idle(limits.idle_timeout) => First::Idle,
             () = drained => First::Shutdown,
+            ending = standing => First::Standing(ending),
         };
         match first {
             First::Idle => Ending::Idle,
             First::Shutdown => Ending::Shutdown,
+            First::Standing(ending) => ending,
             First::Stopped(peer, Stop::TooLarge) => Ending::TooLarge(peer),
             First::Stopped(peer, Stop::Protocol) => Ending::Protocol(peer),
             First::Stopped(_, Stop::TokenOutward) => Ending::TokenOutward,
@@ -397,23 +573,82 @@ pub(crate) async fn relay(
     }
     let bytes_up = shared.to_upstream.lock().await.bytes;
     let bytes_down = shared.to_agent.lock().await.bytes;
-    let (result, reason) = ending.outcome();
-    tracing::info!(request.id = %id, reason, bytes_up, bytes_down, "WebSocket closed");
+    let (result, reason, ended) = ending.outcome();
+    tracing::info!(request.id = %id, reason, ended = %ended, bytes_up, bytes_down, "WebSocket closed");
     let outcome = OutcomeWriter {
         bytes_up,
         ..outcome
     };
-    outcome.write(
+    outcome.write_ended(
         result,
         Some(StatusCode::SWITCHING_PROTOCOLS),
         Some(bytes_down),
         Some(reason),
+        Some(ended),
     );
+    if let Some(hold) = &hold {
+        hold.report(ended);
+    }
     // The slot and the hold go last: the record is queued before a shutdown's sync, and before
     // an intercepted tunnel writes its own.
     drop(drain);
     drop(slot);
     drop(hold);
+}
+
+/// Completes when the socket must end whatever its peers do: at `deadline` (its maximum
+/// lifetime), or when a check every [`STANDING_CHECK`] (and one at once) finds its capability
+/// revoked, expired or gone, or, after a reload, the handshake `decided` no longer allowed.
+async fn standing(
+    state: &AppState,
+    grant: &CapabilityGrant,
+    decided: Option<&Decided>,
+    deadline: Instant,
+) -> Ending {
+    let mut checked: Option<Arc<Declarations>> = None;
+    loop {
+        if Instant::now() >= deadline {
+            return Ending::Lifetime;
+        }
+        match state.capability_status(grant.id.as_str()) {
+            Some(CapabilityStatus::Active) => {}
+            Some(CapabilityStatus::Expired) => return Ending::CapabilityExpired,
+            Some(CapabilityStatus::Revoked) | None => return Ending::CapabilityRevoked,
+        }
+        let declarations = state.declarations();
+        let reloaded = checked
+            .as_ref()
+            .is_none_or(|checked| !Arc::ptr_eq(checked, &declarations));
+        if reloaded {
+            if let Some(decided) = decided
+                && !super::handshake_still_allowed(&declarations, grant, decided)
+            {
+                return Ending::PolicyDenied;
+            }
+            checked = Some(declarations);
+        }
+        tokio::time::sleep_until(deadline.min(Instant::now() + STANDING_CHECK)).await;
+    }
+}
+
+/// Writes the outcome of a socket that never opened, and reports how it ended to the tunnel.
+fn not_opened(
+    outcome: OutcomeWriter,
+    hold: Option<RelayHold>,
+    result: Outcome,
+    reason: &'static str,
+    ended: TunnelEnd,
+) {
+    if let Some(hold) = &hold {
+        hold.report(ended);
+    }
+    outcome.write_ended(
+        result,
+        Some(StatusCode::SWITCHING_PROTOCOLS),
+        Some(0),
+        Some(reason),
+        Some(ended),
+    );
 }
 
 /// Writes Mint's close frame with `code` and `text` (masked with `mask` toward the upstream)
@@ -464,6 +699,50 @@ async fn send(side: &tokio::sync::Mutex<Side>, bytes: &[u8]) -> bool {
     true
 }
 
+/// Writes one frame, its `head` then its `payload`, to `side` (no copy of the payload into a
+/// frame buffer); `false` when the stream is gone. Marked mid-frame until both are out.
+async fn send_frame(side: &tokio::sync::Mutex<Side>, head: &[u8], payload: &[u8]) -> bool {
+    let mut side = side.lock().await;
+    side.mid_frame = true;
+    if side.writer.write_all(head).await.is_err()
+        || side.writer.write_all(payload).await.is_err()
+        || side.writer.flush().await.is_err()
+    {
+        return false;
+    }
+    side.bytes += (head.len() + payload.len()) as u64;
+    side.mid_frame = false;
+    true
+}
+
+/// Whether the capability token is in `carry` followed by `payload` unmasked with `key`. The
+/// payload is unmasked [`WINDOW`] bytes at a time into `scratch` (after the carry), so no
+/// unmasked copy of a whole frame is ever made; on return `carry` holds the last bytes unmasked,
+/// the token's length less one, for a token split across frames.
+fn holds_token(
+    outward: &OutwardToken,
+    carry: &mut Zeroizing<Vec<u8>>,
+    payload: &[u8],
+    key: [u8; 4],
+    scratch: &mut Zeroizing<Vec<u8>>,
+) -> bool {
+    let keep = outward.len().saturating_sub(1);
+    // `WINDOW` is a multiple of 4: each window starts at key byte 0.
+    for chunk in payload.chunks(WINDOW) {
+        scratch.clear();
+        scratch.reserve_exact(carry.len() + chunk.len());
+        scratch.extend_from_slice(carry);
+        scratch.extend(chunk.iter().zip(key.iter().cycle()).map(|(b, k)| b ^ k));
+        if outward.found_in(scratch) {
+            return true;
+        }
+        let from = scratch.len().saturating_sub(keep);
+        carry.clear();
+        carry.extend_from_slice(scratch.get(from..).unwrap_or_default());
+    }
+    false
+}
+
 /// The agent's frames, each read whole (bounded) and forwarded byte for byte, masked as the
 /// agent masked it. A frame whose payload (unmasked, with the end of the frame before it)
 /// holds the capability token the handshake presented is not forwarded: the socket closes.
@@ -476,10 +755,11 @@ async fn from_agent(
     let mut buf = BytesMut::new();
     // The size so far of the data message in progress.
     let mut message: Option<u64> = None;
-    // The last unmasked payload bytes, the token's length less one, for a token split
-    // between two frames; and the frame's payload unmasked.
+    // The last unmasked payload bytes of data frames, the token's length less one, for a
+    // token split between two frames; a control frame's own; and one window unmasked.
     let mut tail: Zeroizing<Vec<u8>> = Zeroizing::new(Vec::new());
-    let mut unmasked: Zeroizing<Vec<u8>> = Zeroizing::new(Vec::new());
+    let mut control_carry: Zeroizing<Vec<u8>> = Zeroizing::new(Vec::new());
+    let mut scratch: Zeroizing<Vec<u8>> = Zeroizing::new(Vec::new());
     loop {
         let head = match Head::read(&buf) {
             Err(_) => return Stop::Protocol,
@@ -505,21 +785,15 @@ async fn from_agent(
             // A control frame (which may sit between a message's fragments) is searched on its
             // own; the tail joins data frames only, as the upstream joins a message's fragments:
             // a ping between two halves of the token must not hide it.
-            let control = matches!(head.opcode, Opcode::Ping | Opcode::Pong | Opcode::Close);
-            unmasked.clear();
-            if !control {
-                unmasked.extend_from_slice(&tail);
-            }
+            let carry = if head.opcode.is_control() {
+                control_carry.clear();
+                &mut control_carry
+            } else {
+                &mut tail
+            };
             let key = head.mask.unwrap_or([0; 4]);
-            unmasked.extend(payload.iter().zip(key.iter().cycle()).map(|(b, k)| b ^ k));
-            if outward.found_in(&unmasked) {
+            if holds_token(outward, carry, payload, key, &mut scratch) {
                 return Stop::TokenOutward;
-            }
-            if !control {
-                let keep = outward.len().saturating_sub(1);
-                let from = unmasked.len().saturating_sub(keep);
-                tail.clear();
-                tail.extend_from_slice(unmasked.get(from..).unwrap_or_default());
             }
         }
         if head.opcode == Opcode::Close {
@@ -553,7 +827,10 @@ fn check_frame(head: &Head, message: &mut Option<u64>, max: u64) -> Option<Stop>
     None
 }
 
-/// The upstream's frames, each read whole, scrubbed and written to the agent anew.
+/// The upstream's frames, scrubbed and written to the agent anew: a data frame's payload goes
+/// through the message's scrubber as it arrives (only the scrubbed output is held until the
+/// frame ends, when its length is known for the new head); a control frame is read whole (125
+/// bytes at most).
 async fn from_upstream(
     shared: &Shared,
     mut reader: ReadHalf<TokioIo<Upgraded>>,
@@ -574,13 +851,10 @@ async fn from_upstream(
                 return Stop::Protocol;
             }
             Err(_) => return Stop::Protocol,
-            Ok(Some(head)) if head.len > max => return Stop::TooLarge,
-            Ok(Some(head)) if (buf.len() - head.size) as u64 >= head.len => head,
-            Ok(_) => {
+            Ok(Some(head)) => head,
+            Ok(None) => {
                 if !read_more(&mut reader, &mut buf).await {
-                    let mut side = shared.to_agent.lock().await;
-                    let _ = side.writer.shutdown().await;
-                    return Stop::End;
+                    return upstream_ended(shared).await;
                 }
                 shared.touch();
                 continue;
@@ -593,50 +867,84 @@ async fn from_upstream(
         if let Some(stop) = check_frame(&head, &mut size, max) {
             return stop;
         }
-        // INVARIANT: the whole frame is in `buf` (checked above), so its length fits a `usize`.
-        let whole = buf.split_to(head.size + head.len as usize).freeze();
-        let payload = whole.slice(head.size..);
-        let mut out = Vec::new();
-        match head.opcode {
-            Opcode::Text | Opcode::Binary | Opcode::Continuation => {
-                // The declarations in force now: a message still streaming when a reload brings
-                // a new secret hides that one too from its next fragment on (the new
-                // declarations keep the old secrets), as an answer's body does.
-                let latest = state.declarations();
-                let mut current = match message.take() {
-                    Some(mut current) => {
-                        if !Arc::ptr_eq(&latest, &built_from) {
-                            current.scrubber.adopt(latest.scrubber());
-                        }
-                        current
-                    }
-                    None => Message {
-                        opcode: head.opcode,
-                        scrubber: latest.scrubber(),
-                        emitted: false,
-                    },
-                };
-                built_from = latest;
-                current.reframe(head.fin, &payload, &mut out);
-                if !head.fin {
-                    message = Some(current);
+        buf.advance(head.size);
+        if head.opcode.is_control() {
+            // INVARIANT: a control frame's length is at most 125 (`Head::read` checked it).
+            let len = head.len as usize;
+            while buf.len() < len {
+                if !read_more(&mut reader, &mut buf).await {
+                    return upstream_ended(shared).await;
                 }
+                shared.touch();
             }
-            Opcode::Close | Opcode::Ping | Opcode::Pong => {
-                if head.opcode == Opcode::Close {
-                    shared.saw_close(Peer::Upstream);
-                }
-                let mut scrubber = state.declarations().scrubber();
-                let Some(control) = scrub_control(head.opcode, &payload, &mut scrubber) else {
-                    return Stop::Protocol;
-                };
-                frame::write(&mut out, true, head.opcode, &control, None);
+            let payload = buf.split_to(len);
+            if head.opcode == Opcode::Close {
+                shared.saw_close(Peer::Upstream);
             }
+            let mut scrubber = state.declarations().scrubber();
+            let Some(control) = scrub_control(head.opcode, &payload, &mut scrubber) else {
+                return Stop::Protocol;
+            };
+            let mut out = Vec::new();
+            frame::write(&mut out, true, head.opcode, &control, None);
+            if !send_frame(&shared.to_agent, &out, &[]).await {
+                return Stop::End;
+            }
+            continue;
         }
-        if !out.is_empty() && !send(&shared.to_agent, &out).await {
+        // The declarations in force now: a message still streaming when a reload brings a new
+        // secret hides that one too from its next fragment on (the new declarations keep the
+        // old secrets), as an answer's body does.
+        let latest = state.declarations();
+        let mut current = match message.take() {
+            Some(mut current) => {
+                if !Arc::ptr_eq(&latest, &built_from) {
+                    current.scrubber.adopt(latest.scrubber());
+                }
+                current
+            }
+            None => Message {
+                opcode: head.opcode,
+                scrubber: latest.scrubber(),
+                emitted: false,
+            },
+        };
+        built_from = latest;
+        // INVARIANT: `check_frame` bounded the length by `max`, which fits memory.
+        let mut scrubbed = Vec::with_capacity(usize::try_from(head.len).unwrap_or(0));
+        let mut remaining = head.len;
+        loop {
+            let take = usize::try_from(remaining).map_or(buf.len(), |left| left.min(buf.len()));
+            if take > 0 {
+                let piece = buf.split_to(take);
+                current.push(&piece, &mut scrubbed);
+                remaining -= take as u64;
+            }
+            if remaining == 0 {
+                break;
+            }
+            if !read_more(&mut reader, &mut buf).await {
+                return upstream_ended(shared).await;
+            }
+            shared.touch();
+        }
+        let frame_head = current.end_frame(head.fin, &mut scrubbed);
+        if !head.fin {
+            message = Some(current);
+        }
+        if let Some(frame_head) = frame_head
+            && !send_frame(&shared.to_agent, &frame_head, &scrubbed).await
+        {
             return Stop::End;
         }
     }
+}
+
+/// The upstream's stream ended (or broke): the agent's is ended too.
+async fn upstream_ended(shared: &Shared) -> Stop {
+    let mut side = shared.to_agent.lock().await;
+    let _ = side.writer.shutdown().await;
+    Stop::End
 }
 
 /// A control frame's payload, scrubbed on its own; one that would grow past 125 bytes carries
@@ -669,8 +977,8 @@ mod tests {
         Scrubber::from_secrets([SECRET.as_bytes()]).unwrap()
     }
 
-    /// Relays one message given as fragments; returns each frame Mint writes: (first byte,
-    /// payload).
+    /// Relays one message given as fragments, each arriving in pieces of 7 bytes as the relay
+    /// reads them; returns each frame Mint writes: (first byte, payload).
     fn relay(fragments: &[&[u8]]) -> Vec<(u8, Vec<u8>)> {
         let mut message = Message {
             opcode: Opcode::Text,
@@ -679,7 +987,14 @@ mod tests {
         };
         let mut out = Vec::new();
         for (i, fragment) in fragments.iter().enumerate() {
-            message.reframe(i + 1 == fragments.len(), fragment, &mut out);
+            let mut scrubbed = Vec::new();
+            for piece in fragment.chunks(7) {
+                message.push(piece, &mut scrubbed);
+            }
+            if let Some(head) = message.end_frame(i + 1 == fragments.len(), &mut scrubbed) {
+                out.extend_from_slice(&head);
+                out.extend_from_slice(&scrubbed);
+            }
         }
         let mut frames = Vec::new();
         let mut rest = out.as_slice();
@@ -733,6 +1048,67 @@ mod tests {
                 assert_eq!(shape(&held), shape(&other), "prefix {prefix} cut {cut}");
             }
         }
+    }
+
+    /// The token is found wherever it sits in a masked frame, across the search's windows
+    /// and split between two frames, and the carry never grows past the token's length less
+    /// one.
+    #[test]
+    fn the_token_is_found_across_windows_and_frames_without_unmasking_a_whole_frame() {
+        let token = "mint_cap_0123456789ab_canaryWindowTokenQx7Lm2Vt9Hd4";
+        let outward = OutwardToken::new(token);
+        let key = [0x5a, 0x13, 0xc4, 0x7e];
+        let mask = |plain: &[u8]| -> Vec<u8> {
+            plain
+                .iter()
+                .zip(key.iter().cycle())
+                .map(|(b, k)| b ^ k)
+                .collect()
+        };
+        let mut scratch = Zeroizing::new(Vec::new());
+        for at in [
+            0,
+            1,
+            WINDOW - 10,
+            WINDOW - 1,
+            WINDOW,
+            2 * WINDOW - 3,
+            40_000,
+        ] {
+            let mut plain = vec![b'.'; 50_000];
+            plain[at..at + token.len()].copy_from_slice(token.as_bytes());
+            let mut carry = Zeroizing::new(Vec::new());
+            assert!(
+                holds_token(&outward, &mut carry, &mask(&plain), key, &mut scratch),
+                "at {at}"
+            );
+            // Cut in two frames anywhere around it: found at the second.
+            for cut in [at + 1, at + token.len() / 2, at + token.len() - 1] {
+                let mut carry = Zeroizing::new(Vec::new());
+                let (first, second) = plain.split_at(cut);
+                assert!(!holds_token(
+                    &outward,
+                    &mut carry,
+                    &mask(first),
+                    key,
+                    &mut scratch
+                ));
+                assert!(carry.len() < token.len());
+                assert!(
+                    holds_token(&outward, &mut carry, &mask(second), key, &mut scratch),
+                    "at {at} cut {cut}"
+                );
+            }
+        }
+        let mut carry = Zeroizing::new(Vec::new());
+        assert!(!holds_token(
+            &outward,
+            &mut carry,
+            &mask(&vec![b'.'; 50_000]),
+            key,
+            &mut scratch
+        ));
+        assert!(scratch.capacity() < WINDOW + 2 * token.len() + 64);
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //! When a tunnel closes, however it ends, its `CONNECT` gets a second `outcome` record, reason
 //! `tunnel_closed`: how long it lasted, the bytes from and to the agent on its connection (TLS
 //! records, the handshake included), how many requests it carried and how it ended
-//! (`client_closed`, `shutdown`, `timeout` or `error`).
+//! (`client_closed`, `shutdown`, `timeout` or `error`; a tunnel that carried a WebSocket ends as
+//! the socket did: `upstream_closed`, `lifetime`, `capability_revoked`... as well).
 //!
 //! At shutdown a tunnel drains like any agent connection, within the same grace period: the
 //! request in flight inside it finishes (and its outcome is audited), then the tunnel closes; an
@@ -42,7 +43,7 @@ use super::connection::ConnectionIo;
 use super::{ConnectionSlot, Drain, agent_builder, agent_service};
 use crate::net::ca::LeafCache;
 use crate::proxy::connect::{Tunnel, TunnelSummary, audit_tunnel_closed, audit_tunnel_refusal};
-use crate::proxy::websocket::RelayHold;
+use crate::proxy::websocket::Relays;
 use crate::proxy::{self, AppState};
 
 /// Serves the tunnel `tunnel` once hyper hands over its connection; holds `slot` (the agent
@@ -159,8 +160,9 @@ async fn run(
     let id_slot = io.id_slot();
     // A WebSocket opened inside the tunnel outlives hyper's connection (hyper hands it over at
     // the upgrade): it holds the connection's slot and a `RelayHold`, and the tunnel waits for
-    // every hold before its `tunnel_closed` record.
-    let (relays, hold) = tokio::sync::watch::channel(());
+    // every hold before its `tunnel_closed` record, which says how the socket ended.
+    let relays = Relays::new();
+    let hold = relays.hold();
     let service = {
         let (state, tunnel, counts) = (state.clone(), Arc::clone(tunnel), Arc::clone(counts));
         let slot = slot.cloned();
@@ -168,7 +170,7 @@ async fn run(
             if let Some(slot) = &slot {
                 request.extensions_mut().insert(slot.clone());
             }
-            request.extensions_mut().insert(RelayHold(hold.clone()));
+            request.extensions_mut().insert(hold.clone());
             counts.requests.fetch_add(1, Ordering::AcqRel);
             let (state, tunnel) = (state.clone(), Arc::clone(&tunnel));
             async move { proxy::intercepted(&state, &tunnel, request).await }
@@ -193,13 +195,15 @@ async fn run(
         tracing::debug!(connect.id = %tunnel.connect_id, error = %problem, "Tunnel ended with an error");
     }
     // The connection (and its service's hold) is gone; a WebSocket still open in the tunnel
-    // ends on its own, at shutdown too (it watches the drain).
-    relays.closed().await;
-    match served {
+    // ends on its own, at shutdown too (it watches the drain), and the tunnel ends as it did:
+    // hyper's connection finished cleanly at the upgrade, whatever ended the socket later.
+    let socket = relays.closed().await;
+    match (served, socket) {
         _ if drained => TunnelEnd::Shutdown,
         _ if expired.load(Ordering::Acquire) => TunnelEnd::Timeout,
-        Ok(()) => TunnelEnd::ClientClosed,
-        Err(problem) => ending_of(problem.as_ref()),
+        (_, Some(ended)) => ended,
+        (Ok(()), None) => TunnelEnd::ClientClosed,
+        (Err(problem), None) => ending_of(problem.as_ref()),
     }
 }
 

@@ -154,9 +154,32 @@ pub(crate) fn write(
     payload: &[u8],
     mask: Option<[u8; 4]>,
 ) {
+    write_head(out, fin, opcode, payload.len(), mask);
+    match mask {
+        None => out.extend_from_slice(payload),
+        Some(key) => {
+            out.extend(
+                payload
+                    .iter()
+                    .zip(key.iter().cycle())
+                    .map(|(byte, k)| byte ^ k),
+            );
+        }
+    }
+}
+
+/// Appends the head of a frame whose payload is `len` bytes (masked with `mask`, whose key ends
+/// the head): what comes before the payload, which the caller writes itself (no copy of a large
+/// payload into the frame).
+pub(crate) fn write_head(
+    out: &mut Vec<u8>,
+    fin: bool,
+    opcode: Opcode,
+    len: usize,
+    mask: Option<[u8; 4]>,
+) {
     out.push(if fin { 0x80 } else { 0 } | opcode.bits());
     let mask_bit = if mask.is_some() { 0x80 } else { 0 };
-    let len = payload.len();
     if len < 126 {
         // INVARIANT: `len < 126` fits in the 7-bit length.
         out.push(mask_bit | len as u8);
@@ -167,17 +190,8 @@ pub(crate) fn write(
         out.push(mask_bit | 127);
         out.extend_from_slice(&(len as u64).to_be_bytes());
     }
-    match mask {
-        None => out.extend_from_slice(payload),
-        Some(key) => {
-            out.extend_from_slice(&key);
-            out.extend(
-                payload
-                    .iter()
-                    .zip(key.iter().cycle())
-                    .map(|(byte, k)| byte ^ k),
-            );
-        }
+    if let Some(key) = mask {
+        out.extend_from_slice(&key);
     }
 }
 
