@@ -449,8 +449,11 @@ http {{
             ),
         )
 
-    def start_mint(self, durability):
-        name = f"mint-{durability}"
+    def start_mint(self, durability, name=None, binary=None):
+        """`mint serve` with `durability`; `name` and `binary` default to `mint-DURABILITY` and
+        BENCH_MINT (`base-DURABILITY` runs BENCH_MINT_BASE, an older build measured beside it)."""
+        name = name or f"mint-{durability}"
+        mint = binary or self.mint
         home = self.work / name
         if home.exists():
             shutil.rmtree(home)
@@ -482,19 +485,19 @@ http {{
             MINT_AUDIT_DURABILITY=durability,
         )
         check = subprocess.run(
-            [self.mint, "policy", "check"], env=env, capture_output=True, text=True
+            [mint, "policy", "check"], env=env, capture_output=True, text=True
         )
         if check.returncode != 0:
             raise RuntimeError(f"the benchmark policy does not check:\n{check.stdout}{check.stderr}")
         issued = subprocess.run(
-            [self.mint, "cap", "issue", "--agent", AGENT, "--ttl", "2h"],
+            [mint, "cap", "issue", "--agent", AGENT, "--ttl", "2h"],
             env=env,
             capture_output=True,
             text=True,
             check=True,
         )
         token = next(w for w in issued.stdout.split() if w.startswith("mint_cap_"))
-        serve = [self.mint, "serve", "--listen", "127.0.0.1:0", "--upstream-ca", str(self.ca)]
+        serve = [mint, "serve", "--listen", "127.0.0.1:0", "--upstream-ca", str(self.ca)]
         if getattr(self.args, "callgrind", None) == name:
             # Instruction counts: instrumentation starts switched off and is switched on for
             # the measured run only (`callgrind_control -i on`).
@@ -544,6 +547,11 @@ http {{
                 self.start_mitmproxy()
             elif name.startswith("mint-"):
                 self.start_mint(name.removeprefix("mint-"))
+            elif name.startswith("base-"):
+                base = os.environ.get("BENCH_MINT_BASE")
+                if not base:
+                    raise RuntimeError(f"`{name}` needs BENCH_MINT_BASE, the older mint binary")
+                self.start_mint(name.removeprefix("base-"), name=name, binary=base)
             else:
                 raise RuntimeError(f"unknown contender `{name}`")
         for contender in self.contenders.values():
@@ -889,11 +897,29 @@ def render(summary, memory, meta, contenders, scenarios):
             "(RSS with the connections − RSS after one request) ÷ connections."
         )
         w("")
+    single = single_request(summary)
+    if single:
+        w("## Single-request latency (c1): added over direct in the same rounds (issue 19)")
+        w("")
+        w(
+            "| contender | direct p50 µs | direct p99 µs | added p50 µs | added p99 µs | added p50 ×nginx | added p99 ×nginx |"
+        )
+        w("|---|---:|---:|---:|---:|---:|---:|")
+        for line in single:
+            w(line)
+        w("")
     w("## Targets of issue 8 (Mint with `interval` audit)")
     w("")
     for line in targets(summary, memory, meta):
         w(f"- {line}")
     w("")
+    single_targets = issue_19_targets(summary)
+    if single_targets:
+        w("## Targets of issue 19 (Mint with `interval` audit)")
+        w("")
+        for line in single_targets:
+            w(f"- {line}")
+        w("")
     intercepted = interception_targets(summary)
     if intercepted:
         w("## Targets of issue 15: HTTPS interception (Mint with `interval` audit)")
@@ -902,6 +928,57 @@ def render(summary, memory, meta, contenders, scenarios):
             w(f"- {line}")
         w("")
     return "\n".join(lines)
+
+
+def single_request(summary):
+    """The c1 rows of issue 19: each contender's added p50 and p99 over direct (per round, then
+    the median), and as multiples of nginx's added latency."""
+    c1 = summary.get("c1", {})
+    direct, nginx = c1.get("direct"), c1.get("nginx")
+    if not direct:
+        return []
+    out = []
+    for name, c in c1.items():
+        if name == "direct" or c.get("added_p50") is None:
+            continue
+        out.append(
+            f"| {name} | {fmt(direct['p50'])} | {fmt(direct['p99'])} | {fmt(c['added_p50'])} | "
+            f"{fmt(c['added_p99'])} | {ratio(c['added_p50'], nginx and nginx.get('added_p50'))} | "
+            f"{ratio(c['added_p99'], nginx and nginx.get('added_p99'))} |"
+        )
+    return out
+
+
+def issue_19_targets(summary):
+    """Single-request latency at c=1 and CPU per request at c=16, against nginx in the same run."""
+    out = []
+
+    def verdict(ok):
+        return "**met**" if ok else "**missed**"
+
+    c1 = summary.get("c1", {})
+    mint, nginx = c1.get("mint-interval"), c1.get("nginx")
+    if mint and nginx and nginx.get("added_p50") and nginx.get("added_p99"):
+        r50 = mint["added_p50"] / nginx["added_p50"]
+        r99 = mint["added_p99"] / nginx["added_p99"]
+        out.append(
+            f"c=1 added p50 ≤ 2× nginx's: {mint['added_p50']:.0f} µs vs {nginx['added_p50']:.0f} µs = "
+            f"{r50:.2f}× — {verdict(r50 <= 2)}"
+        )
+        out.append(
+            f"c=1 added p99 ≤ 3× nginx's: {mint['added_p99']:.0f} µs vs {nginx['added_p99']:.0f} µs = "
+            f"{r99:.2f}× — {verdict(r99 <= 3)}"
+        )
+    c16 = summary.get("c16", {})
+    mint, nginx = c16.get("mint-interval"), c16.get("nginx")
+    if mint and nginx and mint.get("cpu_ratio") and nginx.get("cpu_ratio"):
+        r = mint["cpu_ratio"] / nginx["cpu_ratio"]
+        out.append(
+            f"c=16 CPU per request ≤ 1.5× nginx's, as multiples of the upstream's: "
+            f"{mint['cpu_ratio']:.2f} vs {nginx['cpu_ratio']:.2f} = {r:.2f}× "
+            f"({mint['cpu_us']:.0f} µs vs {nginx['cpu_us']:.0f} µs absolute) — {verdict(r <= 1.5)}"
+        )
+    return out
 
 
 def targets(summary, memory, meta):
@@ -1038,6 +1115,7 @@ def versions(bench):
             first_line(["rustc", "--version"]),
             mint_version(bench),
         ]
+        + ([f"base mint binary {os.environ['BENCH_MINT_BASE']}"] if os.environ.get("BENCH_MINT_BASE") else [])
     )
 
 
@@ -1173,6 +1251,79 @@ def callgrind(args):
     )
 
 
+def syscalls(args):
+    """Counts the system calls each contender (and the upstream) makes per request, with
+    `strace -c -f` attached to all of its threads during one wrk run of the first scenario (after
+    an unobserved warm-up). strace slows every call, so the rate is not the benchmark's; the
+    counts per request are what it is for: reads, writes, epoll waits and futex wake-ups."""
+    bench = Bench(args)
+    names = [c for c in args.strace.split(",") if c]
+    scenario = args.scenarios.split(",")[0]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tables = {}
+    try:
+        bench.start(names)
+        for name in names:
+            contender = bench.contenders[name]
+            bench.wrk(contender, scenario, args.warmup)
+            traced = {"proxy": contender.pids()} if name != "direct" else {}
+            traced["upstream"] = [bench.upstream.pid]
+            files = {}
+            tracers = []
+            for who, pids in traced.items():
+                files[who] = out / f"strace-{name}-{who}.txt"
+                argv = ["strace", "-c", "-f", "-o", str(files[who])]
+                for pid in pids:
+                    argv += ["-p", str(pid)]
+                tracers.append(
+                    subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                )
+            time.sleep(1.0)
+            result = bench.wrk(contender, scenario, args.duration)
+            for tracer in tracers:
+                tracer.send_signal(signal.SIGINT)
+                tracer.wait(timeout=30)
+            requests = max(result["requests"], 1)
+            tables[name] = {who: strace_counts(files[who], requests) for who in traced}
+            tables[name]["requests"] = requests
+    finally:
+        bench.procs.stop_all()
+    lines = [f"## System calls per request, {scenario} (strace -c -f, one wrk run each)", ""]
+    shown = ["read", "recvfrom", "write", "writev", "sendto", "epoll_wait", "futex", "sched_yield"]
+    lines.append("| contender | process | requests | total | " + " | ".join(shown) + " | others |")
+    lines.append("|---|---|---:|---:|" + "---:|" * len(shown) + "---|")
+    for name, table in tables.items():
+        for who in ["proxy", "upstream"]:
+            if who not in table:
+                continue
+            counts = table[who]
+            others = ", ".join(
+                f"{call} {n:.2f}" for call, n in sorted(counts.items(), key=lambda kv: -kv[1])
+                if call not in shown and n >= 0.01
+            )
+            lines.append(
+                f"| {name} | {who} | {table['requests']:.0f} | {sum(counts.values()):.2f} | "
+                + " | ".join(f"{counts.get(call, 0):.2f}" for call in shown)
+                + f" | {others or '–'} |"
+            )
+    report = "\n".join(lines)
+    (out / f"strace-{scenario}.md").write_text(report + "\n")
+    print(report)
+    print(f"written to {out / f'strace-{scenario}.md'}")
+
+
+def strace_counts(path, requests):
+    """System call -> calls per request, from an `strace -c` summary."""
+    counts = {}
+    for line in Path(path).read_text(errors="replace").splitlines():
+        fields = line.split()
+        # % time, seconds, usecs/call, calls, [errors,] syscall
+        if len(fields) >= 5 and fields[0].replace(".", "").isdigit() and fields[-1] != "total":
+            counts[fields[-1]] = int(fields[3]) / requests
+    return counts
+
+
 def profile(args):
     """Runs wrk against one contender while `perf record` samples it (cpu-clock)."""
     bench = Bench(args)
@@ -1256,13 +1407,24 @@ def main():
         help="profile one contender with perf under the first scenario instead of comparing",
     )
     parser.add_argument(
+        "--strace",
+        metavar="CONTENDERS",
+        help="count the system calls per request of each contender (comma-separated) and of the "
+        "upstream with strace -c -f under the first scenario instead of comparing",
+    )
+    parser.add_argument(
         "--callgrind",
         metavar="CONTENDER",
         help="count one Mint contender's instructions per request with valgrind's callgrind "
         "under the first scenario instead of comparing",
     )
     args = parser.parse_args()
-    if "direct" not in args.contenders.split(",") and not args.profile and not args.callgrind:
+    if (
+        "direct" not in args.contenders.split(",")
+        and not args.profile
+        and not args.callgrind
+        and not args.strace
+    ):
         args.contenders = "direct," + args.contenders
 
     def on_signal(signum, _frame):
@@ -1272,6 +1434,9 @@ def main():
         signal.signal(signum, on_signal)
     if args.callgrind:
         callgrind(args)
+        return
+    if args.strace:
+        syscalls(args)
         return
     if args.profile:
         profile(args)

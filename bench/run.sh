@@ -5,6 +5,9 @@
 #     BENCH_DURATION=5 BENCH_ROUNDS=5 bash bench/run.sh
 #     bash bench/run.sh --profile mint-interval --scenarios c16 --duration 10   # perf profile
 #     bash bench/run.sh --callgrind mint-interval --scenarios c16 --duration 20 # instructions/request
+#     bash bench/run.sh --strace nginx,mint-interval --scenarios c1 --duration 5  # syscalls/request
+#     BENCH_SCENARIOS=c1,c16 BENCH_CONTENDERS=direct,nginx,mint-interval bash bench/run.sh
+#                                         # issue 19: c=1 added latency and c=16 CPU against nginx
 #
 # Installs what is missing (Debian: wrk, nginx-light, linux-perf for --profile; PyPI: mitmproxy
 # into its own venv under target/bench-venv), builds `mint` and the benchmark upstream with
@@ -26,6 +29,8 @@
 #   BENCH_NGINX_ACCESS_LOG  on|off (on: nginx writes its default access log, as Mint its audit)
 #   BENCH_SKIP_INSTALL=1, BENCH_SKIP_BUILD=1           use what is there
 #   BENCH_MINT, BENCH_UPSTREAM  other binaries to measure (default: target/release/...)
+#   BENCH_MINT_BASE   an older `mint` build: contenders base-interval and base-always run it,
+#                     so before and after are measured in the same rounds
 #   BENCH_KEEP_WORK=1  keep the temporary directory (homes, logs, nginx.conf)
 #
 # Defaults take about 7 minutes of measurement (43 load runs of 3 s per round, 3 rounds, plus
@@ -65,7 +70,9 @@ trap 'exit 143' TERM
 
 profiling=0
 counting=0
+tracing=0
 for arg in "$@"; do
+    [[ $arg == --strace ]] && tracing=1
     [[ $arg == --profile ]] && profiling=1
     [[ $arg == --callgrind ]] && counting=1
 done
@@ -77,6 +84,9 @@ if [[ ${BENCH_SKIP_INSTALL:-0} != 1 ]]; then
     command -v taskset >/dev/null || missing+=(util-linux)
     if [[ $profiling == 1 ]]; then
         command -v perf >/dev/null || missing+=(linux-perf)
+    fi
+    if [[ $tracing == 1 ]]; then
+        command -v strace >/dev/null || missing+=(strace)
     fi
     if [[ $counting == 1 ]]; then
         command -v valgrind >/dev/null || missing+=(valgrind)

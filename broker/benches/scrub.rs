@@ -4,6 +4,10 @@
 //! Run with `cargo bench -p mint-broker --bench scrub`. Compare `scrub/aho_corasick_find_iter`
 //! with the `scrub/stream_*` lines of the same run (and `scrub_1_secret/…` likewise): the ratio is the figure to watch, the absolute
 //! numbers depend on the machine.
+//!
+//! `scrub_tiny_pushes/…` (issue 21): the same answer pushed in one piece against pushed one byte
+//! at a time (what a stream of tiny chunks or WebSocket frames costs), for 16 secrets and for
+//! one; the ratio of the two lines of a group is the figure (1-byte pushes / one push).
 
 #![expect(
     clippy::unwrap_used,
@@ -196,5 +200,51 @@ fn absorb(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench, absorb);
+/// One push of an answer against the same answer pushed a byte at a time (`push` with slices of
+/// one `Bytes`, and `push_slice` as the WebSocket relay does), each followed by `finish`.
+fn tiny_pushes(c: &mut Criterion) {
+    let secrets_text = secrets();
+    let clean = Bytes::from(answer(4 << 10));
+    for (name, secrets) in [
+        ("scrub_tiny_pushes", loaded(&secrets_text)),
+        ("scrub_tiny_pushes_1_secret", loaded(&secrets_text[..1])),
+    ] {
+        let mut group = c.benchmark_group(name);
+        group
+            .throughput(Throughput::Bytes(clean.len() as u64))
+            .sample_size(20)
+            .warm_up_time(Duration::from_secs(1))
+            .measurement_time(Duration::from_secs(4));
+        group.bench_function("one_push_4k", |b| {
+            let mut scrubber = secrets.scrubber().unwrap();
+            b.iter(|| {
+                let total = scrubber.push(clean.clone()).len() + scrubber.finish().len();
+                black_box(total)
+            });
+        });
+        group.bench_function("byte_pushes_4k", |b| {
+            let mut scrubber = secrets.scrubber().unwrap();
+            b.iter(|| {
+                let mut total = 0;
+                for start in 0..clean.len() {
+                    total += scrubber.push(clean.slice(start..start + 1)).len();
+                }
+                black_box(total + scrubber.finish().len())
+            });
+        });
+        group.bench_function("byte_push_slices_4k", |b| {
+            let mut scrubber = secrets.scrubber().unwrap();
+            b.iter(|| {
+                let mut total = 0;
+                for byte in clean.chunks(1) {
+                    total += scrubber.push_slice(byte).len();
+                }
+                black_box(total + scrubber.finish_vec().len())
+            });
+        });
+        group.finish();
+    }
+}
+
+criterion_group!(benches, bench, absorb, tiny_pushes);
 criterion_main!(benches);

@@ -332,14 +332,20 @@ impl AnswerBody {
         }
     }
 
-    /// Takes a decoded piece of the answer: counts it against the limit and scrubs it.
-    fn take(&mut self, bytes: Bytes) -> Result<(), &'static str> {
+    /// Takes a decoded piece of the answer: counts it against the limit and scrubs it. With
+    /// `last` (no byte can follow), the scrubber ends the answer with it in one pass.
+    fn take(&mut self, bytes: Bytes, last: bool) -> Result<(), &'static str> {
         self.received += bytes.len() as u64;
         if self.received > self.limit {
             return Err("response_too_large");
         }
         self.follow_reload();
-        for piece in self.scrubber.push(bytes).into_pieces() {
+        let scrubbed = if last {
+            self.scrubber.push_last(bytes)
+        } else {
+            self.scrubber.push(bytes)
+        };
+        for piece in scrubbed.into_pieces() {
             self.queue.push_back(piece);
         }
         Ok(())
@@ -347,7 +353,10 @@ impl AnswerBody {
 
     fn on_data(&mut self, data: Bytes) -> Result<(), &'static str> {
         if self.decoder.is_none() {
-            return self.take(data);
+            // The last bytes of a body of known length: nothing more can come (hyper ends such
+            // a body there), so nothing needs holding back for a next chunk.
+            let last = self.incoming.is_end_stream();
+            return self.take(data, last);
         }
         self.compressed = data;
         self.decode_step()
@@ -366,14 +375,14 @@ impl AnswerBody {
         }
         self.saw_compressed = true;
         let decoded = decoder.push(&step)?;
-        self.take(Bytes::from(decoded))
+        self.take(Bytes::from(decoded), false)
     }
 
     fn on_end(&mut self) -> Result<(), &'static str> {
         // An empty compressed body has no gzip header to finish: it decodes to nothing.
         if let Some(decoder) = self.decoder.as_mut().filter(|_| self.saw_compressed) {
             let rest = decoder.finish().map_err(|_| "undecodable_answer")?;
-            self.take(Bytes::from(rest))?;
+            self.take(Bytes::from(rest), false)?;
         }
         self.follow_reload();
         for piece in self.scrubber.finish().into_pieces() {

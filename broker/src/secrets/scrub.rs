@@ -56,7 +56,8 @@
 //!   and any match starting among them are wholly in sight, so the decision is final. It emits up
 //!   to `hold` bytes before the end (or up to the end of a match that ends later), whatever the
 //!   bytes: after a stretch without a match exactly `hold` bytes are kept. The output of a push
-//!   is at most two slices between markers, split where the carry ends and the chunk begins; the
+//!   is at most two slices between markers, split where the carry ends and the chunk begins (one
+//!   for a chunk shorter than the hold, which is appended to the carry first); the
 //!   carry's length depends only on `hold`, on where the newline rule last cut and on where the
 //!   last match ended (which the marker shows). The hold tells an observer the longest pattern's
 //!   length to within 32 bytes (the longest is usually every character as `\uXXXX` or `&#NNN;`:
@@ -90,7 +91,14 @@
 //! the time a push takes (the tests count the work; the first design's prefilter did change it,
 //! and an outside review recovered secrets from that). The price is speed: roughly 80 to 200
 //! MiB/s instead of gigabytes (docs/performance.md). Output that needs no redaction is handed
-//! on as slices of the input [`Bytes`], without copying, apart from the carry. A secret of `n`
+//! on as slices of the input [`Bytes`], without copying, apart from the carry.
+//!
+//! A push's cost grows with its own length, not with the hold (issue 21): a chunk shorter than
+//! the hold is appended to the carry, whose prefix hashes and newline scan carry over from the
+//! pushes before, and the matcher samples only the windows of starts that became decidable (the
+//! new bytes plus a constant). So a stream of one-byte chunks or tiny WebSocket frames costs
+//! about what the same bytes cost in one push, and what is emitted, and when, is exactly what
+//! the rescanning design emitted (a property test holds the two equal push by push). A secret of `n`
 //! bytes has up to 1,680 wrapped forms (140 break positions, 4 spellings, 3 alignments; fewer
 //! under 57 bytes), about 800 patterns in all for a 40-byte secret and 1,700 for 200 bytes;
 //! building their tables takes a few milliseconds.
@@ -118,8 +126,19 @@ pub struct Scrubber {
     /// Every pattern that can occur in a header name, lowercased: names arrive lowercased, so a
     /// secret reflected into a name must be found whatever its case.
     names: Option<Arc<Engine>>,
-    /// Answer bytes received but not yet emitted (they may hold the start of a secret).
-    carry: Zeroizing<Vec<u8>>,
+    /// Answer bytes received but not yet emitted (they may hold the start of a secret) are
+    /// `held[head..]`, the carry. A push shorter than the hold is appended here and the bytes
+    /// before `head` were emitted already: they go when the buffer is compacted, so a small push
+    /// neither moves what stays held nor hashes it again.
+    held: Zeroizing<Vec<u8>>,
+    head: usize,
+    /// The prefix hashes of `held` under the engine's hash base when there is one more of them
+    /// than bytes in `held` (small pushes keep them so); stale otherwise.
+    hashes: Zeroizing<Vec<u64>>,
+    /// No LF in `held[head + 2..checked]` is a cut of the newline rule (whether one is depends
+    /// only on the bytes up to it, apart from the first two of the carry, which depend on
+    /// `before`): a push looks only at the bytes after it.
+    checked: usize,
     scratch: Scratch,
     /// The byte of the answer just before the carry, as the newline rule sees it.
     before: u8,
@@ -152,7 +171,10 @@ impl Scrubber {
         Scrubber {
             engine: None,
             names: None,
-            carry: Zeroizing::new(Vec::new()),
+            held: Zeroizing::new(Vec::new()),
+            head: 0,
+            hashes: Zeroizing::new(Vec::new()),
+            checked: 0,
             scratch: Scratch::default(),
             before: NOTHING_BEFORE,
         }
@@ -206,46 +228,67 @@ impl Scrubber {
     pub fn adopt(&mut self, newer: Scrubber) {
         self.engine = newer.engine;
         self.names = newer.names;
+        // Another hash base, and maybe another hold and newline rule: nothing known carries over.
+        self.hashes.clear();
+        self.checked = self.head;
     }
 
     /// How many bytes are held back, waiting for the next chunk.
     pub fn pending(&self) -> usize {
-        self.carry.len()
+        self.held.len() - self.head
     }
 
-    /// Takes the next chunk of the answer's body and returns what can be sent now: at most two
-    /// pieces between markers, split where the carry ends and the chunk begins (see the module
-    /// docs for why no boundary depends on a secret).
+    /// Takes the next chunk of the answer's body and returns what can be sent now: pieces
+    /// between markers, split only where the carry ends and the chunk begins, and for a chunk
+    /// shorter than the hold not even there (see the module docs for why no boundary depends on
+    /// a secret).
     pub fn push(&mut self, chunk: Bytes) -> Scrubbed {
         let Some(engine) = self.engine.clone() else {
             return Scrubbed::one(chunk);
         };
-        let carry = std::mem::take(&mut self.carry);
-        let c = carry.len();
         let mut out = Scrubbed::default();
-        // INVARIANT: `step` emits ranges within the carry followed by the chunk, in order, and
-        // returns a cut no larger than their length; so every slice below is in bounds.
+        if chunk.len() < engine.hold() {
+            self.push_small(&engine, &chunk, |live, piece| {
+                out.take(live, &Bytes::new(), piece);
+            });
+            return out;
+        }
+        let held = std::mem::take(&mut self.held);
+        let carry = &held[self.head.min(held.len())..];
         let done = step(
             &engine,
-            &carry,
+            carry,
             &mut self.scratch,
             &chunk,
             self.before,
-            |piece| match piece {
-                Piece::Raw(start, end) => {
-                    if start < c {
-                        out.pieces
-                            .push(Bytes::copy_from_slice(&carry[start..end.min(c)]));
-                    }
-                    if end > c {
-                        out.pieces.push(chunk.slice(start.max(c) - c..end - c));
-                    }
-                }
-                Piece::Marker => out.pieces.push(Bytes::from_static(REDACTED.as_bytes())),
-            },
+            self.checked.saturating_sub(self.head),
+            |piece| out.take(carry, &chunk, piece),
         );
-        self.carry = carry;
-        self.keep(&chunk, done);
+        self.keep(held, &chunk, done);
+        out
+    }
+
+    /// Takes the answer's last chunk and ends the answer, in one pass: the same bytes as
+    /// [`Self::push`] followed by [`Self::finish`], in fewer pieces (nothing is held back, so
+    /// the carry and the chunk are decided as at the end, and the chunk is searched once). For
+    /// a body whose end is known with its last bytes (a `Content-Length` answer). The scrubber
+    /// can then start a new answer.
+    pub fn push_last(&mut self, chunk: Bytes) -> Scrubbed {
+        let Some(engine) = self.engine.clone() else {
+            return Scrubbed::one(chunk);
+        };
+        let mut held = std::mem::take(&mut self.held);
+        let carry = &held[self.head.min(held.len())..];
+        let mut out = Scrubbed::default();
+        run(&engine, carry, &mut self.scratch, &chunk, true, |piece| {
+            out.take(carry, &chunk, piece);
+        });
+        held.clear();
+        self.held = held;
+        self.head = 0;
+        self.checked = 0;
+        self.hashes.clear();
+        self.before = NOTHING_BEFORE;
         out
     }
 
@@ -254,26 +297,116 @@ impl Scrubber {
         let Some(engine) = self.engine.clone() else {
             return chunk.to_vec();
         };
-        let carry = std::mem::take(&mut self.carry);
+        if chunk.len() < engine.hold() {
+            let mut out = Vec::new();
+            self.push_small(&engine, chunk, |live, piece| {
+                emit_into(&mut out, live, &[], piece);
+            });
+            return out;
+        }
+        self.push_carried(&engine, chunk)
+    }
+
+    /// The way every push went before issue 21, for the tests' comparison: the carry scanned
+    /// again, by the newline rule and the matcher, with the chunk.
+    #[cfg(test)]
+    fn push_rescanning(&mut self, chunk: &[u8]) -> Vec<u8> {
+        let Some(engine) = self.engine.clone() else {
+            return chunk.to_vec();
+        };
+        self.checked = self.head;
+        self.push_carried(&engine, chunk)
+    }
+
+    /// [`Self::push_slice`] of a chunk searched beside the carry rather than appended to it.
+    fn push_carried(&mut self, engine: &Engine, chunk: &[u8]) -> Vec<u8> {
+        let held = std::mem::take(&mut self.held);
+        let carry = &held[self.head.min(held.len())..];
         let mut out = Vec::with_capacity(carry.len() + chunk.len());
         let done = step(
-            &engine,
-            &carry,
+            engine,
+            carry,
             &mut self.scratch,
             chunk,
             self.before,
+            self.checked.saturating_sub(self.head),
             |piece| {
-                emit_into(&mut out, &carry, chunk, piece);
+                emit_into(&mut out, carry, chunk, piece);
             },
         );
-        self.carry = carry;
-        self.keep(chunk, done);
+        self.keep(held, chunk, done);
         out
     }
 
-    /// Keeps what `done` left of the carry followed by `chunk` for the next push.
-    fn keep(&mut self, chunk: &[u8], done: Done) {
-        keep_tail(&mut self.carry, chunk, done.cut);
+    /// A push shorter than the hold: appended to the held bytes, whose prefix hashes and
+    /// newline scan are carried over, so its cost grows with its own length and not with the
+    /// hold (a stream of one-byte chunks or tiny WebSocket frames). It decides exactly what the
+    /// carry followed by the chunk decides in [`Self::push`] (the same [`run`] over the same
+    /// bytes), and emits the same bytes at the same push; `emit` gets the carry (the chunk
+    /// included) and a piece in its coordinates.
+    fn push_small(&mut self, engine: &Engine, chunk: &[u8], mut emit: impl FnMut(&[u8], Piece)) {
+        if self.hashes.len() != self.held.len() + 1 {
+            self.compact();
+            self.hashes.clear();
+            engine.extend_prefix(&self.held, &mut self.hashes);
+        }
+        self.held.extend_from_slice(chunk);
+        engine.extend_prefix(&self.held, &mut self.hashes);
+        let head = self.head.min(self.held.len());
+        let live = &self.held[head..];
+        let prefix = &self.hashes[head..];
+        let known = self.checked.saturating_sub(head);
+        let (len, is_end) = match flush_point(engine, live, &[], self.before, known) {
+            Some(at) => (at, true),
+            None => (live.len(), false),
+        };
+        // INVARIANT: the cut is within the carry, and the prefix hashes cover it.
+        let view = View::whole(
+            engine,
+            &live[..len],
+            Hay::new(&live[..len], &prefix[..=len]),
+        );
+        let done = decide(&view, is_end, |piece| emit(live, piece));
+        self.checked = self.held.len();
+        self.head = head + done.cut;
+        if let Some(before) = done.before {
+            self.before = before;
+        }
+        // The emitted bytes go once they outweigh what is held: each byte is moved (and its
+        // hash computed again) a bounded number of times on average.
+        if self.head >= COMPACT_MIN && self.head >= self.held.len() - self.head {
+            self.compact();
+        }
+    }
+
+    /// Drops the emitted bytes before the carry; the prefix hashes go stale.
+    fn compact(&mut self) {
+        if self.head == 0 {
+            return;
+        }
+        let head = self.head.min(self.held.len());
+        self.held.drain(..head);
+        self.head = 0;
+        self.checked = self.checked.saturating_sub(head);
+        self.hashes.clear();
+    }
+
+    /// Keeps what `done` left of the carry (`held[head..]`) followed by `chunk` for the next
+    /// push. Every LF kept was looked at by the newline rule.
+    fn keep(&mut self, mut held: Zeroizing<Vec<u8>>, chunk: &[u8], done: Done) {
+        let head = self.head.min(held.len());
+        let c = held.len() - head;
+        if done.cut >= c {
+            held.clear();
+            held.extend_from_slice(&chunk[done.cut - c..]);
+        } else {
+            held.drain(..head + done.cut);
+            held.extend_from_slice(chunk);
+        }
+        self.held = held;
+        self.head = 0;
+        self.checked = self.held.len();
+        self.hashes.clear();
         if let Some(before) = done.before {
             self.before = before;
         }
@@ -287,14 +420,18 @@ impl Scrubber {
 
     /// [`Self::finish`] into one buffer.
     pub fn finish_vec(&mut self) -> Vec<u8> {
-        let carry = std::mem::take(&mut self.carry);
+        let held = std::mem::take(&mut self.held);
+        let carry = &held[self.head.min(held.len())..];
+        self.head = 0;
+        self.checked = 0;
+        self.hashes.clear();
         self.before = NOTHING_BEFORE;
         let Some(engine) = self.engine.clone() else {
             return carry.to_vec();
         };
         let mut out = Vec::with_capacity(carry.len());
-        run(&engine, &carry, &mut self.scratch, &[], true, |piece| {
-            emit_into(&mut out, &carry, &[], piece);
+        run(&engine, carry, &mut self.scratch, &[], true, |piece| {
+            emit_into(&mut out, carry, &[], piece);
         });
         out
     }
@@ -362,7 +499,7 @@ impl fmt::Debug for Scrubber {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Scrubber")
             .field("engine", &self.engine)
-            .field("pending", &self.carry.len())
+            .field("pending", &self.pending())
             .finish_non_exhaustive()
     }
 }
@@ -370,6 +507,26 @@ impl fmt::Debug for Scrubber {
 // === impl Scrubbed ===
 
 impl Scrubbed {
+    /// Appends `piece`, in the coordinates of `carry` followed by `chunk`: the carry's bytes
+    /// copied, the chunk's as slices of it.
+    ///
+    /// INVARIANT: `run` only emits ranges within `carry.len() + chunk.len()`, in order.
+    fn take(&mut self, carry: &[u8], chunk: &Bytes, piece: Piece) {
+        match piece {
+            Piece::Raw(start, end) => {
+                let c = carry.len();
+                if start < c {
+                    self.pieces
+                        .push(Bytes::copy_from_slice(&carry[start..end.min(c)]));
+                }
+                if end > c {
+                    self.pieces.push(chunk.slice(start.max(c) - c..end - c));
+                }
+            }
+            Piece::Marker => self.pieces.push(Bytes::from_static(REDACTED.as_bytes())),
+        }
+    }
+
     fn one(bytes: Bytes) -> Scrubbed {
         let pieces = if bytes.is_empty() {
             Vec::new()
@@ -483,7 +640,20 @@ struct View<'a> {
     n: usize,
 }
 
-impl View<'_> {
+impl<'a> View<'a> {
+    /// `bytes` alone, as a carry followed by nothing, searched through `hay` (their prefix
+    /// hashes, computed already).
+    fn whole(engine: &'a Engine, bytes: &'a [u8], hay: Hay<'a>) -> View<'a> {
+        View {
+            engine,
+            carry: bytes,
+            chunk: &[],
+            seam: hay,
+            chunk_hay: Hay::new(&[], &[0]),
+            n: bytes.len(),
+        }
+    }
+
     /// The byte at `at`; 0 (a byte no extension takes) past the end.
     fn byte(&self, at: usize) -> u8 {
         let c = self.carry.len();
@@ -633,6 +803,10 @@ struct Done {
     before: Option<u8>,
 }
 
+/// Emitted bytes kept before the carry until there are at least this many (and as many as the
+/// carry holds): below it, dropping them is not worth a move.
+const COMPACT_MIN: usize = 4096;
+
 /// The byte before a stream's first byte, or before a cut right after a match, as far as the
 /// newline rule and the base64 extensions are concerned: one that no extension takes.
 const NOTHING_BEFORE: u8 = b'\n';
@@ -640,14 +814,22 @@ const NOTHING_BEFORE: u8 = b'\n';
 /// Where the newline rule lets a stream cut: one past the last LF in the held bytes (the last
 /// `hold` of the carry followed by the chunk) whose line ends, before its terminator (`\n` or
 /// `\r\n`), with a byte that is neither a base64 character nor `=`. `before` is the byte before
-/// the carry. `None` when there is no such LF or the rule is off.
+/// the carry. `None` when there is no such LF or the rule is off. The LFs in `2..known` are
+/// known not to be such a cut (an earlier push looked at them: that depends only on the bytes
+/// before them, which have not changed) and are not looked at again.
 ///
 /// A match that contains that LF would need a pattern with a raw LF: only a secret that holds a
 /// line break has one (the rule is then off), or wrapped base64 and quoted-printable soft
 /// breaks, whose LF always follows a base64 character or `=`; and a base64 neighbour taken
 /// across a line break is a base64 character. So cutting there decides exactly what one pass
 /// over the whole answer decides.
-fn flush_point(engine: &Engine, carry: &[u8], chunk: &[u8], before: u8) -> Option<usize> {
+fn flush_point(
+    engine: &Engine,
+    carry: &[u8],
+    chunk: &[u8],
+    before: u8,
+    known: usize,
+) -> Option<usize> {
     if !engine.flushes() {
         return None;
     }
@@ -661,7 +843,7 @@ fn flush_point(engine: &Engine, carry: &[u8], chunk: &[u8], before: u8) -> Optio
         }
     };
     let low = n.saturating_sub(engine.hold());
-    (low..n).rev().find_map(|at| {
+    let cut_at = |at: usize| {
         if byte(at) != Some(b'\n') {
             return None;
         }
@@ -676,7 +858,13 @@ fn flush_point(engine: &Engine, carry: &[u8], chunk: &[u8], before: u8) -> Optio
         // end of an HTML reference such as `&#43;`, which a base64 match may end in) can go on
         // in a match, or in the neighbour a base64 match takes across the break: no cut there.
         (!is_base64_byte(last) && last != b'=' && last != b';').then_some(at + 1)
-    })
+    };
+    // The last cut: among the new bytes first, then among the two that depend on `before`.
+    let fresh = low.max(known.min(n));
+    (fresh..n)
+        .rev()
+        .find_map(cut_at)
+        .or_else(|| (low..fresh.min(2)).rev().find_map(cut_at))
 }
 
 /// Scrubs one more part of a stream: `carry` followed by `chunk`, with `before` the byte before
@@ -688,9 +876,10 @@ fn step(
     scratch: &mut Scratch,
     chunk: &[u8],
     before: u8,
+    known: usize,
     emit: impl FnMut(Piece),
 ) -> Done {
-    match flush_point(engine, carry, chunk, before) {
+    match flush_point(engine, carry, chunk, before, known) {
         Some(at) => {
             let c = carry.len();
             // INVARIANT: `at` is at most the length of the carry followed by the chunk.
@@ -719,7 +908,7 @@ fn run(
     scratch: &mut Scratch,
     chunk: &[u8],
     is_end: bool,
-    mut emit: impl FnMut(Piece),
+    emit: impl FnMut(Piece),
 ) -> Done {
     let Scratch {
         seam,
@@ -740,6 +929,12 @@ fn run(
         chunk_hay: engine.hay(chunk, chunk_hashes),
         n: carry.len() + chunk.len(),
     };
+    decide(&view, is_end, emit)
+}
+
+/// The body of [`run`], on a view made ready (its prefix hashes computed).
+fn decide(view: &View<'_>, is_end: bool, mut emit: impl FnMut(Piece)) -> Done {
+    let engine = view.engine;
     let n = view.n;
     let (alive, floor_cut) = if is_end {
         (n, n)
@@ -820,20 +1015,6 @@ fn emit_into(out: &mut Vec<u8>, carry: &[u8], chunk: &[u8], piece: Piece) {
             }
         }
         Piece::Marker => out.extend_from_slice(REDACTED.as_bytes()),
-    }
-}
-
-/// Makes `carry` hold the bytes from `cut` of `carry` followed by `chunk`.
-///
-/// INVARIANT: `cut` is at most `carry.len() + chunk.len()` (what `run` returns).
-fn keep_tail(carry: &mut Vec<u8>, chunk: &[u8], cut: usize) {
-    let c = carry.len();
-    if cut >= c {
-        carry.clear();
-        carry.extend_from_slice(&chunk[cut - c..]);
-    } else {
-        carry.drain(..cut);
-        carry.extend_from_slice(chunk);
     }
 }
 

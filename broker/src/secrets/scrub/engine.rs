@@ -55,7 +55,15 @@ pub(crate) struct Hay<'a> {
     prefix: &'a [u64],
 }
 
-impl Hay<'_> {
+impl<'a> Hay<'a> {
+    /// `bytes` with their prefix hashes as [`Engine::extend_prefix`] wrote them, possibly as
+    /// the tail of a longer buffer's: `prefix[i]` then hashes everything before `bytes[i]`, and
+    /// the hash of any stretch of `bytes` comes out the same.
+    pub(crate) fn new(bytes: &'a [u8], prefix: &'a [u64]) -> Hay<'a> {
+        debug_assert_eq!(prefix.len(), bytes.len() + 1);
+        Hay { bytes, prefix }
+    }
+
     /// The hash of `bytes[start..end]`, where `pow` is the base to the power `end - start`.
     /// Any `start <= end <= len` costs the same.
     #[inline]
@@ -230,13 +238,30 @@ impl Engine {
     /// byte, whatever the bytes).
     pub(crate) fn hay<'a>(&self, bytes: &'a [u8], buf: &'a mut Vec<u64>) -> Hay<'a> {
         buf.clear();
-        buf.resize(bytes.len() + 1, 0);
+        self.extend_prefix(bytes, buf);
+        Hay { bytes, prefix: buf }
+    }
+
+    /// Brings `prefix` up to `bytes`: given the prefix hashes of the first `prefix.len() - 1`
+    /// bytes (or nothing), appends those of the rest, one multiplication a byte. A stream that
+    /// only appends hashes each byte once.
+    pub(crate) fn extend_prefix(&self, bytes: &[u8], prefix: &mut Vec<u64>) {
+        if prefix.is_empty() {
+            prefix.push(0);
+        }
+        let done = prefix.len() - 1;
+        let Some(rest) = bytes.get(done..) else {
+            debug_assert!(false, "prefix hashes past the bytes");
+            return;
+        };
+        let mut hash = prefix.last().copied().unwrap_or(0);
+        prefix.resize(bytes.len() + 1, 0);
         let [b1, b2, b3, b4] = self.powers;
-        let mut hash = 0u64;
-        let (out, rest_out) = buf.split_at_mut(1 + bytes.len() / 4 * 4);
+        // INVARIANT: `prefix` now has `done + 1 + rest.len()` entries.
+        let (out, rest_out) = prefix[done + 1..].split_at_mut(rest.len() / 4 * 4);
         // Four bytes a step: the chain from one step to the next is one multiplication, the
         // others run beside it.
-        for (out, quad) in out[1..].chunks_exact_mut(4).zip(bytes.chunks_exact(4)) {
+        for (out, quad) in out.chunks_exact_mut(4).zip(rest.chunks_exact(4)) {
             let [x0, x1, x2, x3] = [quad[0], quad[1], quad[2], quad[3]].map(u64::from);
             let c1 = x0;
             let c2 = c1.wrapping_mul(b1).wrapping_add(x1);
@@ -248,11 +273,10 @@ impl Engine {
             hash = hash.wrapping_mul(b4).wrapping_add(c4);
             out[3] = hash;
         }
-        for (out, &byte) in rest_out.iter_mut().zip(&bytes[bytes.len() / 4 * 4..]) {
+        for (out, &byte) in rest_out.iter_mut().zip(&rest[rest.len() / 4 * 4..]) {
             hash = hash.wrapping_mul(b1).wrapping_add(u64::from(byte));
             *out = hash;
         }
-        Hay { bytes, prefix: buf }
     }
 
     /// Whether `bytes` holds a match anywhere.

@@ -692,6 +692,95 @@ proptest! {
         prop_assert_eq!(streamed, one_shot);
     }
 
+    /// Issue 21: a push appended to the carry (shorter than the hold) emits exactly what the
+    /// rescanning design emitted for it, push by push, and holds back as much; and whatever
+    /// the split (one-byte pieces, pieces around the hold, lines and events), the output is the
+    /// one-shot result of the whole answer.
+    #[test]
+    fn small_pushes_emit_what_rescanning_emitted_and_any_split_equals_the_whole(
+        secrets in prop::collection::vec(secret_strategy(), 1..3),
+        pieces in prop::collection::vec((noise(), 0usize..44, noise(), noise()), 1..5),
+        sizes in prop::collection::vec(prop_oneof![3 => 1usize..8, 1 => 1usize..2000], 1..10),
+        reload_at in prop::option::of(0usize..40),
+    ) {
+        let refs: Vec<&[u8]> = secrets.iter().map(Vec::as_slice).collect();
+        let mut input = Vec::new();
+        for (i, (filler, choice, pre, post)) in pieces.iter().enumerate() {
+            input.extend_from_slice(filler);
+            let pre = &pre[..pre.len().min(5)];
+            let post = &post[..post.len().min(5)];
+            input.extend(embed(refs[i % refs.len()], *choice, pre, post));
+        }
+        let template = scrubber(&refs[..1]);
+        let newer = scrubber(&refs);
+        let (mut small, mut rescanning) = (template.fresh(), template.fresh());
+        let (mut out, mut pos, mut i) = (Vec::new(), 0, 0);
+        while pos < input.len() {
+            let size = sizes[i % sizes.len()].min(input.len() - pos);
+            let chunk = &input[pos..pos + size];
+            if reload_at == Some(i) {
+                small.adopt(newer.fresh());
+                rescanning.adopt(newer.fresh());
+            }
+            let expected = rescanning.push_rescanning(chunk);
+            let got = if i % 2 == 0 {
+                small.push_slice(chunk)
+            } else {
+                small.push(Bytes::copy_from_slice(chunk)).into_bytes().to_vec()
+            };
+            prop_assert_eq!(&got, &expected, "push {} of {} bytes", i, size);
+            prop_assert_eq!(small.pending(), rescanning.pending());
+            out.extend(got);
+            pos += size;
+            i += 1;
+        }
+        let rest = small.finish_vec();
+        prop_assert_eq!(&rest, &rescanning.finish_vec());
+        out.extend(rest);
+        let whole = if reload_at.is_some_and(|at| at < i) { &newer } else { &template };
+        // A reload after the first push leaves the old patterns on what went out before it.
+        if reload_at.is_none_or(|at| at == 0 || at >= i) {
+            prop_assert_eq!(out, whole.scrub(&input).into_owned());
+        }
+    }
+
+    /// `push_last` (a body whose end comes with its last bytes) gives the bytes `push` then
+    /// `finish` give, and leaves the scrubber ready for another answer.
+    #[test]
+    fn the_last_push_ends_the_answer_as_push_then_finish(
+        secrets in prop::collection::vec(secret_strategy(), 1..3),
+        pieces in prop::collection::vec((noise(), 0usize..44, noise(), noise()), 1..4),
+        split in prop::collection::vec(0usize..2000, 0..3),
+    ) {
+        let refs: Vec<&[u8]> = secrets.iter().map(Vec::as_slice).collect();
+        let mut input = Vec::new();
+        for (i, (filler, choice, pre, post)) in pieces.iter().enumerate() {
+            input.extend_from_slice(filler);
+            input.extend(embed(refs[i % refs.len()], *choice, &pre[..pre.len().min(5)], &post[..post.len().min(5)]));
+        }
+        let mut cuts: Vec<usize> = split.iter().map(|&c| c.min(input.len())).collect();
+        cuts.sort_unstable();
+        let template = scrubber(&refs);
+        let (mut one, mut two) = (template.fresh(), template.fresh());
+        let (mut out_one, mut out_two) = (Vec::new(), Vec::new());
+        let mut from = 0;
+        for &cut in &cuts {
+            out_one.extend(one.push_slice(&input[from..cut]));
+            out_two.extend(two.push_slice(&input[from..cut]));
+            from = cut;
+        }
+        let last = Bytes::copy_from_slice(&input[from..]);
+        out_one.extend_from_slice(&one.push_last(last.clone()).into_bytes());
+        out_two.extend_from_slice(&two.push(last).into_bytes());
+        out_two.extend(two.finish_vec());
+        prop_assert_eq!(&out_one, &out_two);
+        prop_assert_eq!(out_one, template.scrub(&input).into_owned());
+        prop_assert_eq!(one.pending(), 0);
+        let mut next = one.push_slice(b"next answer");
+        next.extend(one.finish_vec());
+        prop_assert_eq!(next, b"next answer".to_vec());
+    }
+
     /// Data without any pattern comes out byte for byte, however it is chunked.
     #[test]
     fn clean_data_is_untouched(
