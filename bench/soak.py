@@ -979,9 +979,9 @@ class Soak:
             ivs = self.intervals[i : i + every]
             lat = sorted(x for iv in ivs for x in iv.latencies)
             last = group[-1]
-            first_minute = group[0]["minute"] - args.interval / 60
+            first_minute = round(group[0]["minute"] - args.interval / 60, 2)
             lines.append(
-                f"| {first_minute:.0f}–{last['minute']:.0f} | "
+                f"| {first_minute:g}–{last['minute']:g} | "
                 f"{sum(s['rps'] for s in group) / len(group):,.0f} | "
                 f"{fmt_num(1000 * percentile(lat, 50) if lat else None)} | "
                 f"{fmt_num(1000 * percentile(lat, 99) if lat else None)} | "
@@ -1024,7 +1024,7 @@ def fmt_num(value):
 def plot(samples, args):
     """An SVG of three panels over time: VmRSS (with the bound's baseline), descriptors (all,
     and those that are not connections) and latency p50/p99 per interval."""
-    width, panel_h, left, right, top, gap = 760, 170, 70, 20, 30, 50
+    width, panel_h, left, right, top, gap = 760, 170, 70, 20, 56, 50
     height = top + 3 * panel_h + 2 * gap + 40
     end = max([s["minute"] for s in samples] + [args.duration / 60])
     x_of = lambda m: left + (width - left - right) * m / end  # noqa: E731
@@ -1032,7 +1032,7 @@ def plot(samples, args):
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
         f'<rect width="{width}" height="{height}" fill="white"/>',
-        f'<text x="{left}" y="18" font-size="13">Mint soak: {args.rate:,} req/s, '
+        f'<text x="{left}" y="20" font-size="13">Mint soak: {args.rate:,} req/s, '
         f'{args.idle_conns} idle connections, {args.sse_streams} event streams, reload and '
         f'rotation every {args.interval:.0f} s</text>',
     ]
@@ -1045,24 +1045,35 @@ def plot(samples, args):
                           ("p50", "#ff9896", [s["p50_ms"] or 0 for s in samples])]),
     ]
     minutes = [s["minute"] for s in samples]
+    # The RSS bound of the check, from the sample at the end of the warm-up.
+    warm = [s for s in samples if s["elapsed"] >= args.warmup - 1]
+    bound = None
+    if warm:
+        base = warm[0]["rss_kib"]
+        bound = (base + max(base * args.rss_growth_pct / 100, args.rss_growth_mib * 1024)) / 1024
     for i, (title, series) in enumerate(panels):
         y0 = top + i * (panel_h + gap)
-        top_value = max([v for _, _, values in series for v in values] + [1]) * 1.1
+        extra = [bound] if i == 0 and bound else []
+        top_value = max([v for _, _, values in series for v in values] + extra + [1]) * 1.1
         y_of = lambda v: y0 + panel_h - panel_h * v / top_value  # noqa: E731, B023
         out.append(f'<rect x="{left}" y="{y0}" width="{width - left - right}" height="{panel_h}" fill="none" stroke="#999"/>')
-        warm = x_of(args.warmup / 60)
-        out.append(f'<rect x="{left}" y="{y0}" width="{warm - left:.1f}" height="{panel_h}" fill="#eee"/>')
+        warm_x = x_of(args.warmup / 60)
+        out.append(f'<rect x="{left}" y="{y0}" width="{warm_x - left:.1f}" height="{panel_h}" fill="#eee"/>')
         out.append(f'<text x="{left + 4}" y="{y0 + 12}" fill="#777">warm-up</text>')
         out.append(f'<text x="{left}" y="{y0 - 6}" font-weight="bold">{title}</text>')
         for frac in (0, 0.5, 1):
             v = top_value * frac
             out.append(f'<text x="{left - 6}" y="{y_of(v) + 4:.1f}" text-anchor="end">{v:,.1f}</text>')
             out.append(f'<line x1="{left}" x2="{width - right}" y1="{y_of(v):.1f}" y2="{y_of(v):.1f}" stroke="#ddd"/>')
-        legend_x = width - right - 150
+        legend_x = left + 170
         for j, (name, color, values) in enumerate(series):
             points = " ".join(f"{x_of(m):.1f},{y_of(v):.1f}" for m, v in zip(minutes, values))
             out.append(f'<polyline points="{points}" fill="none" stroke="{color}" stroke-width="1.8"/>')
-            out.append(f'<text x="{legend_x + j * 75}" y="{y0 - 6}" fill="{color}">■ {name}</text>')
+            out.append(f'<text x="{legend_x + j * 130}" y="{y0 - 6}" fill="{color}">■ {name}</text>')
+        if extra:
+            y = y_of(bound)
+            out.append(f'<line x1="{warm_x:.1f}" x2="{width - right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#d62728" stroke-dasharray="5,4"/>')
+            out.append(f'<text x="{legend_x + len(series) * 130}" y="{y0 - 6}" fill="#d62728">- - bound of the check</text>')
         axis_y = y0 + panel_h + 14
         ticks = max(1, int(end // 6)) if end >= 6 else end / 6
         m = 0.0
@@ -1093,7 +1104,16 @@ def main():
     parser.add_argument("--out", default=os.environ.get("BENCH_OUT", str(ROOT / "target" / "soak")))
     parser.add_argument("--svg", help="also write the plot here (e.g. docs/soak.svg)")
     parser.add_argument("--work", default=None)
+    parser.add_argument("--plot-from", metavar="JSON",
+                        help="only draw the plot of an earlier run (its .json) to --svg")
     args = parser.parse_args()
+    if args.plot_from:
+        data = json.loads(Path(args.plot_from).read_text())
+        settings = types.SimpleNamespace(**data["meta"]["settings"])
+        svg = Path(args.svg or Path(args.plot_from).with_suffix(".svg"))
+        svg.write_text(plot(data["samples"], settings))
+        print(f"written to {svg}")
+        return
     if args.interval is None:
         args.interval = 60.0 if args.duration >= 600 else max(5.0, args.duration / 6)
     if args.warmup is None:
