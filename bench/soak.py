@@ -303,8 +303,13 @@ class Soak:
             "rules:",
             "  - { id: no-admin, effect: deny, match: { path: '/admin/**' } }",
             f"  - {{ id: soak-read, effect: allow, match: {{ {where}, method: [GET], path: [/1k, /sse] }} }}",
+            # A limit it never reaches, so that every POST is counted. Its window is a minute: an
+            # exact sliding window remembers each admission for the window's length (16 bytes
+            # each, mint_policy::limits), so a window of an hour would grow by 16 bytes per POST
+            # for the whole hour, by design, and hide a leak behind it; a minute's window is full
+            # long before the warm-up ends, and from then on each admission expires an old one.
             f"  - {{ id: soak-write, effect: allow, match: {{ {where}, method: [POST], path: [/echo] }}, "
-            "inject: [header, body], limits: [{ max: 1000000, per: 1h, by: [agent] }] }",
+            "inject: [header, body], limits: [{ max: 1000000, per: 1m, by: [agent] }] }",
             # A rule that changes with every reload, so that each reload loads a new policy.
             f"  - {{ id: generation-{self.generation}, effect: allow, match: {{ host: gen{self.generation}.example.com, method: GET, path: '/v1/**' }} }}",
         ]
