@@ -205,6 +205,10 @@ class Interval:
         self.counts = {}
         self.errors = {}
         self.lag = array.array("d")
+        # The slowest request: its latency and when (wall clock) it was due, to find it again in
+        # the audit log's timestamps and Mint's log.
+        self.slowest = 0.0
+        self.slowest_at = None
 
     def count(self, what, n=1):
         self.counts[what] = self.counts.get(what, 0) + n
@@ -438,8 +442,12 @@ class Soak:
                 self.disconnect(conn, "pool")
                 conn = None
                 continue
-            latency = loop.time() - due
+            now = loop.time()
+            latency = now - due
             self.interval.latencies.append(latency)
+            if latency > self.interval.slowest:
+                self.interval.slowest = latency
+                self.interval.slowest_at = time.time() - latency
             if problem:
                 self.interval.error(f"{kind}_{problem}")
             else:
@@ -671,6 +679,11 @@ class Soak:
             "p99_ms": 1000 * percentile(lat, 99) if lat else None,
             "max_ms": 1000 * lat[-1] if lat else None,
             "lag_p99_ms": 1000 * percentile(lag, 99) if lag else None,
+            "lag_max_ms": 1000 * lag[-1] if lag else None,
+            "slowest_due": datetime.datetime.fromtimestamp(iv.slowest_at, datetime.timezone.utc)
+            .strftime("%H:%M:%S.%f")[:-3]
+            if iv.slowest_at
+            else None,
             "loadavg": load_average(),
             "reloads": self.reloads,
             "rotations": dict(self.rotations),
@@ -682,7 +695,8 @@ class Soak:
             f"RSS {rss / 1024:6.1f} MiB  fds {fds['total']} (steady {fds['steady']}, agents {fds['agent']}, "
             f"upstream {fds['upstream']})  threads {s['threads']}  open {sum(self.open_conns.values())}  "
             f"mint CPU {s['mint_cpu_pct']:.0f}%  load CPU {s['load_cpu_pct']:.0f}%  "
-            f"lag p99 {s['lag_p99_ms'] or 0:.1f} ms  loadavg {s['loadavg']}",
+            f"lag p99 {s['lag_p99_ms'] or 0:.1f} max {s['lag_max_ms'] or 0:.1f} ms  slowest due at "
+            f"{s['slowest_due']} UTC  loadavg {s['loadavg']}",
             flush=True,
         )
 
@@ -940,7 +954,7 @@ class Soak:
         data = {"meta": meta, "checks": checks, "totals": totals, "errors": errors,
                 "audit": audit, "samples": self.samples, "passed": ok}
         base.with_suffix(".json").write_text(json.dumps(data, indent=1))
-        columns = ["minute", "rps", "requests", "p50_ms", "p99_ms", "max_ms", "lag_p99_ms", "rss_kib",
+        columns = ["minute", "rps", "requests", "p50_ms", "p99_ms", "max_ms", "slowest_due", "lag_p99_ms", "lag_max_ms", "rss_kib",
                    "anon_kib", "threads", "mint_cpu_pct", "load_cpu_pct", "loadavg"]
         fd_columns = ["total", "steady", "agent", "upstream", "listen", "file", "anon", "other_socket", "close_wait"]
         with open(base.with_suffix(".csv"), "w") as f:
