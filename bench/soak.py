@@ -71,6 +71,8 @@ import time
 import types
 from pathlib import Path
 
+# Importing compare.py must not leave a __pycache__ in the source tree.
+sys.dont_write_bytecode = True
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare import (  # noqa: E402  (the comparison benchmark's helpers, shared)
     CLK_TCK,
