@@ -12,6 +12,16 @@
 //! shared buffer: no allocation per answer besides hyper's own). With `--require-auth`, a request
 //! whose `Authorization` is not exactly VALUE gets 401, so a contender that failed to add or
 //! substitute the secret shows up as non-2xx answers in wrk's summary. Anything else is 404.
+//!
+//! Two more routes for the soak benchmark (`bench/soak.sh`), which needs answers that carry the
+//! secret back, so that the proxy's scrubber works on every one of them:
+//!
+//! - `POST /echo`: 200 with the request body as sent (`application/json`; bodies over 64 KiB get
+//!   413). The soak sends the secret's placeholder at a body site, so the echo holds the secret.
+//! - `GET /sse?n=N&interval_ms=M`: `text/event-stream`, N events M ms apart (the first at once),
+//!   each `data: {"i":K,"authorization":"VALUE"}` with the request's `Authorization` value, so
+//!   every event holds the secret, each flushed on its own; then the stream ends.
+//!
 //! TLS offers ALPN `http/1.1` only, so every contender speaks the same protocol upstream.
 //!
 //! One thread (a current-thread runtime): the benchmark pins it to one core with `taskset`, and
@@ -22,19 +32,23 @@ use std::convert::Infallible;
 use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::{BodyExt as _, Either, Full, Limited};
+use hyper::body::{Frame, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper::{Request, Response, StatusCode, header};
+use hyper::{Method, Request, Response, StatusCode, header};
 use hyper_util::rt::TokioIo;
 use mint_broker::demo::echo_upstream::TestCa;
 use rustls::ServerConfig;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::time::MissedTickBehavior;
 use tokio_rustls::TlsAcceptor;
 
 /// What every connection shares.
@@ -110,7 +124,7 @@ async fn serve(stream: TcpStream, tls: Option<TlsAcceptor>, answers: Arc<Answers
     let _ = stream.set_nodelay(true);
     let service = service_fn(move |request| {
         let answers = Arc::clone(&answers);
-        async move { Ok::<_, Infallible>(respond(&answers, &request)) }
+        async move { Ok::<_, Infallible>(respond(&answers, request).await) }
     });
     let builder = http1::Builder::new();
     let _ = match tls {
@@ -130,28 +144,125 @@ async fn serve(stream: TcpStream, tls: Option<TlsAcceptor>, answers: Arc<Answers
     };
 }
 
-fn respond<B>(answers: &Answers, request: &Request<B>) -> Response<Full<Bytes>> {
+/// An answer: a whole body, or an event stream.
+type Answer = Response<Either<Full<Bytes>, EventStream>>;
+
+async fn respond(answers: &Answers, request: Request<Incoming>) -> Answer {
     if let Some(expected) = &answers.require_auth {
         let given = request.headers().get(header::AUTHORIZATION);
         if given.is_none_or(|value| value.as_bytes() != expected.as_ref()) {
             return status(StatusCode::UNAUTHORIZED);
         }
     }
-    let body = match request.uri().path() {
-        "/1k" => answers.small.clone(),
-        "/64k" => answers.large.clone(),
+    let body = match (request.method(), request.uri().path()) {
+        (&Method::GET, "/1k") => answers.small.clone(),
+        (&Method::GET, "/64k") => answers.large.clone(),
+        (&Method::POST, "/echo") => {
+            return match Limited::new(request.into_body(), MAX_ECHO).collect().await {
+                Ok(body) => typed(body.to_bytes(), "application/json"),
+                Err(_) => status(StatusCode::PAYLOAD_TOO_LARGE),
+            };
+        }
+        (&Method::GET, "/sse") => return events(&request),
         _ => return status(StatusCode::NOT_FOUND),
     };
-    let mut response = Response::new(Full::new(body));
+    typed(body, "text/plain")
+}
+
+/// `GET /sse?n=N&interval_ms=M`: N events M ms apart, each holding the `Authorization` value.
+fn events<B>(request: &Request<B>) -> Answer {
+    let mut count = 0u32;
+    let mut interval_ms = 0u64;
+    for pair in request.uri().query().unwrap_or("").split('&') {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let parsed = match name {
+            "n" => value.parse().map(|n| count = n).is_ok(),
+            "interval_ms" => value.parse().map(|m| interval_ms = m).is_ok(),
+            _ => true,
+        };
+        if !parsed {
+            return status(StatusCode::BAD_REQUEST);
+        }
+    }
+    let authorization = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or("");
+    // The value goes into a JSON string: keep it printable ASCII without quotes or backslashes.
+    if !authorization
+        .bytes()
+        .all(|b| (b.is_ascii_graphic() && b != b'"' && b != b'\\') || b == b' ')
+    {
+        return status(StatusCode::BAD_REQUEST);
+    }
+    let mut ticks = tokio::time::interval(Duration::from_millis(interval_ms.max(1)));
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let stream = EventStream {
+        next: 0,
+        count,
+        authorization: authorization.to_owned(),
+        ticks,
+    };
+    let mut response = Response::new(Either::Right(stream));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
-        header::HeaderValue::from_static("text/plain"),
+        header::HeaderValue::from_static("text/event-stream"),
+    );
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-cache"),
     );
     response
 }
 
-fn status(code: StatusCode) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::new()));
+/// The body of `GET /sse`: one event per tick of `ticks`, `count` in all.
+struct EventStream {
+    next: u32,
+    count: u32,
+    authorization: String,
+    ticks: tokio::time::Interval,
+}
+
+impl hyper::body::Body for EventStream {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = self.get_mut();
+        if this.next >= this.count {
+            return Poll::Ready(None);
+        }
+        if this.ticks.poll_tick(cx).is_pending() {
+            return Poll::Pending;
+        }
+        let event = format!(
+            "data: {{\"i\":{},\"authorization\":\"{}\"}}\n\n",
+            this.next, this.authorization
+        );
+        this.next += 1;
+        Poll::Ready(Some(Ok(Frame::data(Bytes::from(event)))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.next >= self.count
+    }
+}
+
+fn typed(body: Bytes, content_type: &'static str) -> Answer {
+    let mut response = Response::new(Either::Left(Full::new(body)));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(content_type),
+    );
+    response
+}
+
+fn status(code: StatusCode) -> Answer {
+    let mut response = Response::new(Either::Left(Full::new(Bytes::new())));
     *response.status_mut() = code;
     response
 }
@@ -172,3 +283,6 @@ fn tls_config() -> anyhow::Result<(String, Arc<ServerConfig>)> {
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok((ca.cert_pem().to_owned(), Arc::new(config)))
 }
+
+/// The largest body `POST /echo` sends back.
+const MAX_ECHO: usize = 64 * 1024;
