@@ -55,6 +55,23 @@ def main():
         write("placeholder_scan", shapes[(first + 1 + i) % len(shapes)](b))
     write("placeholder_scan", b"\x00https\0api.github.com\0/repos/{{mint:github}}\0a=1\0Bearer {{mint:github}}\0x-api-key\0")
 
+    # placeholder_scan with the target's value-shaped placeholders (flags bit 3; SHAPED there).
+    gh, slack, jwt = (b"ghp_R8fKq2ZxT4mWv9LpN3bYc7HsD1jGaE5uQ0Zt", b"xoxb-4711-Q9dWm2KfZ7rTLc",
+                      b"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJiIn0.Xq3Zk9PwV")
+    for seed in [
+        b"\x08https\0api.github.com\0/user\0\0Bearer " + gh + b"\0authorization\0",
+        b"\x08https\0api.github.com\0/user\0v=" + jwt + b"&w={{mint:b}}\0\0\0",
+        b"\x08https\0api.github.com\0/user\0v=" + jwt.replace(b".", b"%2E") + b"\0\0\0",
+        b"\x08https\0api.github.com\0/" + gh + b"\0\0\0\0",
+        b"\x09https\0api.github.com\0/user\0\0\0\0" + b'{"token":"' + gh + b'","nested":[{"x":"' + slack + b'"}]}',
+        b"\x09https\0api.github.com\0/user\0\0\0\0" + b'{"token":"' + gh.replace(b"_", b"\\u005f") + b'"}',
+        b"\x0ahttps\0auth.example.com\0/token\0\0\0\0client_secret=" + slack.replace(b"-", b"%2d"),
+        b"\x0bhttps\0api.github.com\0/user\0\0\0\0" + gh + b" " + slack,
+        b"\x0dhttps\0api.github.com\0/user\0\0\0\0" + b'{"token":"' + gh + b'"}',
+        b"\x08https\0api.github.com\0/user\0\0Bearer " + slack + gh + b"{{mint:x\0x-api-key\0",
+    ]:
+        write("placeholder_scan", seed)
+
     # mcp_call: flags (bit 0: gzip too), then the body.
     for s in rust_strings(SRC / "proxy/mcp_call/tests.rs"):
         if s.lstrip().startswith(("{", "[")) or "tools" in s:
