@@ -57,6 +57,8 @@ use framing::AnswerBody;
 // For the fuzz targets (`crate::fuzzing`).
 pub(crate) use connection::hyper_error_status;
 pub(crate) use framing::follow_pieces;
+pub(crate) use h2_watch::refusals_per_step;
+pub(crate) use tunnel::sni_names;
 
 /// The most concurrent streams of one HTTP/2 connection.
 const H2_MAX_STREAMS: u32 = 64;

@@ -2,13 +2,14 @@
 //! form or text body (`mint_broker::secrets::placeholder`).
 //!
 //! Input: one flags byte (bits 0-1: no `Content-Type`, `application/json`, a form or
-//! `text/plain`; bit 2: a `Content-Encoding: gzip`), then scheme, authority, path, query, a
+//! `text/plain`; bit 2: a `Content-Encoding: gzip`; bit 3: the aliases `github`, `slack` and `b`
+//! have value-shaped placeholders, [`SHAPED`]), then scheme, authority, path, query, a
 //! header value and a header name separated by NUL bytes; the rest is the body.
 //!
 //! Beyond "never panics", it checks every placeholder found against a reference decoder written
 //! here from the module's documentation: the span lies within its part, decodes (percent escapes,
-//! and in JSON string escapes first) to exactly `{{mint:ALIAS}}` with a valid alias name, and a
-//! raw site is spelled raw; the query and the header value, scanned alone, hold exactly the
+//! and in JSON string escapes first) to exactly `{{mint:ALIAS}}` with a valid alias name or to
+//! that alias's shaped value, and a raw site is spelled raw; the query and the header value, scanned alone, hold exactly the
 //! placeholders the reference finds after decoding them once (or the scan refuses them exactly
 //! when the reference finds a malformed one); a JSON body site is, by serde_json's reading of the
 //! body (duplicate keys refused), a string at the pointer the scan names holding the placeholder;
@@ -30,11 +31,28 @@ use mint_broker::secrets::placeholder::{
     live_in_encoded_body, scan, scan_with_limit,
 };
 
-/// No value-shaped placeholders: the properties below are about `{{mint:NAME}}` spellings
-/// (the shaped values have their own parity tests in the broker).
-fn no_shapes() -> &'static ShapedPlaceholders {
+/// Value-shaped placeholders of three aliases, as `mint` derives them (a prefix, then letters and
+/// digits; a JWT): no value holds another, none can sit inside `{{mint:NAME}}` (they hold
+/// capitals), and no value's end is another's start, so the first match to end is also the
+/// first to start and the reference below may look for the earliest start.
+const SHAPED: [(&str, &str); 3] = [
+    ("github", "ghp_R8fKq2ZxT4mWv9LpN3bYc7HsD1jGaE5uQ0Zt"),
+    ("slack", "xoxb-4711-Q9dWm2KfZ7rTLc"),
+    ("b", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJiIn0.Xq3Zk9PwV"),
+];
+
+/// No value-shaped placeholders, or the [`SHAPED`] ones.
+fn shapes(on: bool) -> &'static ShapedPlaceholders {
     static NONE: OnceLock<ShapedPlaceholders> = OnceLock::new();
-    NONE.get_or_init(ShapedPlaceholders::default)
+    static SOME: OnceLock<ShapedPlaceholders> = OnceLock::new();
+    if on {
+        SOME.get_or_init(|| {
+            let values = SHAPED.iter().map(|(a, v)| (a.to_string(), v.to_string()));
+            ShapedPlaceholders::from_values(values.collect()).unwrap()
+        })
+    } else {
+        NONE.get_or_init(ShapedPlaceholders::default)
+    }
 }
 use mint_policy::body::{BodyPlaces, NamedPlace};
 use mint_policy::policy::is_alias_name;
@@ -53,6 +71,7 @@ fuzz_target!(|data: &[u8]| {
     let (value, name) = (next(), next());
     let body = fields.next().unwrap_or_default().to_vec();
     let query = (!query.is_empty()).then_some(query);
+    let shaped = shapes(flags & 8 != 0);
 
     let mut headers = HeaderMap::new();
     let content_type = match flags & 3 {
@@ -90,8 +109,8 @@ fuzz_target!(|data: &[u8]| {
         headers: &headers,
         body: &body,
     };
-    let all = scan_with_limit(&parts, places, no_shapes(), usize::MAX);
-    let limited = scan(&parts, places, no_shapes());
+    let all = scan_with_limit(&parts, places, shaped, usize::MAX);
+    let limited = scan(&parts, places, shaped);
     match (&all, &limited) {
         (Ok(all), Ok(limited)) => assert_eq!(all, limited),
         (Ok(all), Err(PlaceholderError::TooMany { limit })) => assert!(all.found().len() > *limit),
@@ -102,8 +121,8 @@ fuzz_target!(|data: &[u8]| {
 
     let kind = body_kind(&headers);
     if let Ok(found) = &all {
-        check_found(found, &parts, kind);
-        check_json_sites(found, &body, kind);
+        check_found(found, &parts, kind, shaped);
+        check_json_sites(found, &body, kind, shaped);
     }
 
     // The query and the header value alone, against the reference decoder.
@@ -114,8 +133,9 @@ fuzz_target!(|data: &[u8]| {
             ..empty_parts(&no_headers)
         };
         check_against_reference(
-            scan_with_limit(&alone, places, no_shapes(), usize::MAX),
+            scan_with_limit(&alone, places, shaped, usize::MAX),
             query.as_bytes(),
+            shaped,
         );
     }
     if let Some(header_value) = header_value {
@@ -123,8 +143,9 @@ fuzz_target!(|data: &[u8]| {
         // A name with no placeholder, so only the value is looked at.
         only.insert(http::header::AUTHORIZATION, header_value.clone());
         check_against_reference(
-            scan_with_limit(&empty_parts(&only), places, no_shapes(), usize::MAX),
+            scan_with_limit(&empty_parts(&only), places, shaped, usize::MAX),
             header_value.as_bytes(),
+            shaped,
         );
     }
 
@@ -140,14 +161,14 @@ fuzz_target!(|data: &[u8]| {
                 HeaderValue::from_static(content_type),
             );
         }
-        let live = live_in_encoded_body(&headers, &body, places, no_shapes());
+        let live = live_in_encoded_body(&headers, &body, places, shaped);
         let scanned = scan_with_limit(
             &RequestParts {
                 body: &body,
                 ..empty_parts(&plain)
             },
             places,
-            no_shapes(),
+            shaped,
             usize::MAX,
         );
         match (&live, &scanned) {
@@ -161,11 +182,17 @@ fuzz_target!(|data: &[u8]| {
     }
 });
 
-/// Every placeholder found lies within its part and decodes there to itself.
-fn check_found(found: &Placeholders, parts: &RequestParts<'_>, kind: BodyKind) {
+/// Every placeholder found lies within its part and decodes there to itself: `{{mint:ALIAS}}`
+/// or the alias's shaped value.
+fn check_found(
+    found: &Placeholders,
+    parts: &RequestParts<'_>,
+    kind: BodyKind,
+    shaped: &ShapedPlaceholders,
+) {
     for hit in found.found() {
         assert!(is_alias_name(&hit.alias), "alias {:?}", hit.alias);
-        let expected = placeholder(&hit.alias);
+        let spellings = spellings(&hit.alias, shaped);
         let candidates: Vec<(&[u8], Layer)> = match &hit.part {
             Part::Scheme => vec![(parts.scheme.as_bytes(), Layer::Percent)],
             Part::Authority => vec![(parts.authority.as_bytes(), Layer::Percent)],
@@ -188,9 +215,11 @@ fn check_found(found: &Placeholders, parts: &RequestParts<'_>, kind: BodyKind) {
         };
         let spelled = candidates.iter().find_map(|(bytes, layer)| {
             let raw = bytes.get(hit.span.clone())?;
-            (decode(raw, *layer).as_deref() == Some(expected.as_slice())).then_some(raw)
+            let decoded = decode(raw, *layer)?;
+            let expected = spellings.iter().find(|s| **s == decoded)?;
+            Some((raw, expected.clone()))
         });
-        let Some(raw) = spelled else {
+        let Some((raw, expected)) = spelled else {
             panic!("{hit:?} does not decode to its placeholder");
         };
         match hit.place {
@@ -213,7 +242,7 @@ fn check_found(found: &Placeholders, parts: &RequestParts<'_>, kind: BodyKind) {
 
 /// Every JSON body site is, by serde_json's reading, a string at the named pointer holding it
 /// (percent-decoded, for an escaped one).
-fn check_json_sites(found: &Placeholders, body: &[u8], kind: BodyKind) {
+fn check_json_sites(found: &Placeholders, body: &[u8], kind: BodyKind, shaped: &ShapedPlaceholders) {
     if kind != BodyKind::Json {
         return;
     }
@@ -233,26 +262,31 @@ fn check_json_sites(found: &Placeholders, body: &[u8], kind: BodyKind) {
         let Some(NamedPlace::Pointer(pointer)) = &site.matched else {
             panic!("JSON site without its pointer: {site:?}");
         };
-        let needle = String::from_utf8(placeholder(&site.alias)).unwrap();
+        let needles = spellings(&site.alias, shaped);
         let there = texts.iter().any(|text| {
             text.pointer(pointer)
                 .and_then(Value::as_str)
                 .is_some_and(|s| {
                     // Escaped spellings (refused) are the placeholder once percent-decoded.
                     let decoded = decode(s.as_bytes(), Layer::Percent).unwrap_or_default();
-                    find(&decoded, needle.as_bytes()).is_some()
+                    needles.iter().any(|needle| find(&decoded, needle).is_some())
                 })
         });
         assert!(
             there,
-            "serde_json finds no {needle} at {pointer} of {texts:?}"
+            "serde_json finds no {:?} at {pointer} of {texts:?}",
+            site.alias
         );
     }
 }
 
 /// The placeholders of one part scanned alone agree with the reference decoder.
-fn check_against_reference(scanned: Result<Placeholders, PlaceholderError>, raw: &[u8]) {
-    let reference = reference_aliases(&decode(raw, Layer::Percent).unwrap_or_default());
+fn check_against_reference(
+    scanned: Result<Placeholders, PlaceholderError>,
+    raw: &[u8],
+    shaped: &ShapedPlaceholders,
+) {
+    let reference = reference_aliases(&decode(raw, Layer::Percent).unwrap_or_default(), shaped);
     match (scanned, reference) {
         (Ok(found), Some(aliases)) => {
             let ours: Vec<&str> = found.found().iter().map(|f| f.alias.as_str()).collect();
@@ -265,12 +299,34 @@ fn check_against_reference(scanned: Result<Placeholders, PlaceholderError>, raw:
     }
 }
 
-/// The aliases of the placeholders in decoded text, in order; `None` when `{{mint:` appears
-/// without a valid alias name and `}}` after it (the scan's "malformed").
-fn reference_aliases(decoded: &[u8]) -> Option<Vec<String>> {
+/// The aliases of the placeholders in decoded text, in order: `{{mint:NAME}}` and the shaped
+/// values, whichever starts first; `None` when `{{mint:` appears without a valid alias name and
+/// `}}` after it (the scan's "malformed").
+fn reference_aliases(decoded: &[u8], shaped: &ShapedPlaceholders) -> Option<Vec<String>> {
     let mut aliases = Vec::new();
     let mut at = 0;
-    while let Some(found) = find(decoded.get(at..)?, PREFIX) {
+    loop {
+        let rest = decoded.get(at..)?;
+        let value = shaped
+            .iter()
+            .filter_map(|(alias, value)| Some((find(rest, value.as_bytes())?, alias, value.len())))
+            .min();
+        let brace = find(rest, PREFIX);
+        match (brace, value) {
+            (None, None) => return Some(aliases),
+            (Some(b), Some((v, alias, len))) if v < b => {
+                aliases.push(alias.to_owned());
+                at += v + len;
+                continue;
+            }
+            (None, Some((v, alias, len))) => {
+                aliases.push(alias.to_owned());
+                at += v + len;
+                continue;
+            }
+            _ => {}
+        }
+        let found = brace?;
         let name_start = at + found + PREFIX.len();
         let name_len = decoded
             .get(name_start..)?
@@ -288,7 +344,6 @@ fn reference_aliases(decoded: &[u8]) -> Option<Vec<String>> {
         aliases.push(name.to_owned());
         at = end + 2;
     }
-    Some(aliases)
 }
 
 #[derive(Clone, Copy)]
@@ -334,6 +389,13 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 
 fn placeholder(alias: &str) -> Vec<u8> {
     format!("{{{{mint:{alias}}}}}").into_bytes()
+}
+
+/// The spellings that name `alias`: `{{mint:ALIAS}}`, and its shaped value if it has one.
+fn spellings(alias: &str, shaped: &ShapedPlaceholders) -> Vec<Vec<u8>> {
+    std::iter::once(placeholder(alias))
+        .chain(shaped.value(alias).map(|v| v.as_bytes().to_vec()))
+        .collect()
 }
 
 fn empty_parts(headers: &HeaderMap) -> RequestParts<'_> {

@@ -238,6 +238,28 @@ impl H2Watch {
     }
 }
 
+/// Follows these steps of one connection, each `(written, bytes)`: bytes the connection wrote when
+/// `written`, else bytes read from the agent (the connection preface first). Returns how many
+/// refused requests each step reported. Exists for the fuzz targets (`crate::fuzzing`); the
+/// connection feeds its [`H2Watch`] itself.
+pub(crate) fn refusals_per_step(steps: &[(bool, &[u8])]) -> Vec<usize> {
+    let mut watch = H2Watch::default();
+    let mut offset = 0u64;
+    steps
+        .iter()
+        .map(|&(written, bytes)| {
+            let mut count = 0;
+            if written {
+                watch.written(bytes, &mut || count += 1);
+            } else {
+                watch.read(bytes, offset);
+                offset = offset.saturating_add(u64::try_from(bytes.len()).unwrap_or(u64::MAX));
+            }
+            count
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -323,7 +323,7 @@ async fn until_drain<F: Future>(drain: &mut Option<Drain>, work: F) -> Option<F:
 
 /// Whether the ClientHello's SNI names `host`: equal but for ASCII case and one trailing dot;
 /// none at all only for an IP-address tunnel.
-fn sni_names(hello: ClientHello<'_>, ip_tunnel: bool, host: &str) -> bool {
+pub(crate) fn sni_names(hello: ClientHello<'_>, ip_tunnel: bool, host: &str) -> bool {
     match hello.server_name() {
         None => ip_tunnel,
         Some(name) => {
