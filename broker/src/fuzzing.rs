@@ -37,7 +37,11 @@ pub fn connect_target(authority: &str) -> Option<mint_policy::normalize::Target>
 /// `Acceptor` as the tunnel does (`serve/tunnel.rs`). When a whole ClientHello is read: its server
 /// name, and whether the tunnel takes it as naming `host` (an IP-address tunnel when
 /// `ip_tunnel`). `None` when the bytes hold no whole ClientHello or rustls refuses them.
-pub fn client_hello_names(tls: &[u8], ip_tunnel: bool, host: &str) -> Option<(Option<String>, bool)> {
+pub fn client_hello_names(
+    tls: &[u8],
+    ip_tunnel: bool,
+    host: &str,
+) -> Option<(Option<String>, bool)> {
     let mut acceptor = rustls::server::Acceptor::default();
     let mut rest = tls;
     while !rest.is_empty() {

@@ -54,7 +54,11 @@ impl Direction {
             let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
             let (kind, flags) = (head[3], head[4]);
             let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
-            let want = if matches!(kind, RST_STREAM | GOAWAY) { len.min(8) } else { 0 };
+            let want = if matches!(kind, RST_STREAM | GOAWAY) {
+                len.min(8)
+            } else {
+                0
+            };
             let Some(prefix) = self.bytes.get(self.next + 9..self.next + 9 + want) else {
                 return out;
             };
@@ -178,6 +182,9 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(summed, whole, "byte by byte differs from whole steps");
 
     if let Some(expected) = reference(&steps) {
-        assert_eq!(whole, expected, "the watch differs from the reference model");
+        assert_eq!(
+            whole, expected,
+            "the watch differs from the reference model"
+        );
     }
 });

@@ -242,7 +242,12 @@ fn check_found(
 
 /// Every JSON body site is, by serde_json's reading, a string at the named pointer holding it
 /// (percent-decoded, for an escaped one).
-fn check_json_sites(found: &Placeholders, body: &[u8], kind: BodyKind, shaped: &ShapedPlaceholders) {
+fn check_json_sites(
+    found: &Placeholders,
+    body: &[u8],
+    kind: BodyKind,
+    shaped: &ShapedPlaceholders,
+) {
     if kind != BodyKind::Json {
         return;
     }
@@ -269,7 +274,9 @@ fn check_json_sites(found: &Placeholders, body: &[u8], kind: BodyKind, shaped: &
                 .is_some_and(|s| {
                     // Escaped spellings (refused) are the placeholder once percent-decoded.
                     let decoded = decode(s.as_bytes(), Layer::Percent).unwrap_or_default();
-                    needles.iter().any(|needle| find(&decoded, needle).is_some())
+                    needles
+                        .iter()
+                        .any(|needle| find(&decoded, needle).is_some())
                 })
         });
         assert!(

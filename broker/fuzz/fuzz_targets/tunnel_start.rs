@@ -46,8 +46,16 @@ fuzz_target!(|data: &[u8]| {
     let normalized = normalize_target("https", authority, "/").ok();
     match &target {
         Some(target) => {
-            assert_eq!(port, Some(target.port), "accepted {authority:?} without its port");
-            assert_eq!(normalized.as_ref(), Some(target), "differs from normalize_target");
+            assert_eq!(
+                port,
+                Some(target.port),
+                "accepted {authority:?} without its port"
+            );
+            assert_eq!(
+                normalized.as_ref(),
+                Some(target),
+                "differs from normalize_target"
+            );
             assert_eq!(target.scheme, Scheme::Https);
             assert_eq!(target.path, "/");
             assert_eq!(target.query, None);
@@ -75,7 +83,11 @@ fuzz_target!(|data: &[u8]| {
         None => assert_eq!(names_host, ip_tunnel, "no server name"),
         Some(name) => {
             let bare = name.strip_suffix('.').unwrap_or(&name);
-            assert_eq!(names_host, bare.eq_ignore_ascii_case(&host), "{name:?} against {host:?}");
+            assert_eq!(
+                names_host,
+                bare.eq_ignore_ascii_case(&host),
+                "{name:?} against {host:?}"
+            );
             if names_host && let Some(target) = &target {
                 assert_eq!(
                     Host::parse_request(bare).ok().as_ref(),
