@@ -253,6 +253,41 @@ def pss_kib(pids):
 # --- the setup -------------------------------------------------------------------------------
 
 
+def pin_argv(argv, core, nice):
+    """`argv` pinned to `core` with taskset, under `nice -n NICE` when `nice` is set (not "0")."""
+    pinned = ["taskset", "-c", core, *argv]
+    if nice and nice != "0":
+        pinned = ["nice", "-n", nice, *pinned]
+    return pinned
+
+
+def start_bench_upstream(procs, pin, binary, work, secret, max_seconds):
+    """Starts tests/src/bin/bench_upstream.rs (through `pin`, which places it on a core),
+    accepting only `Authorization: Bearer SECRET`, for at most `max_seconds`. Returns the
+    process, the path of its CA certificate, and its HTTP and HTTPS ports (the two lines it
+    prints when it listens)."""
+    ca = work / "upstream-ca.pem"
+    proc = procs.start(
+        "upstream",
+        pin(
+            [
+                binary,
+                "--ca-out",
+                str(ca),
+                "--require-auth",
+                f"Bearer {secret}",
+                "--max-seconds",
+                str(int(max_seconds)),
+            ]
+        ),
+        work / "upstream.log",
+        stdout=subprocess.PIPE,
+    )
+    http_port = int(read_line(proc, "bench_upstream").split()[1])
+    https_port = int(read_line(proc, "bench_upstream").split()[1])
+    return proc, ca, http_port, https_port
+
+
 class Bench:
     def __init__(self, args):
         self.args = args
@@ -276,34 +311,14 @@ class Bench:
 
     def pin(self, argv, core=None):
         """`argv` pinned to a core (the server core by default), at the benchmark's priority."""
-        pinned = ["taskset", "-c", core or self.server_core, *argv]
-        if self.nice:
-            pinned = ["nice", "-n", self.nice, *pinned]
-        return pinned
+        return pin_argv(argv, core or self.server_core, self.nice)
 
     # The upstream.
 
     def start_upstream(self):
-        self.ca = self.work / "upstream-ca.pem"
-        proc = self.procs.start(
-            "upstream",
-            self.pin(
-                [
-                    self.upstream_bin,
-                    "--ca-out",
-                    str(self.ca),
-                    "--require-auth",
-                    f"Bearer {SECRET}",
-                    "--max-seconds",
-                    "3600",
-                ]
-            ),
-            self.work / "upstream.log",
-            stdout=subprocess.PIPE,
+        self.upstream, self.ca, self.up_http, self.up_https = start_bench_upstream(
+            self.procs, self.pin, self.upstream_bin, self.work, SECRET, 3600
         )
-        self.upstream = proc
-        self.up_http = int(read_line(proc, "bench_upstream").split()[1])
-        self.up_https = int(read_line(proc, "bench_upstream").split()[1])
 
     # The contenders: each has `urls` (scenario answer, tls) -> URL, `headers`, and `pids()`.
 

@@ -83,7 +83,9 @@ from compare import (  # noqa: E402  (the comparison benchmark's helpers, shared
     load_average,
     memory_kib,
     mint_version,
+    pin_argv,
     read_line,
+    start_bench_upstream,
 )
 
 AGENT = "soak-agent"
@@ -251,35 +253,19 @@ class Soak:
         self.sse_conn = {}
 
     def pin(self, argv, core):
-        pinned = ["taskset", "-c", core, *argv]
-        if self.nice and self.nice != "0":
-            pinned = ["nice", "-n", self.nice, *pinned]
-        return pinned
+        return pin_argv(argv, core, self.nice)
 
     # Setup.
 
     def start_upstream(self):
-        self.ca = self.work / "upstream-ca.pem"
-        proc = self.procs.start(
-            "upstream",
-            self.pin(
-                [
-                    self.upstream_bin,
-                    "--ca-out",
-                    str(self.ca),
-                    "--require-auth",
-                    f"Bearer {self.canary}",
-                    "--max-seconds",
-                    str(int(self.args.duration + 1800)),
-                ],
-                self.server_core,
-            ),
-            self.work / "upstream.log",
-            stdout=subprocess.PIPE,
+        self.upstream, self.ca, self.up_http, self.up_https = start_bench_upstream(
+            self.procs,
+            lambda argv: self.pin(argv, self.server_core),
+            self.upstream_bin,
+            self.work,
+            self.canary,
+            self.args.duration + 1800,
         )
-        self.upstream = proc
-        self.up_http = int(read_line(proc, "bench_upstream").split()[1])
-        self.up_https = int(read_line(proc, "bench_upstream").split()[1])
 
     def private(self, rel, text):
         """Writes a file of the home atomically (a new file renamed over the old one, as
