@@ -53,6 +53,7 @@ pub struct TlsServer {
     connections: Arc<AtomicUsize>,
     handshakes: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
+    accept: Option<std::thread::JoinHandle<()>>,
 }
 
 /// A broker in front of the echo upstream and of `upstreams` hostile ports, all reached by name.
@@ -201,7 +202,7 @@ impl TlsServer {
         let connections = Arc::new(AtomicUsize::new(0));
         let handshakes = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
-        {
+        let accept = {
             let (connections, handshakes, stop) = (
                 Arc::clone(&connections),
                 Arc::clone(&handshakes),
@@ -235,13 +236,14 @@ impl TlsServer {
                         handler(&mut tls);
                     });
                 }
-            });
-        }
+            })
+        };
         TlsServer {
             port,
             connections,
             handshakes,
             stop,
+            accept: Some(accept),
         }
     }
 
@@ -272,8 +274,12 @@ impl std::fmt::Debug for TlsServer {
 impl Drop for TlsServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        // Wakes the blocking accept so the thread sees the flag.
+        // Wakes the blocking accept so the thread sees the flag; once joined, the port is closed
+        // (connections already accepted finish on their own threads).
         let _ = TcpStream::connect(("127.0.0.1", self.port));
+        if let Some(accept) = self.accept.take() {
+            let _ = accept.join();
+        }
     }
 }
 

@@ -12,7 +12,6 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -223,14 +222,12 @@ impl Setup {
 /// A TLS server on `127.0.0.1:0` presenting the certificate of `config`: it counts finished
 /// handshakes and keeps every request head it reads, answering each `200 ok`. The upstream a
 /// test needs when the leaf must be one of Mint's own CA, or when its answers are scripted
-/// ([`TlsUpstream::scripted`]). HTTP/1.1 only: one request a connection. Dropping it stops the
-/// thread.
+/// ([`TlsUpstream::scripted`]). HTTP/1.1 only: one request a connection. A
+/// [`TlsServer`](crate::hostile::TlsServer) underneath (its accept loop and handshake); dropping
+/// it stops accepting.
 pub struct TlsUpstream {
-    port: u16,
-    handshakes: Arc<AtomicUsize>,
+    server: crate::hostile::TlsServer,
     requests: Arc<Mutex<Vec<String>>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 /// The answer of a [`TlsUpstream::scripted`] to a request head: the whole HTTP/1.1 answer.
@@ -255,70 +252,39 @@ impl TlsUpstream {
     #[track_caller]
     pub fn scripted(config: Arc<rustls::ServerConfig>, script: Box<TlsScript>) -> TlsUpstream {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let handshakes = Arc::new(AtomicUsize::new(0));
         let requests = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let (handshakes, requests, stop) = (
-                Arc::clone(&handshakes),
-                Arc::clone(&requests),
-                Arc::clone(&stop),
-            );
-            std::thread::spawn(move || {
-                for stream in listener.incoming() {
-                    if stop.load(Ordering::SeqCst) {
-                        break;
+        let script = Mutex::new(script);
+        let handler = {
+            let requests = Arc::clone(&requests);
+            move |tls: &mut crate::hostile::Tls| {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tls.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
                     }
-                    let Ok(stream) = stream else { continue };
-                    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-                    let connection = rustls::ServerConnection::new(Arc::clone(&config)).unwrap();
-                    let mut tls = rustls::StreamOwned::new(connection, stream);
-                    let mut handshake_done = true;
-                    while tls.conn.is_handshaking() {
-                        if tls.conn.complete_io(&mut tls.sock).is_err() {
-                            handshake_done = false;
-                            break;
-                        }
-                    }
-                    if !handshake_done {
-                        continue;
-                    }
-                    handshakes.fetch_add(1, Ordering::SeqCst);
-                    let mut head = Vec::new();
-                    let mut buf = [0u8; 4096];
-                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match tls.read(&mut buf) {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => head.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    let head = String::from_utf8_lossy(&head).into_owned();
-                    let answer = script(&head);
-                    requests.lock().unwrap().push(head);
-                    let _ = tls.write_all(&answer);
-                    tls.conn.send_close_notify();
-                    let _ = tls.flush();
                 }
-            })
+                let head = String::from_utf8_lossy(&head).into_owned();
+                let answer = (script.lock().unwrap())(&head);
+                requests.lock().unwrap().push(head);
+                let _ = tls.write_all(&answer);
+                tls.conn.send_close_notify();
+                let _ = tls.flush();
+            }
         };
-        TlsUpstream {
-            port,
-            handshakes,
-            requests,
-            stop,
-            thread: Some(thread),
-        }
+        let server = crate::hostile::TlsServer::start(listener, config, Arc::new(handler));
+        TlsUpstream { server, requests }
     }
 
     /// The bound port.
     pub fn port(&self) -> u16 {
-        self.port
+        self.server.port()
     }
 
     /// How many handshakes finished.
     pub fn handshakes(&self) -> usize {
-        self.handshakes.load(Ordering::SeqCst)
+        self.server.handshakes()
     }
 
     /// The request heads read, in order.
@@ -330,18 +296,8 @@ impl TlsUpstream {
 impl std::fmt::Debug for TlsUpstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TlsUpstream")
-            .field("port", &self.port)
+            .field("port", &self.port())
             .finish_non_exhaustive()
-    }
-}
-
-impl Drop for TlsUpstream {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect(("127.0.0.1", self.port));
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 
