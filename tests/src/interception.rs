@@ -287,7 +287,8 @@ impl TlsUpstream {
         self.server.handshakes()
     }
 
-    /// The request heads read, in order.
+    /// The request heads read, in the order their connections were served (each connection
+    /// is served on its own thread, so only requests made one after another keep their order).
     pub fn requests(&self) -> Vec<String> {
         self.requests.lock().unwrap().clone()
     }
