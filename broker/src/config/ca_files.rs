@@ -236,7 +236,9 @@ fn read_bounded(file: std::fs::File, path: &Path) -> Result<Zeroizing<String>, C
         path: path.to_path_buf(),
         problem,
     };
-    let mut text = Zeroizing::new(String::new());
+    // Room for the whole bounded read up front: a string that grew would free unwiped copies of
+    // the key.
+    let mut text = Zeroizing::new(String::with_capacity(MAX_CA_FILE as usize + 1));
     file.take(MAX_CA_FILE + 1)
         .read_to_string(&mut text)
         .map_err(|error| match error.kind() {

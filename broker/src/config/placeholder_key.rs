@@ -95,9 +95,11 @@ pub fn check_existing(path: &Path) -> Result<(), PlaceholderKeyError> {
 
 fn read(path: &Path) -> Result<PlaceholderKey, PlaceholderKeyError> {
     let mut trusted = open_trusted(path)?;
-    let mut text = Zeroizing::new(String::new());
+    // Room for the whole bounded read up front: a string that grew would free unwiped copies of
+    // the key.
+    let mut text = Zeroizing::new(String::with_capacity(MAX_KEY_FILE as usize));
     (&mut trusted.file)
-        .take(1024)
+        .take(MAX_KEY_FILE)
         .read_to_string(&mut text)
         .map_err(|_| PlaceholderKeyError::Malformed {
             path: path.to_path_buf(),
@@ -106,6 +108,9 @@ fn read(path: &Path) -> Result<PlaceholderKey, PlaceholderKeyError> {
         path: path.to_path_buf(),
     })
 }
+
+/// The most of a placeholder key file read (the key is 64 hex digits and a newline).
+const MAX_KEY_FILE: u64 = 1024;
 
 #[cfg(test)]
 mod tests {

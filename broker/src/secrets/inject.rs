@@ -53,6 +53,7 @@ use crate::secrets::placeholder::shaped::ShapedPlaceholders;
 use crate::secrets::placeholder::{
     self, BodyKind, Forbidden, Found, Part, Place, PlaceholderError, Sink,
 };
+use crate::secrets::reserve_wiped;
 use crate::secrets::scrub::{Baseline, ScrubError, Scrubber};
 
 /// The resolved secrets of one request, by alias, each with the sites it is released for (the
@@ -233,7 +234,7 @@ pub fn headers(headers: &mut HeaderMap, secrets: &Secrets) -> Result<(), InjectE
         if found.is_empty() {
             continue;
         }
-        let mut out = Zeroizing::new(Vec::with_capacity(value.len() + 64));
+        let mut out = Zeroizing::new(Vec::new());
         splice(
             &mut out,
             value.as_bytes(),
@@ -285,17 +286,12 @@ pub fn uri(target: &Target, secrets: &Secrets) -> Result<Uri, InjectError> {
     if let Some(found) = sink.into_found().into_iter().next() {
         return Err(forbidden(found));
     }
-    let mut url = Zeroizing::new(String::with_capacity(256));
-    url.push_str(target.scheme.as_str());
-    url.push_str("://");
-    url.push_str(&authority);
-    url.push_str(&target.path);
+    let mut query_out = Zeroizing::new(Vec::new());
     if let Some(query) = &target.query {
         let mut sink = Sink::new(usize::MAX, &secrets.shaped);
         placeholder::scan_url_part(Part::Query, query.as_bytes(), &mut sink)?;
-        let mut out = Zeroizing::new(Vec::with_capacity(query.len() + 64));
         splice(
-            &mut out,
+            &mut query_out,
             query.as_bytes(),
             &sink.into_found(),
             Site::Query,
@@ -305,9 +301,21 @@ pub fn uri(target: &Target, secrets: &Secrets) -> Result<Uri, InjectError> {
                 Ok(())
             },
         )?;
+    }
+    // The query was ASCII and the encoded secrets are ASCII.
+    let query_text = std::str::from_utf8(&query_out).map_err(|_| InjectError::Uri)?;
+    let scheme = target.scheme.as_str();
+    // Sized up front, so that the text holding the secrets never moves.
+    let mut url = Zeroizing::new(String::with_capacity(
+        scheme.len() + 3 + authority.len() + target.path.len() + 1 + query_text.len(),
+    ));
+    url.push_str(scheme);
+    url.push_str("://");
+    url.push_str(&authority);
+    url.push_str(&target.path);
+    if target.query.is_some() {
         url.push('?');
-        // The query was ASCII and the encoded secrets are ASCII.
-        url.push_str(std::str::from_utf8(&out).map_err(|_| InjectError::Uri)?);
+        url.push_str(query_text);
     }
     Uri::try_from(url.as_str()).map_err(|_| InjectError::Uri)
 }
@@ -331,7 +339,7 @@ pub fn body(
         return Ok(body);
     }
     let form = placeholder::body_kind(headers) == BodyKind::Form;
-    let mut out = Vec::with_capacity(body.len() + 64);
+    let mut out = Vec::new();
     splice(
         &mut out,
         &body,
@@ -360,13 +368,17 @@ fn splice(
     secrets: &Secrets,
     mut write: impl FnMut(&mut Vec<u8>, &str, &[u8]) -> Result<(), InjectError>,
 ) -> Result<(), InjectError> {
-    // Check everything before writing anything.
+    // Check everything before writing anything, and make room for all of it: a buffer that grew
+    // would free an unwiped copy of the secrets written so far.
+    let mut room = raw.len();
     for one in found {
         if one.place != Place::Site(site) {
             return Err(forbidden(one.clone()));
         }
-        secrets.for_site(&one.alias, site)?;
+        let secret = secrets.for_site(&one.alias, site)?;
+        room = room.saturating_add(secret.len().saturating_mul(MAX_ENCODED_PER_BYTE));
     }
+    reserve_wiped(out, room);
     let mut pos = 0;
     for one in found {
         let Range { start, end } = one.span.clone();
@@ -393,6 +405,10 @@ fn forbidden(found: Found) -> InjectError {
         },
     }
 }
+
+/// The most bytes one byte of a secret takes once encoded: `\u00XX` in JSON (percent-encoding
+/// takes three).
+const MAX_ENCODED_PER_BYTE: usize = 6;
 
 /// Appends `secret` percent-encoded: every byte outside RFC 3986 unreserved as `%XX`.
 fn percent_encode(out: &mut Vec<u8>, secret: &[u8]) {

@@ -80,7 +80,8 @@
 //! upstream that knows the secret can always leak it in some form not covered here (scrubbing
 //! catches reflection, it does not contain a hostile upstream: binding aliases to hosts does).
 //! Buffers that held secret-derived bytes (patterns, the carry, the seam, the prefix hashes) are
-//! wiped when dropped; the matcher's tables of windows, hashes and fingerprints are not.
+//! wiped when dropped, and grow through `secrets::reserve_wiped`, which wipes the allocation
+//! they leave; the matcher's tables of windows, hashes and fingerprints are not.
 //!
 //! # CPU time and speed
 //!
@@ -114,6 +115,7 @@ use zeroize::Zeroizing;
 mod engine;
 mod patterns;
 
+use super::{extend_wiped, reserve_wiped};
 use engine::{Engine, Hay};
 use patterns::{EXTENSION_MAX, LINE_BREAKS, Pattern, is_base64_byte};
 
@@ -350,7 +352,7 @@ impl Scrubber {
             self.hashes.clear();
             engine.extend_prefix(&self.held, &mut self.hashes);
         }
-        self.held.extend_from_slice(chunk);
+        extend_wiped(&mut self.held, chunk);
         engine.extend_prefix(&self.held, &mut self.hashes);
         let head = self.head.min(self.held.len());
         let live = &self.held[head..];
@@ -398,10 +400,10 @@ impl Scrubber {
         let c = held.len() - head;
         if done.cut >= c {
             held.clear();
-            held.extend_from_slice(&chunk[done.cut - c..]);
+            extend_wiped(&mut held, &chunk[done.cut - c..]);
         } else {
             held.drain(..head + done.cut);
-            held.extend_from_slice(chunk);
+            extend_wiped(&mut held, chunk);
         }
         self.held = held;
         self.head = 0;
@@ -918,8 +920,10 @@ fn run(
     seam.clear();
     // INVARIANT: the slice end is clamped to the chunk's length.
     if !carry.is_empty() {
+        let head = &chunk[..chunk.len().min(engine.max_len())];
+        reserve_wiped(seam, carry.len() + head.len());
         seam.extend_from_slice(carry);
-        seam.extend_from_slice(&chunk[..chunk.len().min(engine.max_len())]);
+        seam.extend_from_slice(head);
     }
     let view = View {
         engine,

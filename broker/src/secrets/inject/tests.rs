@@ -513,3 +513,44 @@ fn absorbed_secrets_are_scrubbed_once_and_never_substituted() {
     assert!(format!("{current:?}").contains("retired:"));
     assert!(!format!("{current:?}").contains("old-token"));
 }
+
+#[test]
+fn splicing_makes_room_once_so_no_moved_buffer_keeps_a_secret() {
+    // A long secret that JSON-escapes to six bytes a byte, the most any site takes: a buffer
+    // sized for the raw text would have grown (and freed a copy) while holding the first one.
+    let long = "\u{1}".repeat(300);
+    let mut secrets = Secrets::new();
+    secrets.insert(
+        "github",
+        SecretString::from(long.clone()),
+        SiteSet::of(Site::ALL),
+    );
+    let raw = br#"{"a":"{{mint:github}}","v":"{{mint:github}}"}"#;
+    let mut sink = Sink::new(usize::MAX, &secrets.shaped);
+    placeholder::scan_body(&json_headers(), raw, &places(), &mut sink).unwrap();
+    let found = sink.into_found();
+    assert_eq!(found.len(), 2);
+    let mut out = Vec::new();
+    splice(
+        &mut out,
+        raw,
+        &found,
+        Site::Body,
+        &secrets,
+        |out, _, secret| {
+            json_escape(out, secret);
+            Ok(())
+        },
+    )
+    .unwrap();
+    let escaped = 6 * long.len();
+    assert_eq!(
+        out.len(),
+        raw.len() - 2 * "{{mint:github}}".len() + 2 * escaped
+    );
+    assert_eq!(
+        out.capacity(),
+        raw.len() + 2 * escaped,
+        "the buffer grew while it held a secret"
+    );
+}

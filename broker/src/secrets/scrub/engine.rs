@@ -255,27 +255,31 @@ impl Engine {
             return;
         };
         let mut hash = prefix.last().copied().unwrap_or(0);
-        prefix.resize(bytes.len() + 1, 0);
+        // Appended as computed (growing the buffer first would write every entry twice), into
+        // room made beforehand: the hashes are derived from answer bytes.
+        crate::secrets::reserve_wiped(prefix, rest.len());
         let [b1, b2, b3, b4] = self.powers;
-        // INVARIANT: `prefix` now has `done + 1 + rest.len()` entries.
-        let (out, rest_out) = prefix[done + 1..].split_at_mut(rest.len() / 4 * 4);
+        let quads = rest.chunks_exact(4);
+        let tail = quads.remainder();
         // Four bytes a step: the chain from one step to the next is one multiplication, the
         // others run beside it.
-        for (out, quad) in out.chunks_exact_mut(4).zip(rest.chunks_exact(4)) {
+        for quad in quads {
             let [x0, x1, x2, x3] = [quad[0], quad[1], quad[2], quad[3]].map(u64::from);
-            let c1 = x0;
-            let c2 = c1.wrapping_mul(b1).wrapping_add(x1);
+            let c2 = x0.wrapping_mul(b1).wrapping_add(x1);
             let c3 = c2.wrapping_mul(b1).wrapping_add(x2);
             let c4 = c3.wrapping_mul(b1).wrapping_add(x3);
-            out[0] = hash.wrapping_mul(b1).wrapping_add(c1);
-            out[1] = hash.wrapping_mul(b2).wrapping_add(c2);
-            out[2] = hash.wrapping_mul(b3).wrapping_add(c3);
-            hash = hash.wrapping_mul(b4).wrapping_add(c4);
-            out[3] = hash;
+            let step = [
+                hash.wrapping_mul(b1).wrapping_add(x0),
+                hash.wrapping_mul(b2).wrapping_add(c2),
+                hash.wrapping_mul(b3).wrapping_add(c3),
+                hash.wrapping_mul(b4).wrapping_add(c4),
+            ];
+            hash = step[3];
+            prefix.extend_from_slice(&step);
         }
-        for (out, &byte) in rest_out.iter_mut().zip(&rest[rest.len() / 4 * 4..]) {
+        for &byte in tail {
             hash = hash.wrapping_mul(b1).wrapping_add(u64::from(byte));
-            *out = hash;
+            prefix.push(hash);
         }
     }
 
