@@ -598,7 +598,9 @@ where
             (Arc::clone(&heads), last)
         });
         let connect = request.method() == http::Method::CONNECT;
-        let answer = (!reset).then(|| handle(request));
+        // Boxed: the pipeline's future is about 9 KiB, and the future returned here is moved
+        // (copied whole) into the connection's slot, after its own captures were moved into it.
+        let answer = (!reset).then(|| Box::pin(handle(request)));
         async move {
             let Some(answer) = answer else {
                 return Ok(http::Response::new(AnswerBody::new(Body::empty(), None)));
