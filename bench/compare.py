@@ -19,7 +19,9 @@ What it does, in order:
    BENCH_IDLE_CONNS (1,000) connections open and idle, each having made one request.
 3. Load: for each round, for each scenario, every contender in turn (the order rotates between
    rounds), one wrk run of BENCH_DURATION seconds; CPU time of the contender's processes and of
-   the upstream from /proc/PID/stat (utime + stime) before and after.
+   the upstream from /proc/PID/stat (utime + stime) before and after, and the contender's share
+   of it in the kernel (stime) and context switches (voluntary and involuntary, summed over its
+   threads from /proc/PID/task/*/status).
 4. Medians over rounds; latency added over direct and CPU ratios are computed per round (same
    conditions) before taking the median. Prints the tables and writes them to BENCH_OUT.
 
@@ -214,6 +216,38 @@ def cpu_ticks(pids):
         # Fields 14 and 15 of stat(5), counted after the command name: utime, stime.
         total += int(fields[11]) + int(fields[12])
     return total
+
+
+def kernel_ticks(pids):
+    """stime summed over `pids`: the CPU time spent in the kernel on their behalf."""
+    total = 0
+    for pid in pids:
+        text = Path(f"/proc/{pid}/stat").read_text()
+        total += int(text[text.rindex(")") + 2 :].split()[12])
+    return total
+
+
+def context_switches(pids):
+    """(voluntary, involuntary) context switches summed over every thread of `pids`: a thread
+    that blocks (epoll_wait with nothing ready, a lock) switches voluntarily; one the scheduler
+    takes the core from (a woken process preempting it) involuntarily."""
+    voluntary = involuntary = 0
+    for pid in pids:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                lines = Path(f"/proc/{pid}/task/{task}/status").read_text().splitlines()
+            except OSError:
+                continue  # a thread that ended between the listing and the read
+            for line in lines:
+                if line.startswith("voluntary_ctxt_switches:"):
+                    voluntary += int(line.split()[1])
+                elif line.startswith("nonvoluntary_ctxt_switches:"):
+                    involuntary += int(line.split()[1])
+    return voluntary, involuntary
 
 
 def memory_kib(pids):
@@ -639,10 +673,12 @@ http {{
         pids = contender.pids()
         up_pids = [self.upstream.pid]
         cpu0, up0 = cpu_ticks(pids), cpu_ticks(up_pids)
+        sys0, cs0 = kernel_ticks(pids), context_switches(pids)
         run = subprocess.run(
             argv, env=env, capture_output=True, text=True, timeout=seconds + 60
         )
         cpu1, up1 = cpu_ticks(pids), cpu_ticks(up_pids)
+        sys1, cs1 = kernel_ticks(pids), context_switches(pids)
         match = re.search(r"^BENCH (.*)$", run.stdout, re.M)
         if run.returncode != 0 or not match:
             raise RuntimeError(
@@ -666,6 +702,8 @@ http {{
         }
         if contender.name != "direct":
             result["cpu"] = (cpu1 - cpu0) / CLK_TCK
+            result["sys_cpu"] = (sys1 - sys0) / CLK_TCK
+            result["switches"] = (cs1[0] - cs0[0], cs1[1] - cs0[1])
         return result
 
     def idle_connections(self, contender, count):
@@ -799,6 +837,17 @@ def ratio(a, b, digits=2):
     return f"{a / b:.{digits}f}×"
 
 
+def percent(share):
+    return "–" if share is None else f"{share * 100:.0f}%"
+
+
+def switches(c):
+    """Context switches per request, voluntary + involuntary."""
+    if c.get("cs_vol") is None or c.get("cs_invol") is None:
+        return "–"
+    return f"{c['cs_vol'] + c['cs_invol']:.2f} ({c['cs_vol']:.2f} + {c['cs_invol']:.2f})"
+
+
 def summarize(runs, contenders, scenarios):
     """Per scenario and contender: medians, and per-round differences to direct."""
     summary = {}
@@ -826,6 +875,13 @@ def summarize(runs, contenders, scenarios):
                         for m in mine
                     ]
                 )
+                s["sys_share"] = median(
+                    [m["sys_cpu"] / m["cpu"] for m in mine if m.get("cpu") and "sys_cpu" in m]
+                )
+                for i, kind in enumerate(["vol", "invol"]):
+                    s[f"cs_{kind}"] = median(
+                        [m["switches"][i] / m["requests"] for m in mine if m["requests"] and "switches" in m]
+                    )
                 for p in ["p50", "p99", "p999"]:
                     s[f"added_{p}"] = median(
                         [m[p] - d[p] for m, d in zip(mine, direct) if d is not None]
@@ -870,16 +926,18 @@ def render(summary, memory, meta, contenders, scenarios):
             )
         w("")
         w(
-            "| contender | proxy CPU s/10k req | upstream CPU s/10k req | proxy ÷ upstream | (proxy ÷ upstream) ×nginx |"
+            "| contender | proxy CPU s/10k req | upstream CPU s/10k req | proxy ÷ upstream | (proxy ÷ upstream) ×nginx "
+            "| proxy's CPU in the kernel | proxy's context switches per req (voluntary + involuntary) |"
         )
-        w("|---|---:|---:|---:|---:|")
+        w("|---|---:|---:|---:|---:|---:|---:|")
         for name in contenders:
             if name not in s:
                 continue
             c = s[name]
             w(
                 f"| {name} | {fmt(c.get('cpu_us') and c['cpu_us'] / 100, 3)} | {fmt(c['up_us'] / 100, 3)} | "
-                f"{fmt(c.get('cpu_ratio'), 2)} | {ratio(c.get('cpu_ratio'), nginx and nginx.get('cpu_ratio'))} |"
+                f"{fmt(c.get('cpu_ratio'), 2)} | {ratio(c.get('cpu_ratio'), nginx and nginx.get('cpu_ratio'))} | "
+                f"{percent(c.get('sys_share'))} | {switches(c)} |"
             )
         w("")
     if memory:
