@@ -32,6 +32,12 @@ pub(crate) fn reserve_wiped<T: Zeroize + Copy>(buf: &mut Vec<T>, additional: usi
     *buf = grown;
 }
 
+/// Appends `item` to `buf` (secret-derived) through [`reserve_wiped`].
+pub(crate) fn push_wiped<T: Zeroize + Copy>(buf: &mut Vec<T>, item: T) {
+    reserve_wiped(buf, 1);
+    buf.push(item);
+}
+
 /// Appends `items` to `buf` (secret-derived) through [`reserve_wiped`].
 pub(crate) fn extend_wiped<T: Zeroize + Copy>(buf: &mut Vec<T>, items: &[T]) {
     reserve_wiped(buf, items.len());

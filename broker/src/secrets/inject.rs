@@ -239,7 +239,7 @@ pub fn headers(headers: &mut HeaderMap, secrets: &Secrets) -> Result<(), InjectE
             &mut out,
             value.as_bytes(),
             &found,
-            Site::Header,
+            (Site::Header, 1),
             secrets,
             |out, alias, secret| {
                 // CR, LF and NUL would let a value end the header; other control bytes are refused
@@ -294,7 +294,7 @@ pub fn uri(target: &Target, secrets: &Secrets) -> Result<Uri, InjectError> {
             &mut query_out,
             query.as_bytes(),
             &sink.into_found(),
-            Site::Query,
+            (Site::Query, PERCENT_ENCODED_PER_BYTE),
             secrets,
             |out, _, secret| {
                 percent_encode(out, secret);
@@ -340,11 +340,16 @@ pub fn body(
     }
     let form = placeholder::body_kind(headers) == BodyKind::Form;
     let mut out = Vec::new();
+    let per_byte = if form {
+        PERCENT_ENCODED_PER_BYTE
+    } else {
+        JSON_ESCAPED_PER_BYTE
+    };
     splice(
         &mut out,
         &body,
         &found,
-        Site::Body,
+        (Site::Body, per_byte),
         secrets,
         |out, _, secret| {
             if form {
@@ -358,13 +363,13 @@ pub fn body(
     Ok(Bytes::from(out))
 }
 
-/// Writes `raw` to `out` with every found placeholder replaced through `write`; fails on a
-/// placeholder outside `site`.
+/// Writes `raw` to `out` with every found placeholder replaced through `write`, which writes at
+/// most `per_byte` bytes for each byte of a secret; fails on a placeholder outside `site`.
 fn splice(
     out: &mut Vec<u8>,
     raw: &[u8],
     found: &[Found],
-    site: Site,
+    (site, per_byte): (Site, usize),
     secrets: &Secrets,
     mut write: impl FnMut(&mut Vec<u8>, &str, &[u8]) -> Result<(), InjectError>,
 ) -> Result<(), InjectError> {
@@ -376,7 +381,7 @@ fn splice(
             return Err(forbidden(one.clone()));
         }
         let secret = secrets.for_site(&one.alias, site)?;
-        room = room.saturating_add(secret.len().saturating_mul(MAX_ENCODED_PER_BYTE));
+        room = room.saturating_add(secret.len().saturating_mul(per_byte));
     }
     reserve_wiped(out, room);
     let mut pos = 0;
@@ -406,9 +411,10 @@ fn forbidden(found: Found) -> InjectError {
     }
 }
 
-/// The most bytes one byte of a secret takes once encoded: `\u00XX` in JSON (percent-encoding
-/// takes three).
-const MAX_ENCODED_PER_BYTE: usize = 6;
+/// The most bytes one byte of a secret takes percent-encoded (`%XX`) and JSON-escaped
+/// (`\u00XX`).
+const PERCENT_ENCODED_PER_BYTE: usize = 3;
+const JSON_ESCAPED_PER_BYTE: usize = 6;
 
 /// Appends `secret` percent-encoded: every byte outside RFC 3986 unreserved as `%XX`.
 fn percent_encode(out: &mut Vec<u8>, secret: &[u8]) {

@@ -387,12 +387,9 @@ impl VaultStore {
         let role_id = self.files.read(&role_id_file.to_string_lossy())?;
         let secret_id = self.files.read(&secret_id_file.to_string_lossy())?;
         // EXPOSE: the ids go into the login body, a wiped buffer; serde_json escapes them.
-        let body = Zeroizing::new(
-            serde_json::to_vec(&serde_json::json!({
-                "role_id": role_id.as_secret().expose_secret(),
-                "secret_id": secret_id.as_secret().expose_secret(),
-            }))
-            .unwrap_or_default(),
+        let body = login_body(
+            role_id.as_secret().expose_secret(),
+            secret_id.as_secret().expose_secret(),
         );
         let login = self.send(
             Method::POST,
@@ -571,6 +568,29 @@ fn client_error(error: &hyper_util::client::legacy::Error) -> String {
     }
 }
 
+/// The AppRole login body, `{"role_id":…,"secret_id":…}`, in a wiped buffer sized for the ids
+/// escaped (at most six bytes a byte, `\u00XX`), so that it never grows and frees a copy.
+/// Empty if serde_json refuses to write (it does not for strings).
+fn login_body(role_id: &str, secret_id: &str) -> Zeroizing<Vec<u8>> {
+    let escaped = role_id
+        .len()
+        .saturating_add(secret_id.len())
+        .saturating_mul(6);
+    let mut body = Zeroizing::new(Vec::with_capacity(escaped.saturating_add(32)));
+    let written = (|| -> serde_json::Result<()> {
+        body.extend_from_slice(b"{\"role_id\":");
+        serde_json::to_writer(&mut *body, role_id)?;
+        body.extend_from_slice(b",\"secret_id\":");
+        serde_json::to_writer(&mut *body, secret_id)?;
+        body.push(b'}');
+        Ok(())
+    })();
+    if written.is_err() {
+        body.clear();
+    }
+    body
+}
+
 /// The field of a KV v2 read answer: `data.data.KEY`, a non-empty string.
 fn field_of(body: &[u8], reference: &VaultRef) -> Result<CredentialValue, StoreError> {
     let malformed = || StoreError::Unavailable {
@@ -636,6 +656,29 @@ fn token_of(body: &[u8]) -> Option<Token> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_login_body_is_the_ids_as_json_and_never_outgrows_its_room() {
+        for (role, secret) in [
+            ("role-1", "s3cret"),
+            ("", ""),
+            ("quote\"back\\slash", "\u{1}\u{1f}\n\t ctl"),
+            (&*"r".repeat(60), &*"\u{1}".repeat(300)),
+            ("é€😀", "naïve"),
+        ] {
+            let body = login_body(role, secret);
+            let parsed: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(
+                parsed,
+                serde_json::json!({"role_id": role, "secret_id": secret})
+            );
+            assert_eq!(
+                body.capacity(),
+                (role.len() + secret.len()) * 6 + 32,
+                "the body grew while it held the ids"
+            );
+        }
+    }
 
     fn resolve(vars: &[(&str, &str)]) -> Result<Option<VaultConfig>, VaultConfigError> {
         let vars: Vec<(String, OsString)> = vars

@@ -535,7 +535,7 @@ fn splicing_makes_room_once_so_no_moved_buffer_keeps_a_secret() {
         &mut out,
         raw,
         &found,
-        Site::Body,
+        (Site::Body, JSON_ESCAPED_PER_BYTE),
         &secrets,
         |out, _, secret| {
             json_escape(out, secret);
@@ -543,7 +543,7 @@ fn splicing_makes_room_once_so_no_moved_buffer_keeps_a_secret() {
         },
     )
     .unwrap();
-    let escaped = 6 * long.len();
+    let escaped = JSON_ESCAPED_PER_BYTE * long.len();
     assert_eq!(
         out.len(),
         raw.len() - 2 * "{{mint:github}}".len() + 2 * escaped

@@ -78,7 +78,13 @@ impl PlaceholderKey {
 
     /// The key's file text: 64 lowercase hex digits and a newline.
     pub fn to_text(&self) -> Zeroizing<String> {
-        let mut text = Zeroizing::new(hex::encode(self.0.as_slice()));
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        // Sized for all of it: a string that grew would free an unwiped copy of the key.
+        let mut text = Zeroizing::new(String::with_capacity(self.0.len() * 2 + 1));
+        for &byte in self.0.iter() {
+            text.push(char::from(DIGITS[usize::from(byte >> 4)]));
+            text.push(char::from(DIGITS[usize::from(byte & 0xf)]));
+        }
         text.push('\n');
         text
     }

@@ -15,10 +15,15 @@
 //! inside it, and, when it is longer than a line, further breaks every line length after that.
 //! Quoted-printable: the units of the encoded secret with at most one soft line break between
 //! two of them.
+//!
+//! Every buffer built here holds a form of a secret, so it grows only through
+//! `secrets::extend_wiped` and `push_wiped`, which wipe the allocation a growing buffer leaves.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE};
 use zeroize::Zeroizing;
+
+use crate::secrets::{extend_wiped, push_wiped};
 
 /// One pattern and what to redact around it.
 pub(crate) struct Pattern {
@@ -83,9 +88,9 @@ pub(crate) fn push_patterns(secret: &[u8], out: &mut Vec<Pattern>) {
                 let mut escaped = Zeroizing::new(Vec::with_capacity(pattern.bytes.len() + 8));
                 for &byte in pattern.bytes.iter() {
                     if byte == b'/' {
-                        escaped.push(b'\\');
+                        push_wiped(&mut escaped, b'\\');
                     }
-                    escaped.push(byte);
+                    push_wiped(&mut escaped, byte);
                 }
                 out.push(Pattern {
                     bytes: escaped,
@@ -118,12 +123,13 @@ fn push_wrapped(inner: &Pattern, out: &mut Vec<Pattern>) {
         // The first break after `p` characters; `p = width` is a line that starts with the match.
         for first in 1..len.min(width + 1) {
             for spelling in LINE_BREAKS {
-                let mut bytes = Zeroizing::new(Vec::with_capacity(len + spelling.len() * 4));
+                let mut bytes =
+                    Zeroizing::new(Vec::with_capacity(len + spelling.len() * (len / width + 1)));
                 for (i, &byte) in inner.bytes.iter().enumerate() {
                     if i >= first && (i - first).is_multiple_of(width) {
-                        bytes.extend_from_slice(spelling);
+                        extend_wiped(&mut bytes, spelling);
                     }
-                    bytes.push(byte);
+                    push_wiped(&mut bytes, byte);
                 }
                 out.push(Pattern {
                     bytes,
@@ -155,16 +161,33 @@ const REFERENCES: [Reference; 4] = [
 ];
 
 fn push_reference(out: &mut Vec<u8>, code: u32, style: Reference) {
-    let text = match style {
-        Reference::Decimal => format!("&#{code};"),
-        Reference::LowerHex => format!("&#x{code:x};"),
-        Reference::UpperHex => format!("&#x{code:X};"),
-        Reference::UpperX => format!("&#X{code:X};"),
+    let (head, radix, digits): (&[u8], u32, &[u8; 16]) = match style {
+        Reference::Decimal => (b"&#", 10, b"0123456789abcdef"),
+        Reference::LowerHex => (b"&#x", 16, b"0123456789abcdef"),
+        Reference::UpperHex => (b"&#x", 16, b"0123456789ABCDEF"),
+        Reference::UpperX => (b"&#X", 16, b"0123456789ABCDEF"),
     };
-    out.extend_from_slice(text.as_bytes());
-    // The formatted text held a character of the secret.
-    let mut text = text.into_bytes();
-    zeroize::Zeroize::zeroize(&mut text);
+    // The digits, last first, written straight into `out`: they are a character of the secret
+    // (a formatted string would have grown and freed copies of them).
+    let mut reversed = [0u8; 10];
+    let mut count = 0;
+    let mut rest = code;
+    loop {
+        if let Some(place) = reversed.get_mut(count) {
+            *place = digits[(rest % radix) as usize];
+        }
+        count += 1;
+        rest /= radix;
+        if rest == 0 {
+            break;
+        }
+    }
+    extend_wiped(out, head);
+    for &digit in reversed.iter().take(count).rev() {
+        push_wiped(out, digit);
+    }
+    push_wiped(out, b';');
+    reversed.fill(0);
 }
 
 /// How an HTML escaper writes the characters it escapes besides `&`, `<` and `>` (always
@@ -221,8 +244,8 @@ fn push_html(secret: &[u8], out: &mut Vec<Pattern>) {
                 _ => None,
             };
             match escaped {
-                Some(escaped) => bytes.extend_from_slice(escaped),
-                None => bytes.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes()),
+                Some(escaped) => extend_wiped(&mut bytes, escaped),
+                None => extend_wiped(&mut bytes, ch.encode_utf8(&mut buf).as_bytes()),
             }
         }
         buf.fill(0);
@@ -236,7 +259,9 @@ fn push_html(secret: &[u8], out: &mut Vec<Pattern>) {
             let mut bytes = Zeroizing::new(Vec::with_capacity(secret.len() * 6));
             for ch in text.chars() {
                 match u8::try_from(ch) {
-                    Ok(byte) if !every && byte.is_ascii_alphanumeric() => bytes.push(byte),
+                    Ok(byte) if !every && byte.is_ascii_alphanumeric() => {
+                        push_wiped(&mut bytes, byte)
+                    }
                     _ => push_reference(&mut bytes, u32::from(ch), style),
                 }
             }
@@ -266,7 +291,7 @@ fn push_html_base64(inner: &Pattern, out: &mut Vec<Pattern>) {
             if byte == b'+' || (slash && byte == b'/') {
                 push_reference(&mut bytes, u32::from(byte), style);
             } else {
-                bytes.push(byte);
+                push_wiped(&mut bytes, byte);
             }
         }
         out.push(Pattern {
@@ -294,13 +319,16 @@ fn push_quoted_printable(secret: &[u8], out: &mut Vec<Pattern>) {
         let mut ends = Vec::with_capacity(secret.len());
         for &byte in secret {
             if keep(byte) {
-                encoded.push(byte);
+                push_wiped(&mut encoded, byte);
             } else {
-                encoded.extend_from_slice(&[
-                    b'=',
-                    DIGITS[usize::from(byte >> 4)],
-                    DIGITS[usize::from(byte & 0xf)],
-                ]);
+                extend_wiped(
+                    &mut encoded,
+                    &[
+                        b'=',
+                        DIGITS[usize::from(byte >> 4)],
+                        DIGITS[usize::from(byte & 0xf)],
+                    ],
+                );
             }
             ends.push(encoded.len());
         }
@@ -313,9 +341,9 @@ fn push_quoted_printable(secret: &[u8], out: &mut Vec<Pattern>) {
             for soft in [&b"=\r\n"[..], b"=\n"] {
                 let mut bytes = Zeroizing::new(Vec::with_capacity(encoded.len() + 3));
                 // INVARIANT: every offset in `ends` is within `encoded`.
-                bytes.extend_from_slice(&encoded[..at]);
-                bytes.extend_from_slice(soft);
-                bytes.extend_from_slice(&encoded[at..]);
+                extend_wiped(&mut bytes, &encoded[..at]);
+                extend_wiped(&mut bytes, soft);
+                extend_wiped(&mut bytes, &encoded[at..]);
                 out.push(Pattern {
                     bytes,
                     kind: Kind::default(),
@@ -357,8 +385,8 @@ fn hex(secret: &[u8], upper: bool) -> Zeroizing<Vec<u8>> {
     };
     let mut out = Zeroizing::new(Vec::with_capacity(secret.len() * 2));
     for &byte in secret {
-        out.push(digits[usize::from(byte >> 4)]);
-        out.push(digits[usize::from(byte & 0xf)]);
+        push_wiped(&mut out, digits[usize::from(byte >> 4)]);
+        push_wiped(&mut out, digits[usize::from(byte & 0xf)]);
     }
     out
 }
@@ -419,15 +447,18 @@ fn percent(secret: &[u8], style: PercentStyle) -> Zeroizing<Vec<u8>> {
     let mut out = Zeroizing::new(Vec::with_capacity(secret.len() * 3));
     for &byte in secret {
         if byte.is_ascii_alphanumeric() || style.keep.contains(&byte) {
-            out.push(byte);
+            push_wiped(&mut out, byte);
         } else if byte == b' ' && style.space_plus {
-            out.push(b'+');
+            push_wiped(&mut out, b'+');
         } else {
-            out.extend_from_slice(&[
-                b'%',
-                digits[usize::from(byte >> 4)],
-                digits[usize::from(byte & 0xf)],
-            ]);
+            extend_wiped(
+                &mut out,
+                &[
+                    b'%',
+                    digits[usize::from(byte >> 4)],
+                    digits[usize::from(byte & 0xf)],
+                ],
+            );
         }
     }
     out
@@ -476,14 +507,14 @@ fn json(secret: &[u8], style: JsonStyle) -> Option<Zeroizing<Vec<u8>>> {
     let mut units = [0u16; 2];
     for ch in text.chars() {
         match ch {
-            '"' => out.extend_from_slice(b"\\\""),
-            '\\' => out.extend_from_slice(b"\\\\"),
-            '\u{8}' => out.extend_from_slice(b"\\b"),
-            '\u{c}' => out.extend_from_slice(b"\\f"),
-            '\n' => out.extend_from_slice(b"\\n"),
-            '\r' => out.extend_from_slice(b"\\r"),
-            '\t' => out.extend_from_slice(b"\\t"),
-            '/' if style.slash => out.extend_from_slice(b"\\/"),
+            '"' => extend_wiped(&mut out, b"\\\""),
+            '\\' => extend_wiped(&mut out, b"\\\\"),
+            '\u{8}' => extend_wiped(&mut out, b"\\b"),
+            '\u{c}' => extend_wiped(&mut out, b"\\f"),
+            '\n' => extend_wiped(&mut out, b"\\n"),
+            '\r' => extend_wiped(&mut out, b"\\r"),
+            '\t' => extend_wiped(&mut out, b"\\t"),
+            '/' if style.slash => extend_wiped(&mut out, b"\\/"),
             '<' | '>' | '&' | '\u{2028}' | '\u{2029}' if style.html => {
                 push_unicode_escapes(&mut out, ch.encode_utf16(&mut units));
             }
@@ -493,7 +524,7 @@ fn json(secret: &[u8], style: JsonStyle) -> Option<Zeroizing<Vec<u8>>> {
             }
             c => {
                 let mut buf = [0u8; 4];
-                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                extend_wiped(&mut out, c.encode_utf8(&mut buf).as_bytes());
             }
         }
     }
@@ -515,9 +546,9 @@ fn json_all_escaped(secret: &[u8], upper: bool) -> Option<Zeroizing<Vec<u8>>> {
     let mut units = [0u16; 2];
     for ch in text.chars() {
         for &unit in ch.encode_utf16(&mut units).iter() {
-            out.extend_from_slice(b"\\u");
+            extend_wiped(&mut out, b"\\u");
             for shift in [12u16, 8, 4, 0] {
-                out.push(digits[usize::from((unit >> shift) & 0xf)]);
+                push_wiped(&mut out, digits[usize::from((unit >> shift) & 0xf)]);
             }
         }
     }
@@ -528,9 +559,9 @@ fn json_all_escaped(secret: &[u8], upper: bool) -> Option<Zeroizing<Vec<u8>>> {
 fn push_unicode_escapes(out: &mut Vec<u8>, units: &[u16]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for &unit in units {
-        out.extend_from_slice(b"\\u");
+        extend_wiped(out, b"\\u");
         for shift in [12u16, 8, 4, 0] {
-            out.push(DIGITS[usize::from((unit >> shift) & 0xf)]);
+            push_wiped(out, DIGITS[usize::from((unit >> shift) & 0xf)]);
         }
     }
 }
@@ -538,8 +569,9 @@ fn push_unicode_escapes(out: &mut Vec<u8>, units: &[u16]) {
 /// The stable inner base64 characters of `secret` at `alignment` (0, 1 or 2); `None` when fewer
 /// than [`MIN_BASE64_CHARS`] characters are stable.
 fn base64_inner(secret: &[u8], alignment: usize, url_safe: bool) -> Option<Pattern> {
-    let mut input = Zeroizing::new(vec![0u8; alignment]);
-    input.extend_from_slice(secret);
+    let mut input = Zeroizing::new(Vec::with_capacity(alignment + secret.len()));
+    input.resize(alignment, 0);
+    extend_wiped(&mut input, secret);
     let mut encoded = Zeroizing::new(vec![0u8; input.len().div_ceil(3) * 4]);
     let engine = if url_safe { &URL_SAFE } else { &STANDARD };
     let written = engine.encode_slice(&input[..], &mut encoded[..]).ok()?;
@@ -570,6 +602,24 @@ const MIN_BASE64_CHARS: usize = 4;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn references_are_written_as_a_formatter_would() {
+        for code in [
+            0u32, 9, 10, 43, 47, 127, 255, 0x2028, 0xFFFF, 0x1_0000, 0x10_FFFF,
+        ] {
+            for (style, expected) in [
+                (Reference::Decimal, format!("&#{code};")),
+                (Reference::LowerHex, format!("&#x{code:x};")),
+                (Reference::UpperHex, format!("&#x{code:X};")),
+                (Reference::UpperX, format!("&#X{code:X};")),
+            ] {
+                let mut out = b"before".to_vec();
+                push_reference(&mut out, code, style);
+                assert_eq!(out, [&b"before"[..], expected.as_bytes()].concat());
+            }
+        }
+    }
 
     #[track_caller]
     fn all(secret: &[u8]) -> Vec<Vec<u8>> {
