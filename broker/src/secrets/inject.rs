@@ -239,7 +239,7 @@ pub fn headers(headers: &mut HeaderMap, secrets: &Secrets) -> Result<(), InjectE
             &mut out,
             value.as_bytes(),
             &found,
-            (Site::Header, 1),
+            (Site::Header, <[u8]>::len),
             secrets,
             |out, alias, secret| {
                 // CR, LF and NUL would let a value end the header; other control bytes are refused
@@ -294,7 +294,7 @@ pub fn uri(target: &Target, secrets: &Secrets) -> Result<Uri, InjectError> {
             &mut query_out,
             query.as_bytes(),
             &sink.into_found(),
-            (Site::Query, PERCENT_ENCODED_PER_BYTE),
+            (Site::Query, percent_encoded_len),
             secrets,
             |out, _, secret| {
                 percent_encode(out, secret);
@@ -340,16 +340,16 @@ pub fn body(
     }
     let form = placeholder::body_kind(headers) == BodyKind::Form;
     let mut out = Vec::new();
-    let per_byte = if form {
-        PERCENT_ENCODED_PER_BYTE
+    let encoded_len = if form {
+        percent_encoded_len
     } else {
-        JSON_ESCAPED_PER_BYTE
+        json_escaped_len
     };
     splice(
         &mut out,
         &body,
         &found,
-        (Site::Body, per_byte),
+        (Site::Body, encoded_len),
         secrets,
         |out, _, secret| {
             if form {
@@ -363,13 +363,13 @@ pub fn body(
     Ok(Bytes::from(out))
 }
 
-/// Writes `raw` to `out` with every found placeholder replaced through `write`, which writes at
-/// most `per_byte` bytes for each byte of a secret; fails on a placeholder outside `site`.
+/// Writes `raw` to `out` with every found placeholder replaced through `write`, which writes
+/// `encoded_len(secret)` bytes for a secret; fails on a placeholder outside `site`.
 fn splice(
     out: &mut Vec<u8>,
     raw: &[u8],
     found: &[Found],
-    (site, per_byte): (Site, usize),
+    (site, encoded_len): (Site, fn(&[u8]) -> usize),
     secrets: &Secrets,
     mut write: impl FnMut(&mut Vec<u8>, &str, &[u8]) -> Result<(), InjectError>,
 ) -> Result<(), InjectError> {
@@ -381,7 +381,7 @@ fn splice(
             return Err(forbidden(one.clone()));
         }
         let secret = secrets.for_site(&one.alias, site)?;
-        room = room.saturating_add(secret.len().saturating_mul(per_byte));
+        room = room.saturating_add(encoded_len(secret));
     }
     reserve_wiped(out, room);
     let mut pos = 0;
@@ -411,15 +411,35 @@ fn forbidden(found: Found) -> InjectError {
     }
 }
 
-/// The most bytes one byte of a secret takes percent-encoded (`%XX`) and JSON-escaped
-/// (`\u00XX`).
-const PERCENT_ENCODED_PER_BYTE: usize = 3;
-const JSON_ESCAPED_PER_BYTE: usize = 6;
+/// Whether `byte` is RFC 3986 unreserved, written as it is by [`percent_encode`].
+fn unreserved(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~')
+}
+
+/// The length of `secret` as [`percent_encode`] writes it.
+fn percent_encoded_len(secret: &[u8]) -> usize {
+    secret
+        .iter()
+        .map(|&byte| if unreserved(byte) { 1 } else { 3 })
+        .sum()
+}
+
+/// The length of `secret` as [`json_escape`] writes it.
+fn json_escaped_len(secret: &[u8]) -> usize {
+    secret
+        .iter()
+        .map(|&byte| match byte {
+            b'"' | b'\\' | 0x08 | 0x0c | b'\n' | b'\r' | b'\t' => 2,
+            0x00..=0x1f => 6,
+            _ => 1,
+        })
+        .sum()
+}
 
 /// Appends `secret` percent-encoded: every byte outside RFC 3986 unreserved as `%XX`.
 fn percent_encode(out: &mut Vec<u8>, secret: &[u8]) {
     for &byte in secret {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+        if unreserved(byte) {
             out.push(byte);
         } else {
             out.extend_from_slice(&[

@@ -535,7 +535,7 @@ fn splicing_makes_room_once_so_no_moved_buffer_keeps_a_secret() {
         &mut out,
         raw,
         &found,
-        (Site::Body, JSON_ESCAPED_PER_BYTE),
+        (Site::Body, json_escaped_len),
         &secrets,
         |out, _, secret| {
             json_escape(out, secret);
@@ -543,7 +543,7 @@ fn splicing_makes_room_once_so_no_moved_buffer_keeps_a_secret() {
         },
     )
     .unwrap();
-    let escaped = JSON_ESCAPED_PER_BYTE * long.len();
+    let escaped = 6 * long.len();
     assert_eq!(
         out.len(),
         raw.len() - 2 * "{{mint:github}}".len() + 2 * escaped
@@ -553,4 +553,30 @@ fn splicing_makes_room_once_so_no_moved_buffer_keeps_a_secret() {
         raw.len() + 2 * escaped,
         "the buffer grew while it held a secret"
     );
+}
+
+#[test]
+fn encoded_lengths_are_what_the_encoders_write() {
+    // Every byte value, alone and in a run, and a pseudo-random mix.
+    let mut inputs: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+    inputs.push((0..=255u8).collect());
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    inputs.push(
+        (0..4096)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect(),
+    );
+    for input in &inputs {
+        let mut out = Vec::new();
+        percent_encode(&mut out, input);
+        assert_eq!(percent_encoded_len(input), out.len(), "{input:?}");
+        let mut out = Vec::new();
+        json_escape(&mut out, input);
+        assert_eq!(json_escaped_len(input), out.len(), "{input:?}");
+    }
 }
