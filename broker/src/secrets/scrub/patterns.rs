@@ -21,7 +21,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE};
-use zeroize::Zeroizing;
+use zeroize::{Zeroize, Zeroizing};
 
 use crate::secrets::{extend_wiped, push_wiped};
 
@@ -187,7 +187,7 @@ fn push_reference(out: &mut Vec<u8>, code: u32, style: Reference) {
         push_wiped(out, digit);
     }
     push_wiped(out, b';');
-    reversed.fill(0);
+    reversed.zeroize();
 }
 
 /// How an HTML escaper writes the characters it escapes besides `&`, `<` and `>` (always
@@ -248,7 +248,7 @@ fn push_html(secret: &[u8], out: &mut Vec<Pattern>) {
                 None => extend_wiped(&mut bytes, ch.encode_utf8(&mut buf).as_bytes()),
             }
         }
-        buf.fill(0);
+        buf.zeroize();
         out.push(Pattern {
             bytes,
             kind: Kind::default(),
@@ -528,7 +528,7 @@ fn json(secret: &[u8], style: JsonStyle) -> Option<Zeroizing<Vec<u8>>> {
             }
         }
     }
-    units.fill(0);
+    units.zeroize();
     Some(out)
 }
 
@@ -552,7 +552,7 @@ fn json_all_escaped(secret: &[u8], upper: bool) -> Option<Zeroizing<Vec<u8>>> {
             }
         }
     }
-    units.fill(0);
+    units.zeroize();
     Some(out)
 }
 
