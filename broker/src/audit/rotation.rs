@@ -147,7 +147,8 @@ pub enum RotateError {
 }
 
 /// Rotates `log` now (`mint audit rotate`): renames it to the next `<name>.<N>`. When a writer
-/// holds the log, waits up to `wait` for it to start the new file.
+/// holds the log, waits up to `wait` for it to start the new file. A log whose last line is
+/// incomplete is refused only when no writer holds it (a crash's; see [`RotateError::TornTail`]).
 pub fn rotate(log: &Path, wait: Duration) -> Result<RotateOutcome, RotateError> {
     let io_error = |action, path: &Path| {
         let path = path.to_path_buf();
@@ -183,18 +184,24 @@ pub fn rotate(log: &Path, wait: Duration) -> Result<RotateOutcome, RotateError> 
     if meta.len() == 0 {
         return Ok(RotateOutcome::NothingToRotate);
     }
-    let mut last = [0u8; 1];
-    std::os::unix::fs::FileExt::read_exact_at(&file, &mut last, meta.len() - 1)
-        .map_err(io_error("read", log))?;
-    if last != [b'\n'] {
-        return Err(RotateError::TornTail {
-            path: log.to_path_buf(),
-        });
-    }
     // Holding the lock while renaming keeps a writer from starting in between; if a writer
     // already holds it, the writer notices the rename on its own.
     let lock = try_lock(&lock_path(log)).map_err(io_error("lock", &lock_path(log)))?;
     let writer_running = lock.is_none();
+    // A torn last line is a crash's only without a writer: a running writer may be in the middle
+    // of a write (the file's size grows page by page while a batch is copied in), and that
+    // write ends in the renamed file, the same inode; a writer recovers a crash's torn line
+    // when it opens the log, so one that runs has done so.
+    if !writer_running {
+        let mut last = [0u8; 1];
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut last, meta.len() - 1)
+            .map_err(io_error("read", log))?;
+        if last != [b'\n'] {
+            return Err(RotateError::TornTail {
+                path: log.to_path_buf(),
+            });
+        }
+    }
     let to = rename_to_next(log).map_err(io_error("rename", log))?;
     drop(lock);
     if !writer_running {
@@ -385,5 +392,21 @@ mod tests {
             }
         );
         assert!(!log.exists());
+    }
+
+    #[test]
+    fn a_running_writer_mid_write_is_rotated_not_refused() {
+        // The soak's rotations raced a batch being written: the size read ended mid-line.
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("audit.log");
+        fs::write(&log, b"whole\nhalf of a li").unwrap();
+        let writer = try_lock(&lock_path(&log)).unwrap().expect("lock free");
+        assert_eq!(
+            rotate(&log, Duration::ZERO).unwrap(),
+            RotateOutcome::RotatedPending {
+                to: dir.path().join("audit.log.1")
+            }
+        );
+        drop(writer);
     }
 }
